@@ -1,0 +1,46 @@
+# Every target that needs the environment depends on .venv/.installed, so `make demo` and
+# `make test` set themselves up on a fresh machine.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export WANDB_MODE ?= offline
+export PYTHONHASHSEED ?= 0
+
+.PHONY: install demo test test-fast lint format bench docs clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=python3.x" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m ncl_lightning.demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -ra --durations=15
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not ddp"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	$(BIN)/python -m ncl_lightning.bench
+
+docs:
+	@echo "docs/ holds Markdown pages; the MkDocs site is tracked in a later issue."
+
+clean:
+	rm -rf $(VENV) runs lightning_logs wandb .pytest_cache

@@ -1,0 +1,81 @@
+"""A small name -> factory registry used for every choice made by name in a config.
+
+A registry maps lower-case names to factories (classes or callables). ``build`` accepts a
+name, a class/callable, or an already-built object, so configs can name a built-in choice
+while researchers pass their own implementation. Unknown names raise one ``ValueError``
+that lists the valid names, never a silent fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name -> factory mapping with clear errors.
+
+    Args:
+        kind: What the registry holds, used in error messages (e.g. ``"non-negative map"``).
+
+    Example:
+        >>> ACTIVATIONS = Registry[nn.Module]("activation")
+        >>> @ACTIVATIONS.register("relu")
+        ... class ReLU(nn.Module): ...
+        >>> ACTIVATIONS.build("relu")
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._factories: dict[str, Callable[..., T]] = {}
+
+    def register(self, name: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+        """Decorator registering ``factory`` under ``name`` (case-insensitive)."""
+        key = name.lower()
+
+        def decorator(factory: Callable[..., T]) -> Callable[..., T]:
+            if key in self._factories:
+                raise ValueError(f"{self.kind} {name!r} is already registered")
+            self._factories[key] = factory
+            return factory
+
+        return decorator
+
+    def add(self, name: str, factory: Callable[..., T]) -> None:
+        """Register ``factory`` under ``name`` without a decorator."""
+        self.register(name)(factory)
+
+    @property
+    def names(self) -> list[str]:
+        """Sorted registered names."""
+        return sorted(self._factories)
+
+    def get(self, name: str) -> Callable[..., T]:
+        """The factory registered under ``name``; ``ValueError`` listing valid names if none."""
+        key = name.lower()
+        if key not in self._factories:
+            raise ValueError(
+                f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names)}"
+            )
+        return self._factories[key]
+
+    def build(self, spec: str | Callable[..., T] | T, **kwargs: Any) -> T:
+        """Build from a registered name, a class/callable, or return a built object as is.
+
+        Args:
+            spec: Registered name, a factory to call with ``kwargs``, or an instance.
+            **kwargs: Passed to the factory.
+        """
+        if isinstance(spec, str):
+            return self.get(spec)(**kwargs)
+        if isinstance(spec, type):
+            return spec(**kwargs)
+        return spec  # an already-built object (module instance or plain function)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._factories
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
