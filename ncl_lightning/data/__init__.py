@@ -1,0 +1,54 @@
+"""LightningDataModules yielding multi-view batches, and SimCLR-style augmentations.
+
+Every DataModule yields ``(views, labels)`` for training (``views``: ``n_views`` float
+tensors ``[B, C, H, W]``) and clean ``(images, labels)`` for validation/test, and sets
+``num_classes``, ``in_channels`` and ``image_size`` at construction.
+"""
+
+from ncl_lightning.data.base import MultiViewDataModule, Split, TransformedDataset
+from ncl_lightning.data.cifar import CIFAR10DataModule, CIFAR100DataModule
+from ncl_lightning.data.digits import DigitsDataModule, TensorImageDataset
+from ncl_lightning.data.folder import ImageFolderDataModule, ImageListDataset
+from ncl_lightning.data.imagenet100 import ImageNet100DataModule, load_imagenet100_classes
+from ncl_lightning.data.transforms import (
+    AUGMENTATIONS,
+    CIFAR_MEAN,
+    CIFAR_STD,
+    DIGITS_MEAN,
+    DIGITS_STD,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    MultiView,
+    SimCLRAugmentation,
+    cifar_augmentation,
+    digits_augmentation,
+    imagenet_augmentation,
+    scaled_augmentation,
+)
+
+__all__ = [
+    "AUGMENTATIONS",
+    "CIFAR_MEAN",
+    "CIFAR_STD",
+    "DIGITS_MEAN",
+    "DIGITS_STD",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "CIFAR10DataModule",
+    "CIFAR100DataModule",
+    "DigitsDataModule",
+    "ImageFolderDataModule",
+    "ImageListDataset",
+    "ImageNet100DataModule",
+    "MultiView",
+    "MultiViewDataModule",
+    "SimCLRAugmentation",
+    "Split",
+    "TensorImageDataset",
+    "TransformedDataset",
+    "cifar_augmentation",
+    "digits_augmentation",
+    "imagenet_augmentation",
+    "load_imagenet100_classes",
+    "scaled_augmentation",
+]

@@ -1,0 +1,36 @@
+"""Contrastive objectives: pure functions, thin module wrappers and a name registry.
+
+``OBJECTIVES`` maps a config name to a factory called with the method's
+``temperature`` and ``gather_distributed``; register a new objective with
+``OBJECTIVES.register("name")`` on such a factory.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ncl_lightning.losses.info_nce import InfoNCELoss, info_nce
+from ncl_lightning.losses.spectral import SpectralContrastiveLoss, spectral_contrastive
+from ncl_lightning.registry import Registry
+
+OBJECTIVES: Registry[nn.Module] = Registry("objective")
+
+
+@OBJECTIVES.register("info_nce")
+def _info_nce(temperature: float, gather_distributed: bool) -> nn.Module:
+    return InfoNCELoss(temperature, gather_distributed)
+
+
+@OBJECTIVES.register("spectral")
+def _spectral(temperature: float, gather_distributed: bool) -> nn.Module:
+    del temperature  # the spectral loss has no temperature
+    return SpectralContrastiveLoss(gather_distributed)
+
+
+__all__ = [
+    "OBJECTIVES",
+    "InfoNCELoss",
+    "SpectralContrastiveLoss",
+    "info_nce",
+    "spectral_contrastive",
+]

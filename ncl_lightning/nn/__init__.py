@@ -1,0 +1,20 @@
+"""Building blocks: backbones, projector heads, non-negative maps, cross-rank gathering."""
+
+from ncl_lightning.nn.backbones import BACKBONES, ResNet, SmallCNN, build_backbone
+from ncl_lightning.nn.heads import MLP
+from ncl_lightning.nn.nonneg import NONNEG, Exp, ReLU, RepReLU, Sigmoid, Softplus, rep_relu
+
+__all__ = [
+    "BACKBONES",
+    "MLP",
+    "NONNEG",
+    "Exp",
+    "ReLU",
+    "RepReLU",
+    "ResNet",
+    "Sigmoid",
+    "SmallCNN",
+    "Softplus",
+    "build_backbone",
+    "rep_relu",
+]

@@ -1,0 +1,44 @@
+"""``ncl-cli``: LightningCLI over every method and DataModule of the package.
+
+Usage::
+
+    ncl-cli fit --config configs/cifar10_ncl.yaml
+    ncl-cli test --config configs/cifar10_ncl.yaml --ckpt_path runs/.../last.ckpt
+
+Model and data are chosen by ``class_path`` (subclass mode), so a researcher's own
+subclass in their own module works the same way. The DataModule's ``num_classes`` and
+``batch_size`` are linked into the model when both are instantiated, so a config states
+them once.
+"""
+
+from __future__ import annotations
+
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from ncl_lightning.methods import SSLMethod
+
+
+class NCLCLI(LightningCLI):
+    """LightningCLI with the data -> model links of this package."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.batch_size", "model.init_args.batch_size", apply_on="instantiate")
+
+
+def main(args: list[str] | None = None) -> NCLCLI:
+    """Entry point of ``ncl-cli``; ``args`` replaces ``sys.argv[1:]`` (used by tests)."""
+    return NCLCLI(
+        model_class=SSLMethod,
+        datamodule_class=LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+        auto_configure_optimizers=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Base LightningDataModule yielding multi-view training batches and clean eval batches.
+
+A concrete DataModule only says how to build its untransformed datasets
+(``build_split``) and which augmentation suits it (``default_augmentation``); this base
+wraps them with the views and the clean transform and makes the loaders. It knows
+nothing about the method that consumes the batches.
+
+Batches:
+    * ``train_dataloader``: ``(views, labels)``, ``views`` a list of ``n_views`` float
+      tensors ``[B, C, H, W]`` (independent augmentations of the same images),
+      ``labels`` a LongTensor ``[B]``; shuffled, last incomplete batch dropped.
+    * ``val_dataloader`` / ``test_dataloader`` / ``predict_dataloader``: ``(images,
+      labels)`` with ``images`` ``[B, C, H, W]`` through the clean (non-augmented)
+      transform; in order, no batch dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from ncl_lightning.data.transforms import MultiView, SimCLRAugmentation
+
+Split = Literal["train", "val", "test"]
+
+# Which base datasets each Lightning stage needs (None: all of them).
+_STAGE_SPLITS: dict[str | None, tuple[Split, ...]] = {
+    "fit": ("train", "val"),
+    "validate": ("val",),
+    "test": ("test",),
+    "predict": ("test",),
+    None: ("train", "val", "test"),
+}
+
+
+class TransformedDataset(Dataset):
+    """Apply ``transform`` to the image of every ``(image, label)`` pair of ``dataset``.
+
+    Args:
+        dataset: Map-style dataset of ``(image, label)`` with untransformed images.
+        transform: Callable applied to each image (e.g. a ``MultiView``).
+    """
+
+    def __init__(self, dataset: Dataset, transform: Callable[[Any], Any]) -> None:
+        self.dataset = dataset
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        image, label = self.dataset[index]
+        return self.transform(image), int(label)
+
+
+class MultiViewDataModule(L.LightningDataModule):
+    """Base of every DataModule: multi-view training data, clean evaluation data.
+
+    Subclasses set ``num_classes``, ``in_channels`` and ``image_size`` in ``__init__``
+    without touching the data (the CLI links them into the model at instantiation),
+    and implement ``build_split`` and ``default_augmentation``. ``eval_resize`` (class
+    attribute or instance attribute) is passed to ``SimCLRAugmentation.clean``.
+
+    Args:
+        batch_size: Images per batch (per device).
+        num_workers: DataLoader worker processes (0 loads in the main process).
+        n_views: Augmented views per training image (>= 2 for contrastive learning).
+        augmentation: View augmentation; ``None`` uses the subclass's preset.
+        pin_memory: Pin host memory; only effective when CUDA is available.
+        persistent_workers: Keep workers alive between epochs; only when
+            ``num_workers > 0``.
+        drop_last: Drop the last incomplete training batch.
+
+    Attributes:
+        num_classes: Number of classes of the labels.
+        in_channels: Image channels ``C``.
+        image_size: Side ``H = W`` of the batched images.
+    """
+
+    num_classes: int
+    in_channels: int
+    image_size: int
+    eval_resize: int | None = None
+
+    def __init__(
+        self,
+        batch_size: int = 256,
+        num_workers: int = 2,
+        n_views: int = 2,
+        augmentation: SimCLRAugmentation | None = None,
+        pin_memory: bool = True,
+        persistent_workers: bool = True,
+        drop_last: bool = True,
+    ) -> None:
+        super().__init__()
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be > 0, got {batch_size}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        if n_views < 2:
+            raise ValueError(f"n_views must be >= 2 for contrastive views, got {n_views}")
+        self.save_hyperparameters()
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.n_views = n_views
+        self.pin_memory = pin_memory
+        self.persistent_workers = persistent_workers
+        self.drop_last = drop_last
+        self._augmentation = augmentation
+        self._base: dict[Split, Dataset] = {}
+        self.train_dataset: Dataset | None = None
+        self.val_dataset: Dataset | None = None
+        self.test_dataset: Dataset | None = None
+
+    # ----------------------------------------------------------------- subclass hooks
+    def build_split(self, split: Split) -> Dataset:
+        """Build the untransformed dataset of ``split``: items ``(image, label)``.
+
+        ``image`` is a PIL image or an image tensor ``[C, H, W]``; ``label`` an int in
+        ``[0, num_classes)``. Raise a clear error when the data is missing.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement build_split")
+
+    def default_augmentation(self) -> SimCLRAugmentation:
+        """The augmentation used when none is configured."""
+        raise NotImplementedError(f"{type(self).__name__} must implement default_augmentation")
+
+    # ---------------------------------------------------------------------- datasets
+    @property
+    def augmentation(self) -> SimCLRAugmentation:
+        """The configured augmentation, or the subclass preset."""
+        if self._augmentation is None:
+            self._augmentation = self.default_augmentation()
+        return self._augmentation
+
+    def base_dataset(self, split: Split) -> Dataset:
+        """The untransformed dataset of ``split``, built once and cached."""
+        if split not in self._base:
+            self._base[split] = self.build_split(split)
+        return self._base[split]
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the datasets ``stage`` needs (``fit``, ``validate``, ``test``, ``predict``)."""
+        splits = _STAGE_SPLITS.get(stage, _STAGE_SPLITS[None])
+        clean = self.augmentation.clean(resize=self.eval_resize)
+        if "train" in splits and self.train_dataset is None:
+            views = MultiView(self.augmentation.build(), self.n_views)
+            self.train_dataset = TransformedDataset(self.base_dataset("train"), views)
+            self._check_train_size(len(self.train_dataset))
+        if "val" in splits and self.val_dataset is None:
+            self.val_dataset = TransformedDataset(self.base_dataset("val"), clean)
+        if "test" in splits and self.test_dataset is None:
+            self.test_dataset = TransformedDataset(self.base_dataset("test"), clean)
+
+    def _check_train_size(self, count: int) -> None:
+        world = self.trainer.world_size if self.trainer is not None else 1
+        if self.drop_last and count // world < self.batch_size:
+            raise ValueError(
+                f"training set has {count} samples ({count // world} per device), fewer "
+                f"than one batch (batch_size={self.batch_size}) with drop_last=True; "
+                "lower batch_size"
+            )
+
+    # ----------------------------------------------------------------------- loaders
+    def _loader(self, dataset: Dataset | None, name: str, train: bool) -> DataLoader:
+        if dataset is None:
+            raise RuntimeError(f"{name} dataset is not built; call setup() first")
+        workers = self.num_workers
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=train,
+            drop_last=train and self.drop_last,
+            num_workers=workers,
+            pin_memory=self.pin_memory and torch.cuda.is_available(),
+            persistent_workers=self.persistent_workers and workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled ``(views, labels)``: ``n_views`` tensors ``[B, C, H, W]``, ``[B]``."""
+        return self._loader(self.train_dataset, "train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        """Clean ``(images [B, C, H, W], labels [B])`` of the validation split, in order."""
+        return self._loader(self.val_dataset, "val", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        """Clean ``(images [B, C, H, W], labels [B])`` of the test split, in order."""
+        return self._loader(self.test_dataset, "test", train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """Same as ``test_dataloader``."""
+        return self._loader(self.test_dataset, "test", train=False)
+
+    def clean_train_dataloader(self) -> DataLoader:
+        """Clean, non-augmented ``(images [B, C, H, W], labels [B])`` of the training
+        split, in order, no batch dropped (e.g. expected activation, kNN banks)."""
+        clean = self.augmentation.clean(resize=self.eval_resize)
+        return self._loader(TransformedDataset(self.base_dataset("train"), clean), "", False)

@@ -1,0 +1,205 @@
+"""CIFAR-10 and CIFAR-100 (Krizhevsky, 2009) through ``torchvision.datasets``.
+
+Nothing is downloaded unless ``download=True``. The training split is CIFAR's training
+set; validation and test are both CIFAR's test set (the papers report on it). Files are
+looked for in ``root/cifar-10-batches-py`` (``root/cifar-100-python``); an archive
+``cifar-10-python.tar.gz`` (``cifar-100-python.tar.gz``) placed in ``root`` is
+extracted without any network access.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch.utils.data import Dataset
+from torchvision.datasets import CIFAR10, CIFAR100
+from torchvision.datasets.utils import check_integrity, extract_archive
+
+from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.transforms import SimCLRAugmentation, cifar_augmentation
+
+
+class _CIFARDataModule(MultiViewDataModule):
+    """Shared CIFAR logic; subclasses set ``dataset_cls``, ``name`` and ``num_classes``."""
+
+    dataset_cls: type[CIFAR10] = CIFAR10
+    name = "CIFAR-10"
+
+    def __init__(
+        self,
+        root: str = "data/cifar",
+        download: bool = False,
+        batch_size: int = 256,
+        num_workers: int = 2,
+        n_views: int = 2,
+        augmentation: SimCLRAugmentation | None = None,
+        pin_memory: bool = True,
+        persistent_workers: bool = True,
+        drop_last: bool = True,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size,
+            num_workers=num_workers,
+            n_views=n_views,
+            augmentation=augmentation,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            drop_last=drop_last,
+        )
+        self.root = Path(root).expanduser()
+        self.download = download
+        self.in_channels = 3
+        self.image_size = 32
+
+    @property
+    def folder(self) -> Path:
+        """Folder holding the python-version batch files."""
+        return self.root / self.dataset_cls.base_folder
+
+    def _missing_files(self) -> list[str]:
+        cls = self.dataset_cls
+        names = [n for n, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+        return [n for n in names if not (self.folder / n).is_file()]
+
+    def _not_found(self, reason: str) -> FileNotFoundError:
+        return FileNotFoundError(
+            f"{self.name} not found in {self.folder} ({reason}): pass "
+            "`--data.init_args.download true` (YAML `download: true`) to download it, or "
+            f"place {self.dataset_cls.filename} (python version) in {self.root}"
+        )
+
+    def prepare_data(self) -> None:
+        """Extract a placed archive, or download when ``download=True`` (rank 0 only)."""
+        if not self._missing_files():
+            return
+        archive = self.root / self.dataset_cls.filename
+        if archive.is_file() and check_integrity(str(archive), self.dataset_cls.tgz_md5):
+            extract_archive(str(archive), str(self.root))
+            return
+        if not self.download:
+            return  # setup() raises the error, on every rank
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dataset_cls(str(self.root), train=True, download=True)
+        except (OSError, RuntimeError) as err:  # URLError is an OSError
+            raise self._not_found(f"download failed: {err}") from err
+
+    def build_split(self, split: Split) -> Dataset:
+        """CIFAR training set for ``train``; the test set for ``val`` and ``test``."""
+        if split == "test":
+            return self.base_dataset("val")
+        if self._missing_files():
+            self.prepare_data()  # no-op unless an archive is placed or download=True
+        missing = self._missing_files()
+        if missing:
+            raise self._not_found(f"missing {', '.join(missing)}")
+        try:
+            return self.dataset_cls(str(self.root), train=split == "train", download=False)
+        except RuntimeError as err:  # torchvision's md5 check
+            raise RuntimeError(
+                f"{self.name} files in {self.folder} fail their md5 check (corrupted or "
+                f"partial); delete the folder and download again ({err})"
+            ) from err
+
+    def default_augmentation(self) -> SimCLRAugmentation:
+        """The paper's CIFAR augmentation (``cifar_augmentation()``)."""
+        return cifar_augmentation()
+
+
+class CIFAR10DataModule(_CIFARDataModule):
+    """CIFAR-10: 50k training / 10k test images, 32x32 RGB, 10 classes.
+
+    Training batches are SimCLR views (``cifar_augmentation``); validation and test
+    batches are the clean test set.
+
+    Args:
+        root: Folder holding (or to receive) ``cifar-10-batches-py``.
+        download: Download the archive if the files are missing (never otherwise).
+        batch_size: Images per batch.
+        num_workers: DataLoader workers.
+        n_views: Views per training image.
+        augmentation: View augmentation; ``None`` uses ``cifar_augmentation()``.
+        pin_memory: Pin host memory when CUDA is available.
+        persistent_workers: Keep workers alive when ``num_workers > 0``.
+        drop_last: Drop the last incomplete training batch.
+
+    Raises:
+        FileNotFoundError: At ``setup`` when the files are missing and cannot be
+            obtained; the message names the folder and how to fix it.
+    """
+
+    dataset_cls = CIFAR10
+    name = "CIFAR-10"
+
+    def __init__(
+        self,
+        root: str = "data/cifar",
+        download: bool = False,
+        batch_size: int = 256,
+        num_workers: int = 2,
+        n_views: int = 2,
+        augmentation: SimCLRAugmentation | None = None,
+        pin_memory: bool = True,
+        persistent_workers: bool = True,
+        drop_last: bool = True,
+    ) -> None:
+        super().__init__(
+            root=root,
+            download=download,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            n_views=n_views,
+            augmentation=augmentation,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            drop_last=drop_last,
+        )
+        self.num_classes = 10
+
+
+class CIFAR100DataModule(_CIFARDataModule):
+    """CIFAR-100: 50k training / 10k test images, 32x32 RGB, 100 fine classes.
+
+    Args:
+        root: Folder holding (or to receive) ``cifar-100-python``.
+        download: Download the archive if the files are missing (never otherwise).
+        batch_size: Images per batch.
+        num_workers: DataLoader workers.
+        n_views: Views per training image.
+        augmentation: View augmentation; ``None`` uses ``cifar_augmentation()``.
+        pin_memory: Pin host memory when CUDA is available.
+        persistent_workers: Keep workers alive when ``num_workers > 0``.
+        drop_last: Drop the last incomplete training batch.
+
+    Raises:
+        FileNotFoundError: At ``setup`` when the files are missing and cannot be
+            obtained; the message names the folder and how to fix it.
+    """
+
+    dataset_cls = CIFAR100
+    name = "CIFAR-100"
+
+    def __init__(
+        self,
+        root: str = "data/cifar",
+        download: bool = False,
+        batch_size: int = 256,
+        num_workers: int = 2,
+        n_views: int = 2,
+        augmentation: SimCLRAugmentation | None = None,
+        pin_memory: bool = True,
+        persistent_workers: bool = True,
+        drop_last: bool = True,
+    ) -> None:
+        super().__init__(
+            root=root,
+            download=download,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            n_views=n_views,
+            augmentation=augmentation,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            drop_last=drop_last,
+        )
+        self.num_classes = 100

@@ -1,0 +1,112 @@
+"""scikit-learn's bundled handwritten digits: 1,797 images, 8x8, one channel, 10 classes.
+
+Real data with no download, small enough for CPU smoke runs and tests. The images are
+held in memory as float tensors in [0, 1] and augmented as tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.transforms import SimCLRAugmentation, digits_augmentation
+
+
+class TensorImageDataset(Dataset):
+    """``(image [C, H, W], label)`` items from in-memory tensors.
+
+    Args:
+        images: Float tensor ``[N, C, H, W]`` with values in [0, 1].
+        labels: Integer tensor ``[N]``.
+    """
+
+    def __init__(self, images: Tensor, labels: Tensor) -> None:
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        self.images = images
+        self.labels = labels.long()
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        return self.images[index], int(self.labels[index])
+
+
+class DigitsDataModule(MultiViewDataModule):
+    """sklearn ``load_digits`` with a stratified, seeded train/validation split.
+
+    Pixel values 0..16 are scaled to [0, 1] and then normalised by the augmentation's
+    mean/std. The validation split doubles as the test split (the data set has no
+    separate test set).
+
+    Args:
+        val_fraction: Fraction of each class held out for validation/test, in (0, 1).
+        seed: Seed of the split (the same seed always gives the same split).
+        batch_size: Images per batch (128 default: the training split has 1,437 images
+            at the default fraction).
+        num_workers: DataLoader workers (0 default: the data is a small in-memory tensor).
+        n_views: Views per training image.
+        augmentation: View augmentation; ``None`` uses ``digits_augmentation()``.
+        pin_memory: Pin host memory when CUDA is available.
+        persistent_workers: Keep workers alive when ``num_workers > 0``.
+        drop_last: Drop the last incomplete training batch.
+    """
+
+    def __init__(
+        self,
+        val_fraction: float = 0.2,
+        seed: int = 0,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        n_views: int = 2,
+        augmentation: SimCLRAugmentation | None = None,
+        pin_memory: bool = True,
+        persistent_workers: bool = True,
+        drop_last: bool = True,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size,
+            num_workers=num_workers,
+            n_views=n_views,
+            augmentation=augmentation,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            drop_last=drop_last,
+        )
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+        self.val_fraction = val_fraction
+        self.seed = seed
+        self.num_classes = 10
+        self.in_channels = 1
+        self.image_size = 8
+        self._splits: dict[Split, TensorImageDataset] | None = None
+
+    def default_augmentation(self) -> SimCLRAugmentation:
+        """``digits_augmentation()``: mild crops and rotations, no flips."""
+        return digits_augmentation()
+
+    def _load(self) -> dict[Split, TensorImageDataset]:
+        digits = load_digits()
+        images = torch.as_tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+        labels = torch.as_tensor(digits.target, dtype=torch.long)
+        train_idx, val_idx = train_test_split(
+            torch.arange(len(labels)).numpy(),
+            test_size=self.val_fraction,
+            stratify=labels.numpy(),
+            random_state=self.seed,
+        )
+        train_idx, val_idx = torch.as_tensor(train_idx), torch.as_tensor(val_idx)
+        val = TensorImageDataset(images[val_idx], labels[val_idx])
+        return {"train": TensorImageDataset(images[train_idx], labels[train_idx]), "val": val}
+
+    def build_split(self, split: Split) -> Dataset:
+        """The in-memory train split, or the validation split for ``val`` and ``test``."""
+        if self._splits is None:
+            self._splits = self._load()
+        return self._splits["train" if split == "train" else "val"]

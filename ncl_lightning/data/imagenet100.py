@@ -1,0 +1,120 @@
+"""ImageNet-100: the standard 100-class ImageNet subset (CMC; NCL and BayesNCL configs).
+
+The 100 WNIDs ship with the package (``resources/imagenet100_classes.txt``), so a full
+ImageNet tree (``root/train/<1000 wnids>``) works as is: only the 100 listed class
+folders are scanned. A prepared 100-class folder works the same way.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import Dataset
+
+from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.folder import ImageListDataset, require_dir, scan_class_folders
+from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
+
+
+def load_imagenet100_classes(class_list: str | None = None) -> list[str]:
+    """Sorted WNIDs of ImageNet-100 (or of a user's class-list file).
+
+    Args:
+        class_list: Text file with one WNID per line (blank lines and ``#`` comments
+            ignored); ``None`` reads the list shipped with the package.
+
+    Returns:
+        The WNIDs, sorted (this order is the label order).
+    """
+    if class_list is None:
+        ref = resources.files("ncl_lightning.data").joinpath("resources", "imagenet100_classes.txt")
+        text = ref.read_text(encoding="utf-8")
+    else:
+        path = Path(class_list).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"class_list file not found: {path}")
+        text = path.read_text(encoding="utf-8")
+    wnids = [line.split("#")[0].strip() for line in text.splitlines()]
+    wnids = [w for w in wnids if w]
+    duplicates = sorted({w for w in wnids if wnids.count(w) > 1})
+    if duplicates or not wnids:
+        raise ValueError(
+            f"class_list {class_list or 'imagenet100_classes.txt'} is empty or "
+            f"repeats classes: {duplicates}"
+        )
+    return sorted(wnids)
+
+
+class ImageNet100DataModule(MultiViewDataModule):
+    """ImageNet-100 at 224 px with the SimCLR ImageNet augmentation.
+
+    Labels are the positions of the WNIDs in sorted order. ImageNet has no labelled
+    test split, so the test split is the validation folder (logged at ``setup``). The
+    validation folder must be sorted into ``<wnid>/`` sub-folders, like the training one.
+    Evaluation: resize the shorter side to 256, center-crop 224.
+
+    Args:
+        root: ImageNet root holding ``train_dir`` and ``val_dir`` (1000 or 100 classes).
+        class_list: File of WNIDs to use instead of the shipped ImageNet-100 list.
+        train_dir: Training folder, relative to ``root``.
+        val_dir: Validation folder, relative to ``root``.
+        batch_size: Images per batch.
+        num_workers: DataLoader workers.
+        n_views: Views per training image.
+        augmentation: View augmentation; ``None`` uses ``imagenet_augmentation()``.
+        pin_memory: Pin host memory when CUDA is available.
+        persistent_workers: Keep workers alive when ``num_workers > 0``.
+        drop_last: Drop the last incomplete training batch.
+
+    Raises:
+        FileNotFoundError: At ``setup``, naming the split folder or the missing/empty
+            WNID folder.
+    """
+
+    eval_resize = 256
+
+    def __init__(
+        self,
+        root: str,
+        class_list: str | None = None,
+        train_dir: str = "train",
+        val_dir: str = "val",
+        batch_size: int = 256,
+        num_workers: int = 8,
+        n_views: int = 2,
+        augmentation: SimCLRAugmentation | None = None,
+        pin_memory: bool = True,
+        persistent_workers: bool = True,
+        drop_last: bool = True,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size,
+            num_workers=num_workers,
+            n_views=n_views,
+            augmentation=augmentation,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            drop_last=drop_last,
+        )
+        self.root = Path(root).expanduser()
+        self.split_dirs: dict[Split, str] = {"train": train_dir, "val": val_dir}
+        self.classes = load_imagenet100_classes(class_list)
+        self.num_classes = len(self.classes)
+        self.in_channels = 3
+        self.image_size = 224
+
+    def default_augmentation(self) -> SimCLRAugmentation:
+        """``imagenet_augmentation()``: crop 224, blur p=0.5."""
+        return imagenet_augmentation()
+
+    def build_split(self, split: Split) -> Dataset:
+        """Scan the listed WNID folders of ``root/<split dir>`` (test: the val folder)."""
+        if split == "test":
+            rank_zero_info(
+                f"ImageNet100DataModule: testing on {self.root / self.split_dirs['val']}"
+            )
+            return self.base_dataset("val")
+        split_dir = require_dir(self.root / self.split_dirs[split], f"ImageNet-100 {split}")
+        return ImageListDataset(scan_class_folders(split_dir, self.classes), self.classes)

@@ -1,0 +1,287 @@
+"""SimCLR-style augmentations, their dataset presets and the multi-view wrapper.
+
+``SimCLRAugmentation`` is a typed dataclass (so LightningCLI / jsonargparse turn it into
+YAML) describing the stochastic view pipeline of SimCLR (Chen et al., 2020): random
+resized crop, horizontal flip, colour jitter, random grayscale, Gaussian blur and
+solarisation. ``build()`` gives the augmentation, ``clean()`` the deterministic
+evaluation transform with the same normalisation. ``MultiView`` draws ``n_views``
+independent augmentations of one image.
+
+Both transforms accept a PIL image or an image tensor ``[C, H, W]`` (uint8 in [0, 255]
+or float in [0, 1]) and return a normalised float tensor ``[C, H', W']``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchvision.transforms import v2
+
+from ncl_lightning.registry import Registry
+
+CIFAR_MEAN: tuple[float, ...] = (0.4914, 0.4822, 0.4465)
+CIFAR_STD: tuple[float, ...] = (0.2470, 0.2435, 0.2616)
+IMAGENET_MEAN: tuple[float, ...] = (0.485, 0.456, 0.406)
+IMAGENET_STD: tuple[float, ...] = (0.229, 0.224, 0.225)
+# Pixel statistics of sklearn's load_digits after scaling 0..16 to [0, 1].
+DIGITS_MEAN: tuple[float, ...] = (0.3053,)
+DIGITS_STD: tuple[float, ...] = (0.3760,)
+
+
+def _check_probability(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"SimCLRAugmentation.{name} must be a probability in [0, 1], got {value}")
+
+
+def _check_range(name: str, pair: tuple[float, ...], low: float, high: float) -> None:
+    if len(pair) != 2 or not low < pair[0] <= pair[1] <= high:
+        raise ValueError(
+            f"SimCLRAugmentation.{name} must be (min, max) with {low} < min <= max <= {high}, "
+            f"got {pair}"
+        )
+
+
+@dataclass
+class SimCLRAugmentation:
+    """Parameters of the SimCLR view pipeline (Chen et al., 2020, Appendix A).
+
+    Order of operations: random resized crop, rotation, horizontal flip, colour jitter,
+    grayscale, Gaussian blur, solarisation, then normalisation. An operation whose
+    probability (or strength) is 0 is left out of the pipeline.
+
+    Args:
+        crop_size: Output side length of the random resized crop (pixels).
+        crop_scale: Range of the crop area as a fraction of the image area, in (0, 1].
+        crop_ratio: Range of the crop aspect ratio (width / height).
+        rotation: Maximal random rotation in degrees (0 disables it).
+        brightness: Colour-jitter brightness strength.
+        contrast: Colour-jitter contrast strength.
+        saturation: Colour-jitter saturation strength (RGB only).
+        hue: Colour-jitter hue strength, in [0, 0.5] (RGB only).
+        jitter_p: Probability of applying the colour jitter.
+        grayscale_p: Probability of converting to grayscale (channels are kept).
+        blur_p: Probability of a Gaussian blur (kernel about 10 % of ``crop_size``).
+        blur_sigma: Range of the blur standard deviation.
+        solarize_p: Probability of solarising (threshold at half the intensity range).
+        flip_p: Probability of a horizontal flip.
+        mean: Per-channel normalisation mean (its length is the channel count).
+        std: Per-channel normalisation standard deviation.
+    """
+
+    crop_size: int = 32
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    crop_ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+    rotation: float = 0.0
+    brightness: float = 0.8
+    contrast: float = 0.8
+    saturation: float = 0.8
+    hue: float = 0.2
+    jitter_p: float = 0.8
+    grayscale_p: float = 0.2
+    blur_p: float = 0.0
+    blur_sigma: tuple[float, float] = (0.1, 2.0)
+    solarize_p: float = 0.0
+    flip_p: float = 0.5
+    mean: tuple[float, ...] = CIFAR_MEAN
+    std: tuple[float, ...] = CIFAR_STD
+
+    def __post_init__(self) -> None:
+        # Configs and Python callers may pass lists; keep hashable, immutable tuples.
+        for name in ("crop_scale", "crop_ratio", "blur_sigma", "mean", "std"):
+            setattr(self, name, tuple(float(v) for v in getattr(self, name)))
+        if self.crop_size <= 0:
+            raise ValueError(f"SimCLRAugmentation.crop_size must be > 0, got {self.crop_size}")
+        _check_range("crop_scale", self.crop_scale, 0.0, 1.0)
+        _check_range("crop_ratio", self.crop_ratio, 0.0, float("inf"))
+        _check_range("blur_sigma", self.blur_sigma, 0.0, float("inf"))
+        if self.rotation < 0:
+            raise ValueError(f"SimCLRAugmentation.rotation must be >= 0, got {self.rotation}")
+        for name in ("brightness", "contrast", "saturation"):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"SimCLRAugmentation.{name} must be >= 0, got {getattr(self, name)}"
+                )
+        if not 0.0 <= self.hue <= 0.5:
+            raise ValueError(f"SimCLRAugmentation.hue must be in [0, 0.5], got {self.hue}")
+        for name in ("jitter_p", "grayscale_p", "blur_p", "solarize_p", "flip_p"):
+            _check_probability(name, getattr(self, name))
+        if len(self.mean) == 0 or len(self.mean) != len(self.std):
+            raise ValueError(
+                f"SimCLRAugmentation.mean and std must have the same non-zero length, got "
+                f"{len(self.mean)} and {len(self.std)}"
+            )
+        if any(s <= 0 for s in self.std):
+            raise ValueError(f"SimCLRAugmentation.std must be positive, got {self.std}")
+        if self.channels != 3:
+            for name in ("saturation", "hue", "grayscale_p"):
+                if getattr(self, name) > 0:
+                    raise ValueError(
+                        f"SimCLRAugmentation.{name} needs RGB images but mean/std have "
+                        f"{self.channels} channel(s); set it to 0"
+                    )
+
+    @property
+    def channels(self) -> int:
+        """Number of image channels the normalisation expects."""
+        return len(self.mean)
+
+    def build(self) -> Callable[[Any], Tensor]:
+        """The stochastic view transform.
+
+        Returns:
+            A callable mapping a PIL image or image tensor ``[C, H, W]`` to a normalised
+            float tensor ``[C, crop_size, crop_size]``.
+        """
+        # Geometry runs on uint8 (cheap, antialiased); photometric ops on float [0, 1] so
+        # that solarisation has one threshold whatever the input type.
+        ops: list[Callable[[Any], Any]] = [
+            v2.ToImage(),
+            v2.RandomResizedCrop(
+                self.crop_size, scale=self.crop_scale, ratio=self.crop_ratio, antialias=True
+            ),
+        ]
+        if self.rotation > 0:
+            ops.append(
+                v2.RandomRotation(self.rotation, interpolation=v2.InterpolationMode.BILINEAR)
+            )
+        if self.flip_p > 0:
+            ops.append(v2.RandomHorizontalFlip(self.flip_p))
+        ops.append(v2.ToDtype(torch.float32, scale=True))
+        jitter = {k: getattr(self, k) for k in ("brightness", "contrast", "saturation", "hue")}
+        if self.jitter_p > 0 and any(v > 0 for v in jitter.values()):
+            jitter_op = v2.ColorJitter(**{k: v for k, v in jitter.items() if v > 0})
+            ops.append(v2.RandomApply([jitter_op], p=self.jitter_p))
+        if self.grayscale_p > 0:
+            ops.append(v2.RandomGrayscale(self.grayscale_p))
+        if self.blur_p > 0:
+            kernel = max(3, int(0.1 * self.crop_size) // 2 * 2 + 1)  # odd, ~10 % of the side
+            blur = v2.GaussianBlur(kernel, sigma=self.blur_sigma)
+            ops.append(v2.RandomApply([blur], p=self.blur_p))
+        if self.solarize_p > 0:
+            ops.append(v2.RandomSolarize(0.5, p=self.solarize_p))
+        ops.append(v2.Normalize(self.mean, self.std))
+        return v2.Compose(ops)
+
+    def clean(self, resize: int | None = None) -> Callable[[Any], Tensor]:
+        """The deterministic evaluation transform with this pipeline's normalisation.
+
+        Args:
+            resize: If given, resize the shorter side to ``resize`` and center-crop
+                ``crop_size`` (e.g. 256 -> 224 on ImageNet); if ``None`` keep the image
+                size (small datasets whose images are already ``crop_size``).
+
+        Returns:
+            A callable mapping a PIL image or image tensor ``[C, H, W]`` to a normalised
+            float tensor ``[C, H', W']``.
+        """
+        ops: list[Callable[[Any], Any]] = [v2.ToImage()]
+        if resize is not None:
+            ops += [v2.Resize(resize, antialias=True), v2.CenterCrop(self.crop_size)]
+        ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(self.mean, self.std)]
+        return v2.Compose(ops)
+
+
+AUGMENTATIONS: Registry[SimCLRAugmentation] = Registry("augmentation preset")
+"""Presets by name (``"cifar"``, ``"imagenet"``, ``"digits"``)."""
+
+
+@AUGMENTATIONS.register("cifar")
+def cifar_augmentation(crop_size: int = 32) -> SimCLRAugmentation:
+    """CIFAR-10/100 views of the SimCLR and NCL papers.
+
+    RandomResizedCrop(32, scale 0.08-1), colour jitter (0.8, 0.8, 0.8, 0.2) with p=0.8,
+    grayscale p=0.2, horizontal flip p=0.5, no blur, CIFAR mean/std.
+    """
+    return SimCLRAugmentation(crop_size=crop_size)
+
+
+@AUGMENTATIONS.register("imagenet")
+def imagenet_augmentation(crop_size: int = 224) -> SimCLRAugmentation:
+    """ImageNet(-100) views of SimCLR (Chen et al., 2020, Appendix A).
+
+    RandomResizedCrop(224, scale 0.08-1), colour jitter of strength 1 (0.8, 0.8, 0.8,
+    0.2) with p=0.8, grayscale p=0.2, Gaussian blur p=0.5 (sigma 0.1-2, kernel ~10 % of
+    the side), flip p=0.5, no solarisation (BYOL's asymmetric recipe needs a different
+    augmentation per view, which one shared augmentation does not express), ImageNet mean/std.
+    """
+    return SimCLRAugmentation(crop_size=crop_size, blur_p=0.5, mean=IMAGENET_MEAN, std=IMAGENET_STD)
+
+
+@AUGMENTATIONS.register("digits")
+def digits_augmentation() -> SimCLRAugmentation:
+    """Label-preserving views of 8x8 single-channel digits (sklearn ``load_digits``).
+
+    Crops keep at least half the area with a near-square ratio and a rotation of at most
+    10 degrees, so a digit stays recognisable; no flips (a mirrored 2 or 7 is not the
+    same digit); brightness/contrast jitter only (no colour on one channel).
+    """
+    return SimCLRAugmentation(
+        crop_size=8,
+        crop_scale=(0.5, 1.0),
+        crop_ratio=(0.8, 1.25),
+        rotation=10.0,
+        brightness=0.4,
+        contrast=0.4,
+        saturation=0.0,
+        hue=0.0,
+        jitter_p=0.8,
+        grayscale_p=0.0,
+        flip_p=0.0,
+        mean=DIGITS_MEAN,
+        std=DIGITS_STD,
+    )
+
+
+def scaled_augmentation(image_size: int) -> SimCLRAugmentation:
+    """Default views for images of side ``image_size``: the CIFAR recipe for small
+    images (<= 64 px), the ImageNet recipe (with blur, ImageNet statistics) above."""
+    if image_size <= 64:
+        return replace(cifar_augmentation(), crop_size=image_size)
+    return imagenet_augmentation(crop_size=image_size)
+
+
+class MultiView:
+    """Apply a stochastic transform ``n_views`` times, independently, to one image.
+
+    Args:
+        transform: Augmentation mapping an image to a tensor ``[C, H, W]``.
+        n_views: Number of views (>= 1).
+
+    Example:
+        >>> views = MultiView(cifar_augmentation().build(), n_views=2)(pil_image)
+        >>> [v.shape for v in views]  # [torch.Size([3, 32, 32]), torch.Size([3, 32, 32])]
+    """
+
+    def __init__(self, transform: Callable[[Any], Tensor], n_views: int = 2) -> None:
+        if n_views < 1:
+            raise ValueError(f"MultiView n_views must be >= 1, got {n_views}")
+        self.transform = transform
+        self.n_views = n_views
+
+    def __call__(self, img: Any) -> list[Tensor]:
+        """Return ``n_views`` tensors ``[C, H, W]``, each an independent draw."""
+        return [self.transform(img) for _ in range(self.n_views)]
+
+    def __repr__(self) -> str:
+        return f"MultiView(n_views={self.n_views}, transform={self.transform!r})"
+
+
+__all__ = [
+    "AUGMENTATIONS",
+    "CIFAR_MEAN",
+    "CIFAR_STD",
+    "DIGITS_MEAN",
+    "DIGITS_STD",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "MultiView",
+    "SimCLRAugmentation",
+    "cifar_augmentation",
+    "digits_augmentation",
+    "imagenet_augmentation",
+    "scaled_augmentation",
+]

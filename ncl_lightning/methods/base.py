@@ -1,0 +1,203 @@
+"""Base LightningModule for self-supervised methods: the training loop and its hooks.
+
+A method subclasses :class:`SSLMethod` and implements two hooks:
+
+* ``encode(x) -> Encoded``: backbone features ``h`` and the features ``z`` that enter the
+  objective (and that the interpretability metrics read);
+* ``objective(views) -> Tensor``: the self-supervised loss over the encoded views.
+
+Everything else (online linear probe and kNN, feature metrics, optimiser groups with
+bias/norm exclusion, learning-rate scaling by global batch / 256, warmup-cosine schedule)
+is here, once. The module never sees which dataset it is trained on: batches are
+``(views, labels)`` for training and ``(images, labels)`` for evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import lightning as L
+import torch
+from lightning.pytorch.cli import OptimizerCallable
+from torch import Tensor, nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+from ncl_lightning.methods.online import OnlineEvaluator
+from ncl_lightning.metrics import ActiveDimensions, Sparsity
+from ncl_lightning.optim import LARS, scale_lr, split_decay_params, warmup_cosine
+
+
+class Encoded(NamedTuple):
+    """What :meth:`SSLMethod.encode` returns for a batch of ``B`` images."""
+
+    h: Tensor
+    """Backbone features ``[B, D]`` (what probes and fine-tuning use)."""
+    z: Tensor
+    """Features entering the objective ``[B, d]`` (after projector and non-negative map)."""
+
+
+def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
+    """LARS with the SimCLR/NCL CIFAR settings (base lr 0.3 before batch scaling)."""
+    return LARS(params, lr=0.3, momentum=0.9, weight_decay=1e-4, eta=0.02, clip_lr=True)
+
+
+class SSLMethod(L.LightningModule):
+    """Shared training loop of every self-supervised method.
+
+    Args:
+        backbone: Encoder ``[B, C, H, W] -> [B, D]`` exposing ``out_dim``.
+        num_classes: Classes for the online probe and kNN (0 turns them off). The CLI links
+            it from the DataModule.
+        batch_size: Per-device batch size, used to scale the learning rate (CLI-linked).
+        optimizer: Callable building the optimiser from parameter groups (default LARS).
+        warmup_epochs: Linear warmup length in epochs (fractions allowed).
+        min_lr_ratio: Final learning rate of the cosine schedule, relative to the peak.
+        scale_lr: Multiply every learning rate by ``global batch / 256``.
+        exclude_bias_n_norm: No weight decay and no LARS adaptation for biases and norms.
+        probe_lr: Learning rate of the online linear probe.
+        knn_k: Neighbours of the online kNN classifier.
+        knn_temperature: Temperature of the kNN weights.
+    """
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        num_classes: int = 0,
+        batch_size: int | None = None,
+        optimizer: OptimizerCallable | None = None,
+        warmup_epochs: float = 10.0,
+        min_lr_ratio: float = 0.0,
+        scale_lr: bool = True,
+        exclude_bias_n_norm: bool = True,
+        probe_lr: float = 0.1,
+        knn_k: int = 200,
+        knn_temperature: float = 0.07,
+    ) -> None:
+        super().__init__()
+        if not hasattr(backbone, "out_dim"):
+            raise ValueError(f"backbone {type(backbone).__name__} must expose an `out_dim` attribute")
+        for name, value in (("warmup_epochs", warmup_epochs), ("probe_lr", probe_lr)):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.save_hyperparameters(ignore=["backbone", "optimizer"])
+        self.backbone = backbone
+        self.optimizer_factory = optimizer or default_optimizer
+        self.online = (
+            OnlineEvaluator(backbone.out_dim, num_classes, knn_k, knn_temperature) if num_classes else None
+        )
+
+    def _build_eval_metrics(self, feature_dim: int) -> None:
+        """Create the val/test metric collections (call once the feature width is known)."""
+        features = MetricCollection(
+            {"z_sparsity": Sparsity(), "z_active_dims": ActiveDimensions(num_features=feature_dim)}
+        )
+        self.feature_metrics = nn.ModuleDict({s: features.clone(prefix=f"{s}/") for s in ("val", "test")})
+        if self.online is not None:
+            c = self.online.num_classes
+            probe = {"online_acc": MulticlassAccuracy(c, average="micro")}
+            if c >= 5:
+                probe["online_acc_top5"] = MulticlassAccuracy(c, top_k=5, average="micro")
+            self.probe_metrics = nn.ModuleDict(
+                {s: MetricCollection(probe).clone(prefix=f"{s}/") for s in ("val", "test")}
+            )
+            self.knn_metric = MulticlassAccuracy(c, average="micro")
+            self.train_acc = MulticlassAccuracy(c, average="micro")
+
+    # -- hooks for subclasses ---------------------------------------------------------
+    def encode(self, x: Tensor) -> Encoded:
+        """Encode images ``[B, C, H, W]``; subclasses add projector and feature maps."""
+        raise NotImplementedError
+
+    def objective(self, views: list[Encoded]) -> Tensor:
+        """Self-supervised loss (scalar) over the encoded views of one batch."""
+        raise NotImplementedError
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Optimiser parameter groups; override to give new heads their own settings."""
+        probe = {id(p) for p in self.online.parameters()} if self.online is not None else set()
+        decay, no_decay = split_decay_params(self)
+        decay = [p for p in decay if id(p) not in probe]
+        no_decay = [p for p in no_decay if id(p) not in probe]
+        if self.hparams.exclude_bias_n_norm:
+            groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0, "lars_exclude": True}]
+        else:
+            groups = [{"params": decay + no_decay}]
+        if self.online is not None:
+            groups.append(
+                {"params": list(self.online.parameters()), "lr": self.hparams.probe_lr,
+                 "weight_decay": 0.0, "lars_exclude": True}
+            )
+        return [g for g in groups if g["params"]]
+
+    # -- training ---------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Encoded:
+        return self.encode(x)
+
+    def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
+        views, y = batch
+        encoded = [self.encode(v) for v in views]
+        objective = self.objective(encoded)
+        loss = objective
+        self.log("train/objective", objective, prog_bar=True, sync_dist=True)
+        if self.online is not None:
+            probe_loss, logits = self.online.probe_loss(encoded[0].h, y)
+            self.online.add_to_bank(encoded[0].h, y)
+            self.train_acc(logits, y)
+            self.log("train/probe_loss", probe_loss, sync_dist=True)
+            self.log("train/online_acc", self.train_acc, on_step=False, on_epoch=True)
+            loss = loss + probe_loss
+        self.log("train/loss", loss, sync_dist=True)
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        if self.online is not None:
+            self.online.reset_bank()
+
+    def on_validation_epoch_start(self) -> None:
+        if self.online is not None:
+            self.online.gather_bank()
+
+    def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str) -> Encoded:
+        x, y = batch
+        out = self.encode(x)
+        self.feature_metrics[stage].update(out.z)
+        self.log_dict(self.feature_metrics[stage], on_epoch=True)
+        if self.online is not None:
+            self.probe_metrics[stage].update(self.online.logits(out.h), y)
+            self.log_dict(self.probe_metrics[stage], on_epoch=True, prog_bar=stage == "val")
+            knn = self.online.knn_scores(out.h) if stage == "val" else None
+            if knn is not None:
+                self.knn_metric.update(knn, y)
+                self.log("val/knn_acc", self.knn_metric, on_epoch=True)
+        return out
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Encoded:
+        x = batch[0] if isinstance(batch, list | tuple) else batch
+        return self.encode(x)
+
+    # -- optimisation -----------------------------------------------------------------
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = self.optimizer_factory(self.param_groups())
+        if self.hparams.scale_lr:
+            if self.hparams.batch_size is None:
+                raise ValueError("scale_lr=True needs the per-device batch_size (linked from the data by ncl-cli)")
+            world = self.trainer.world_size * self.trainer.accumulate_grad_batches
+            for group in optimizer.param_groups:
+                group["lr"] = scale_lr(group["lr"], self.hparams.batch_size * world)
+        total = int(self.trainer.estimated_stepping_batches)
+        epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
+        warmup = int(round(self.hparams.warmup_epochs * total / epochs))
+        scheduler = warmup_cosine(optimizer, warmup, total, self.hparams.min_lr_ratio)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+

@@ -1,0 +1,33 @@
+"""NCL: Non-negative Contrastive Learning (Wang et al., ICLR 2024)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor, nn
+
+from ncl_lightning.methods.cl import CL
+from ncl_lightning.nn.nonneg import NONNEG
+
+
+class NCL(CL):
+    """CL with a non-negative map on the projector output: ``z+ = σ+(g(f(x)))``.
+
+    The objective is unchanged (InfoNCE or spectral); only the features are constrained,
+    which makes them sparse, near-orthogonal and semantically consistent (NCL, Sec. 5).
+
+    Args:
+        backbone: Encoder exposing ``out_dim``.
+        nonneg: Registered name (``relu``, ``rep_relu``, ``softplus``, ``sigmoid``, ``exp``)
+            or a module. CIFAR configs use ``rep_relu``, ImageNet configs ``relu``.
+        **kwargs: Everything :class:`CL` takes.
+    """
+
+    def __init__(
+        self, backbone: nn.Module, nonneg: str | nn.Module = "rep_relu", **kwargs: Any
+    ) -> None:
+        super().__init__(backbone, **kwargs)
+        self.nonneg = NONNEG.build(nonneg)
+
+    def features(self, p: Tensor) -> Tensor:
+        return self.nonneg(p)

@@ -1,0 +1,177 @@
+"""Encoders ("backbones") mapping images to representation vectors.
+
+* :class:`ResNet` — torchvision ResNet-18/34/50 (He et al., 2016) without the classifier,
+  with the CIFAR stem of SimCLR (Chen et al., 2020, Appendix B.9) for 32x32 images.
+* :class:`SmallCNN` — a few 3x3 conv layers for tiny images (e.g. 8x8 scikit-learn digits)
+  that keeps tests and demos fast on CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+import torchvision
+from torch import Tensor, nn
+
+from ncl_lightning.registry import Registry
+
+_RESNETS: dict[int, tuple[Callable[..., torchvision.models.ResNet], int]] = {
+    18: (torchvision.models.resnet18, 512),
+    34: (torchvision.models.resnet34, 512),
+    50: (torchvision.models.resnet50, 2048),
+}
+_STEMS = ("cifar", "imagenet")
+
+
+class ResNet(nn.Module):
+    """Randomly initialised torchvision ResNet with the classifier replaced by ``Identity``.
+
+    The torchvision children are registered directly on this module, so state-dict keys
+    match torchvision's (``conv1.weight``, ``layer1.0...``) and ``fc`` is an ``Identity``.
+
+    Args:
+        depth: 18, 34 or 50.
+        stem: ``"cifar"``: 3x3 stride-1 ``conv1`` and no max-pool (SimCLR's CIFAR variant,
+            keeps spatial resolution for 32x32 inputs); ``"imagenet"``: the standard 7x7
+            stride-2 conv followed by 3x3 max-pool.
+        in_channels: Number of input channels (>= 1).
+        zero_init_residual: Zero-init the last BN of each residual branch (Goyal et al., 2017).
+
+    Attributes:
+        out_dim: Representation size (512 for depth 18/34, 2048 for 50).
+
+    Shapes:
+        ``x``: ``[B, in_channels, H, W]`` -> ``[B, out_dim]``.
+    """
+
+    def __init__(
+        self,
+        depth: int = 18,
+        stem: Literal["cifar", "imagenet"] = "cifar",
+        in_channels: int = 3,
+        zero_init_residual: bool = False,
+    ) -> None:
+        super().__init__()
+        if depth not in _RESNETS:
+            raise ValueError(f"unsupported ResNet depth {depth}; valid: {sorted(_RESNETS)}")
+        if stem not in _STEMS:
+            raise ValueError(f"unsupported ResNet stem {stem!r}; valid: {list(_STEMS)}")
+        if in_channels < 1:
+            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+        factory, self.out_dim = _RESNETS[depth]
+        # weights=None: random init, never a download.
+        net = factory(weights=None, zero_init_residual=zero_init_residual)
+        if stem == "cifar":
+            net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+            net.maxpool = nn.Identity()
+        elif in_channels != 3:
+            net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        # Same init torchvision uses for every conv.
+        nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
+        net.fc = nn.Identity()
+        for name, child in net.named_children():
+            self.add_module(name, child)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Encode images ``[B, C, H, W]`` to features ``[B, out_dim]``."""
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def _conv_bn_relu(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(c_in, c_out, kernel_size=3, stride=stride, padding=1, bias=False),
+        nn.BatchNorm2d(c_out),
+        nn.ReLU(inplace=True),
+    )
+
+
+class SmallCNN(nn.Module):
+    """Four 3x3 conv+BN+ReLU layers, global average pool, linear to ``out_dim``.
+
+    Sized for tiny images (8x8 digits, 28x28 MNIST): one stride-2 layer halves the
+    resolution, the rest keep it.
+
+    Args:
+        in_channels: Number of input channels (>= 1).
+        width: Channels of the first two layers; the last two use ``2 * width`` (>= 1).
+        out_dim: Representation size (>= 1).
+
+    Shapes:
+        ``x``: ``[B, in_channels, H, W]`` -> ``[B, out_dim]``.
+    """
+
+    def __init__(self, in_channels: int = 1, width: int = 32, out_dim: int = 128) -> None:
+        super().__init__()
+        for name, value in (("in_channels", in_channels), ("width", width), ("out_dim", out_dim)):
+            if value < 1:
+                raise ValueError(f"SmallCNN {name} must be >= 1, got {value}")
+        self.out_dim = out_dim
+        self.features = nn.Sequential(
+            _conv_bn_relu(in_channels, width),
+            _conv_bn_relu(width, width),
+            _conv_bn_relu(width, 2 * width, stride=2),
+            _conv_bn_relu(2 * width, 2 * width),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+        self.fc = nn.Linear(2 * width, out_dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Encode images ``[B, C, H, W]`` to features ``[B, out_dim]``."""
+        return self.fc(self.features(x))
+
+
+BACKBONES: Registry[nn.Module] = Registry("backbone")
+
+
+@BACKBONES.register("resnet18")
+def resnet18(
+    stem: Literal["cifar", "imagenet"] = "cifar",
+    in_channels: int = 3,
+    zero_init_residual: bool = False,
+) -> ResNet:
+    """ResNet-18 backbone (``out_dim`` 512); see :class:`ResNet`."""
+    return ResNet(18, stem, in_channels, zero_init_residual)
+
+
+@BACKBONES.register("resnet34")
+def resnet34(
+    stem: Literal["cifar", "imagenet"] = "cifar",
+    in_channels: int = 3,
+    zero_init_residual: bool = False,
+) -> ResNet:
+    """ResNet-34 backbone (``out_dim`` 512); see :class:`ResNet`."""
+    return ResNet(34, stem, in_channels, zero_init_residual)
+
+
+@BACKBONES.register("resnet50")
+def resnet50(
+    stem: Literal["cifar", "imagenet"] = "cifar",
+    in_channels: int = 3,
+    zero_init_residual: bool = False,
+) -> ResNet:
+    """ResNet-50 backbone (``out_dim`` 2048); see :class:`ResNet`."""
+    return ResNet(50, stem, in_channels, zero_init_residual)
+
+
+BACKBONES.add("small_cnn", SmallCNN)
+
+
+def build_backbone(name: str, **kwargs: object) -> nn.Module:
+    """Build a registered backbone by name, e.g. ``build_backbone("resnet18", stem="cifar")``.
+
+    Args:
+        name: One of ``BACKBONES.names`` (case-insensitive).
+        **kwargs: Constructor arguments of that backbone.
+
+    Returns:
+        The module; it has an ``out_dim`` attribute.
+
+    Raises:
+        ValueError: Unknown name (the message lists the valid ones) or bad arguments.
+    """
+    return BACKBONES.build(name, **kwargs)

@@ -1,0 +1,49 @@
+"""Projector heads."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+
+class MLP(nn.Module):
+    """``num_layers`` linear layers, BatchNorm + ReLU between them, none after the last.
+
+    The SimCLR projector (Chen et al., 2020) is ``MLP(512, 2048, 256, num_layers=2)``.
+
+    Args:
+        in_dim: Input width (the backbone's ``out_dim``).
+        hidden_dim: Width of every hidden layer.
+        out_dim: Output width.
+        num_layers: Number of linear layers (>= 1; 1 is a linear projector).
+        batch_norm: BatchNorm after each hidden linear layer.
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        hidden_dim: int,
+        out_dim: int,
+        num_layers: int = 2,
+        batch_norm: bool = True,
+    ) -> None:
+        super().__init__()
+        for name, value in (("in_dim", in_dim), ("hidden_dim", hidden_dim), ("out_dim", out_dim)):
+            if value < 1:
+                raise ValueError(f"projector {name} must be >= 1, got {value}")
+        if num_layers < 1:
+            raise ValueError(f"projector num_layers must be >= 1, got {num_layers}")
+        layers: list[nn.Module] = []
+        width = in_dim
+        for _ in range(num_layers - 1):
+            layers.append(nn.Linear(width, hidden_dim, bias=not batch_norm))
+            if batch_norm:
+                layers.append(nn.BatchNorm1d(hidden_dim))
+            layers.append(nn.ReLU(inplace=True))
+            width = hidden_dim
+        layers.append(nn.Linear(width, out_dim))
+        self.net = nn.Sequential(*layers)
+        self.out_dim = out_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``[B, in_dim] -> [B, out_dim]``."""
+        return self.net(x)

@@ -1,0 +1,74 @@
+"""Split a model's parameters into weight-decayed and non-decayed sets.
+
+SimCLR/BYOL practice (Chen et al., 2020; Grill et al., 2020): no weight decay and no
+LARS adaptation on biases and normalisation parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+from torch.nn.modules.batchnorm import _NormBase
+
+# _NormBase covers BatchNorm*, SyncBatchNorm and InstanceNorm*.
+NORM_LAYERS: tuple[type[nn.Module], ...] = (
+    _NormBase,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.LocalResponseNorm,
+    *((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ()),
+)
+
+
+def split_decay_params(
+    module: nn.Module,
+) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """Split trainable parameters into (decayed, not decayed).
+
+    Not decayed: every parameter named ``bias`` and every parameter of a normalisation
+    layer (``NORM_LAYERS``). Frozen parameters (``requires_grad=False``) are left out;
+    a parameter shared between modules appears once, in "not decayed" if any owner
+    says so.
+
+    Args:
+        module: The model.
+
+    Returns:
+        ``(decay, no_decay)`` lists in ``module.parameters()`` order.
+    """
+    no_decay_ids: set[int] = set()
+    for submodule in module.modules():
+        is_norm = isinstance(submodule, NORM_LAYERS)
+        for name, param in submodule.named_parameters(recurse=False):
+            if is_norm or name == "bias":
+                no_decay_ids.add(id(param))
+
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    for param in module.parameters():  # already de-duplicated by torch
+        if not param.requires_grad:
+            continue
+        (no_decay if id(param) in no_decay_ids else decay).append(param)
+    return decay, no_decay
+
+
+def decay_param_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Optimiser param groups: decayed weights, and biases/norms with no decay and no LARS.
+
+    Args:
+        module: The model.
+        weight_decay: Weight decay of the decayed group (>= 0).
+
+    Returns:
+        Two groups (empty ones dropped); the non-decayed group sets ``weight_decay=0`` and
+        ``lars_exclude=True`` (ignored by optimisers other than :class:`LARS`).
+    """
+    if weight_decay < 0.0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    decay, no_decay = split_decay_params(module)
+    groups: list[dict[str, Any]] = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0, "lars_exclude": True},
+    ]
+    return [g for g in groups if g["params"]]

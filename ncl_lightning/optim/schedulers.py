@@ -1,0 +1,64 @@
+"""Learning-rate schedules stepped once per optimisation step."""
+
+from __future__ import annotations
+
+import math
+
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+
+class _WarmupCosineFactor:
+    """Multiplicative lr factor of :func:`warmup_cosine` (a class so checkpoints pickle it)."""
+
+    def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> None:
+        # A run shorter than its warm-up warms up over the whole run instead.
+        self.warmup_steps = min(warmup_steps, total_steps)
+        self.total_steps = total_steps
+        self.min_lr_ratio = min_lr_ratio
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            # (step + 1): the first step already moves (lr/warmup, "~0"), the last warm-up
+            # step reaches the base lr exactly.
+            return (step + 1) / self.warmup_steps
+        decay_steps = self.total_steps - self.warmup_steps
+        if decay_steps <= 0:
+            return self.min_lr_ratio
+        progress = min((step - self.warmup_steps) / decay_steps, 1.0)
+        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine
+
+
+def warmup_cosine(
+    optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.0
+) -> LambdaLR:
+    """Linear warm-up followed by cosine decay (Goyal et al., 2017; Loshchilov & Hutter, 2017).
+
+    With base lr ``b`` (per param group) and step ``t`` (0-based, one per optimiser step):
+
+    * ``t < W``: ``b * (t + 1) / W`` (linear from ``b / W`` to ``b``);
+    * ``W <= t <= T``: ``b * (m + (1 - m) * 0.5 * (1 + cos(pi * (t - W) / (T - W))))``,
+      so the first post-warm-up step uses ``b`` and step ``T`` uses ``m * b``;
+    * ``t > T``: ``m * b``.
+
+    ``W = 0`` means no warm-up. If ``T <= W`` the warm-up is shortened to ``T`` steps and
+    the lr is ``m * b`` from step ``T`` on.
+
+    Args:
+        optimizer: Wrapped optimiser; its groups' current ``lr`` are the base lrs.
+        warmup_steps: Number of warm-up steps ``W`` (>= 0).
+        total_steps: Total number of optimisation steps ``T`` (>= 1).
+        min_lr_ratio: Final lr as a fraction ``m`` of the base lr, in ``[0, 1]``.
+
+    Returns:
+        A ``LambdaLR`` to be stepped after every ``optimizer.step()`` (Lightning
+        ``interval="step"``).
+    """
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
+        raise ValueError(f"total_steps must be an int >= 1, got {total_steps!r}")
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+    return LambdaLR(optimizer, _WarmupCosineFactor(warmup_steps, total_steps, min_lr_ratio))

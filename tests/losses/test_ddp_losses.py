@@ -1,0 +1,50 @@
+"""Real 2-process gloo DDP: loss and gradients equal one process on the whole batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from ncl_lightning.losses import OBJECTIVES
+from tests.losses.ddp_worker import make_problem, run_rank
+
+WORLD = 2
+
+
+def _spawn_main(objective: str, tmp: str) -> None:
+    procs = []
+    ctx = mp.get_context("spawn")
+    for r in range(WORLD):
+        p = ctx.Process(target=run_rank, args=(r, WORLD, f"{tmp}/init", objective, f"{tmp}/out{r}.pt"))
+        p.start()
+        procs.append(p)
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0, f"rank process failed with exit code {p.exitcode}"
+
+
+@pytest.mark.ddp
+@pytest.mark.parametrize("objective", ["info_nce", "spectral"])
+def test_two_rank_gloo_equals_single_process(objective: str, tmp_path) -> None:
+    _spawn_main(objective, str(tmp_path))
+    model, x1, x2 = make_problem()
+    loss = OBJECTIVES.build(objective, temperature=0.3, gather_distributed=False)(model(x1), model(x2))
+    loss.backward()
+    for r in range(WORLD):
+        got = torch.load(tmp_path / f"out{r}.pt", weights_only=True)
+        torch.testing.assert_close(got["loss"], loss.detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got["weight"], model.weight.grad, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got["bias"], model.bias.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.ddp
+def test_without_gathering_ranks_see_only_local_negatives(tmp_path) -> None:
+    """Guards the test above: it must be able to fail when negatives are not shared."""
+    model, x1, x2 = make_problem()
+    full = OBJECTIVES.build("info_nce", temperature=0.3, gather_distributed=False)(model(x1), model(x2))
+    halves = [
+        OBJECTIVES.build("info_nce", temperature=0.3, gather_distributed=False)(model(x1[s]), model(x2[s]))
+        for s in (slice(0, 4), slice(4, 8))
+    ]
+    assert not torch.isclose(full, torch.stack(halves).mean())

@@ -1,0 +1,77 @@
+"""Backbone output shapes, stems and errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ncl_lightning.nn.backbones import BACKBONES, ResNet, SmallCNN, build_backbone
+
+
+def test_resnet18_cifar_stem():
+    net = ResNet(18, stem="cifar").eval()
+    assert net.conv1.kernel_size == (3, 3) and net.conv1.stride == (1, 1)
+    assert isinstance(net.maxpool, nn.Identity) and isinstance(net.fc, nn.Identity)
+    with torch.no_grad():
+        out = net(torch.randn(2, 3, 32, 32))
+    assert out.shape == (2, 512) and net.out_dim == 512
+
+
+def test_resnet18_imagenet_stem_and_channels():
+    net = ResNet(18, stem="imagenet", in_channels=1).eval()
+    assert net.conv1.kernel_size == (7, 7) and isinstance(net.maxpool, nn.MaxPool2d)
+    with torch.no_grad():
+        out = net(torch.randn(2, 1, 64, 64))
+    assert out.shape == (2, 512)
+
+
+def test_resnet50_out_dim():
+    net = build_backbone("resnet50", stem="cifar").eval()
+    assert net.out_dim == 2048
+    with torch.no_grad():
+        assert net(torch.randn(1, 3, 16, 16)).shape == (1, 2048)
+
+
+def test_resnet_keys_match_torchvision():
+    keys = set(ResNet(34, stem="imagenet").state_dict())
+    assert "conv1.weight" in keys and "layer4.2.bn2.weight" in keys
+    assert not any(k.startswith("fc.") for k in keys)
+
+
+def test_zero_init_residual():
+    net = ResNet(18, zero_init_residual=True)
+    assert torch.count_nonzero(net.layer1[0].bn2.weight) == 0
+
+
+def test_small_cnn_on_digits_size():
+    net = SmallCNN(in_channels=1, width=8, out_dim=16)
+    out = net(torch.randn(4, 1, 8, 8))
+    assert out.shape == (4, 16) and net.out_dim == 16
+    out.sum().backward()  # trainable end to end
+
+
+def test_registry_builds_all():
+    assert BACKBONES.names == ["resnet18", "resnet34", "resnet50", "small_cnn"]
+    assert build_backbone("small_cnn", width=4, out_dim=8).out_dim == 8
+    assert build_backbone("ResNet18", stem="imagenet").out_dim == 512
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"depth": 101}, r"depth 101; valid: \[18, 34, 50\]"),
+        ({"stem": "tiny"}, "stem 'tiny'; valid"),
+        ({"in_channels": 0}, "in_channels"),
+    ],
+)
+def test_resnet_rejects_bad_args(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ResNet(**kwargs)
+
+
+def test_bad_names():
+    with pytest.raises(ValueError, match="resnet18"):
+        build_backbone("vit_b16")
+    with pytest.raises(ValueError, match="width"):
+        SmallCNN(width=0)

@@ -1,0 +1,54 @@
+"""split_decay_params / decay_param_groups."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ncl_lightning.optim import OPTIMIZERS, decay_param_groups, split_decay_params
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)  # weight: decay, bias: no decay
+        self.bn = nn.BatchNorm2d(4)
+        self.ln = nn.LayerNorm(4)
+        self.gn = nn.GroupNorm(2, 4)
+        self.inorm = nn.InstanceNorm2d(4, affine=True)
+        self.fc = nn.Linear(4, 2, bias=False)
+        self.frozen = nn.Linear(2, 2)
+        self.frozen.requires_grad_(False)
+        self.tied = self.fc  # shared module: its params must appear once
+
+
+def test_split_decay_params():
+    net = Net()
+    decay, no_decay = split_decay_params(net)
+    assert {id(p) for p in decay} == {id(net.conv.weight), id(net.fc.weight)}
+    expected_no_decay = [net.conv.bias]
+    for norm in (net.bn, net.ln, net.gn, net.inorm):
+        expected_no_decay += [norm.weight, norm.bias]
+    assert {id(p) for p in no_decay} == {id(p) for p in expected_no_decay}
+    all_ids = [id(p) for p in decay + no_decay]
+    assert len(all_ids) == len(set(all_ids))  # each parameter once
+
+
+def test_decay_param_groups():
+    groups = decay_param_groups(Net(), 1e-4)
+    assert [g["weight_decay"] for g in groups] == [1e-4, 0.0]
+    assert groups[1]["lars_exclude"] is True
+    opt = OPTIMIZERS.build("adamw", params=groups, lr=1e-3)  # extra key is harmless
+    assert len(opt.param_groups) == 2
+    with pytest.raises(ValueError, match="weight_decay"):
+        decay_param_groups(Net(), -1.0)
+
+
+def test_optimizer_registry_names():
+    assert OPTIMIZERS.names == ["adamw", "lars", "sgd"]
+    assert isinstance(
+        OPTIMIZERS.build("sgd", params=[nn.Parameter(torch.ones(1))], lr=0.1), torch.optim.SGD
+    )
+    with pytest.raises(ValueError, match="lars"):
+        OPTIMIZERS.build("adam", params=[], lr=0.1)
