@@ -23,8 +23,12 @@ class NCLCLI(LightningCLI):
     """LightningCLI with the data -> model links of this package."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
-        parser.link_arguments("data.batch_size", "model.init_args.batch_size", apply_on="instantiate")
+        parser.link_arguments(
+            "data.num_classes", "model.init_args.num_classes", apply_on="instantiate"
+        )
+        parser.link_arguments(
+            "data.batch_size", "model.init_args.batch_size", apply_on="instantiate"
+        )
 
 
 def main(args: list[str] | None = None) -> NCLCLI:

@@ -26,7 +26,9 @@ def run(method: str, out: Path, extra: list[str]) -> dict[str, float]:
     """Fit one demo config and return its final logged metrics as floats."""
     config = CONFIGS / f"digits_{method}.yaml"
     if not config.is_file():
-        raise FileNotFoundError(f"demo config not found: {config} (run the demo from a clone of the repository)")
+        raise FileNotFoundError(
+            f"demo config not found: {config} (run the demo from a clone of the repository)"
+        )
     args = ["fit", "--config", str(config), "--trainer.default_root_dir", str(out / method), *extra]
     cli = cli_main(args)
     return {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
@@ -60,7 +62,10 @@ def main(argv: list[str] | None = None) -> str:
         dims[method] = _feature_dim(method)
     text = table(results, dims)
     minutes = (time.perf_counter() - start) / 60
-    report = f"{text}\n\nDigits (scikit-learn, 1797 images), validation split; {minutes:.1f} min on CPU.\n"
+    report = (
+        f"{text}\n\nDigits (scikit-learn, 1797 images), validation split; "
+        f"{minutes:.1f} min on CPU.\n"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.md").write_text(report)
     print("\n" + report + f"Written to {args.out / 'results.md'}")

@@ -56,9 +56,7 @@ class Registry(Generic[T]):
         """The factory registered under ``name``; ``ValueError`` listing valid names if none."""
         key = name.lower()
         if key not in self._factories:
-            raise ValueError(
-                f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names)}"
-            )
+            raise ValueError(f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names)}")
         return self._factories[key]
 
     def build(self, spec: str | Callable[..., T] | T, **kwargs: Any) -> T:

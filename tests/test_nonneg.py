@@ -46,5 +46,7 @@ def test_registry_accepts_class_and_instance_and_lists_names_on_error() -> None:
     assert isinstance(NONNEG.build(RepReLU), RepReLU)
     inst = RepReLU()
     assert NONNEG.build(inst) is inst
-    with pytest.raises(ValueError, match="unknown non-negative map 'relu6'; valid names: exp, relu, rep_relu"):
+    with pytest.raises(
+        ValueError, match="unknown non-negative map 'relu6'; valid names: exp, relu, rep_relu"
+    ):
         NONNEG.build("relu6")

@@ -146,6 +146,7 @@ class MultiViewDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Build the datasets ``stage`` needs (``fit``, ``validate``, ``test``, ``predict``)."""
         splits = _STAGE_SPLITS.get(stage, _STAGE_SPLITS[None])
+        self._check_augmentation()
         clean = self.augmentation.clean(resize=self.eval_resize)
         if "train" in splits and self.train_dataset is None:
             views = MultiView(self.augmentation.build(), self.n_views)
@@ -155,6 +156,21 @@ class MultiViewDataModule(L.LightningDataModule):
             self.val_dataset = TransformedDataset(self.base_dataset("val"), clean)
         if "test" in splits and self.test_dataset is None:
             self.test_dataset = TransformedDataset(self.base_dataset("test"), clean)
+
+    def _check_augmentation(self) -> None:
+        # A config that sets one augmentation field gets the dataclass defaults (CIFAR)
+        # for the others; fail here rather than with a shape error deep in a transform.
+        aug, name = self.augmentation, type(self).__name__
+        if aug.channels != self.in_channels:
+            raise ValueError(
+                f"augmentation mean/std have {aug.channels} channel(s) but {name} images "
+                f"have in_channels={self.in_channels}; set augmentation.mean and std"
+            )
+        if aug.crop_size != self.image_size:
+            raise ValueError(
+                f"augmentation.crop_size={aug.crop_size} differs from {name} "
+                f"image_size={self.image_size}"
+            )
 
     def _check_train_size(self, count: int) -> None:
         world = self.trainer.world_size if self.trainer is not None else 1

@@ -56,10 +56,12 @@ class _CIFARDataModule(MultiViewDataModule):
         """Folder holding the python-version batch files."""
         return self.root / self.dataset_cls.base_folder
 
-    def _missing_files(self) -> list[str]:
+    def _all_files(self) -> list[str]:
         cls = self.dataset_cls
-        names = [n for n, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
-        return [n for n in names if not (self.folder / n).is_file()]
+        return [n for n, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
+
+    def _missing_files(self) -> list[str]:
+        return [n for n in self._all_files() if not (self.folder / n).is_file()]
 
     def _not_found(self, reason: str) -> FileNotFoundError:
         return FileNotFoundError(
@@ -82,7 +84,8 @@ class _CIFARDataModule(MultiViewDataModule):
         try:
             self.dataset_cls(str(self.root), train=True, download=True)
         except (OSError, RuntimeError) as err:  # URLError is an OSError
-            raise self._not_found(f"download failed: {err}") from err
+            reason = " ".join(str(err).split())  # keep the message on one line
+            raise self._not_found(f"download failed: {reason}") from err
 
     def build_split(self, split: Split) -> Dataset:
         """CIFAR training set for ``train``; the test set for ``val`` and ``test``."""
@@ -91,6 +94,8 @@ class _CIFARDataModule(MultiViewDataModule):
         if self._missing_files():
             self.prepare_data()  # no-op unless an archive is placed or download=True
         missing = self._missing_files()
+        if len(missing) == len(self._all_files()):
+            raise self._not_found("no data files")
         if missing:
             raise self._not_found(f"missing {', '.join(missing)}")
         try:

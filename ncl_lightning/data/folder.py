@@ -170,9 +170,8 @@ class ImageFolderDataModule(MultiViewDataModule):
     def build_split(self, split: Split) -> Dataset:
         """Scan ``root/<split dir>`` for the training classes."""
         if split == "test" and self.split_dirs["test"] == self.split_dirs["val"]:
-            rank_zero_info(
-                f"{type(self).__name__}: test_dir is None, testing on {self.root / self.split_dirs['val']}"
-            )
+            val_dir = self.root / self.split_dirs["val"]
+            rank_zero_info(f"{type(self).__name__}: test_dir is None, testing on {val_dir}")
             return self.base_dataset("val")
         split_dir = self.root / self.split_dirs[split]
         extra = sorted(set(list_class_folders(split_dir)) - set(self.classes))

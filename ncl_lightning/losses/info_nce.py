@@ -12,7 +12,9 @@ from ncl_lightning.nn.gather import gather_with_grad, rank
 def _views_and_keys(z1: Tensor, z2: Tensor, gather_distributed: bool) -> tuple[Tensor, Tensor, int]:
     """Return local queries ``[2n, d]``, keys from every rank ``[2N, d]`` and this rank's offset."""
     if z1.shape != z2.shape or z1.dim() != 2:
-        raise ValueError(f"expected two [n, d] views of equal shape, got {tuple(z1.shape)} and {tuple(z2.shape)}")
+        raise ValueError(
+            f"expected two [n, d] views of equal shape, got {tuple(z1.shape)} and {tuple(z2.shape)}"
+        )
     queries = torch.cat([z1, z2])
     if gather_distributed:
         k1, k2 = gather_with_grad(z1), gather_with_grad(z2)
@@ -34,7 +36,9 @@ def pair_indices(n: int, total: int, offset: int, device: torch.device) -> tuple
     return self_idx, pos_idx
 
 
-def info_nce(z1: Tensor, z2: Tensor, temperature: float = 0.2, gather_distributed: bool = True) -> Tensor:
+def info_nce(
+    z1: Tensor, z2: Tensor, temperature: float = 0.2, gather_distributed: bool = True
+) -> Tensor:
     """NT-Xent loss over two views, with the negatives of every rank.
 
     Each of the ``2n`` local features is a query; its positive is the other view of the same

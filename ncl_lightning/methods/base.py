@@ -77,7 +77,9 @@ class SSLMethod(L.LightningModule):
     ) -> None:
         super().__init__()
         if not hasattr(backbone, "out_dim"):
-            raise ValueError(f"backbone {type(backbone).__name__} must expose an `out_dim` attribute")
+            raise ValueError(
+                f"backbone {type(backbone).__name__} must expose an `out_dim` attribute"
+            )
         for name, value in (("warmup_epochs", warmup_epochs), ("probe_lr", probe_lr)):
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
@@ -87,7 +89,9 @@ class SSLMethod(L.LightningModule):
         self.backbone = backbone
         self.optimizer_factory = optimizer or default_optimizer
         self.online = (
-            OnlineEvaluator(backbone.out_dim, num_classes, knn_k, knn_temperature) if num_classes else None
+            OnlineEvaluator(backbone.out_dim, num_classes, knn_k, knn_temperature)
+            if num_classes
+            else None
         )
 
     def _build_eval_metrics(self, feature_dim: int) -> None:
@@ -95,7 +99,9 @@ class SSLMethod(L.LightningModule):
         features = MetricCollection(
             {"z_sparsity": Sparsity(), "z_active_dims": ActiveDimensions(num_features=feature_dim)}
         )
-        self.feature_metrics = nn.ModuleDict({s: features.clone(prefix=f"{s}/") for s in ("val", "test")})
+        self.feature_metrics = nn.ModuleDict(
+            {s: features.clone(prefix=f"{s}/") for s in ("val", "test")}
+        )
         if self.online is not None:
             c = self.online.num_classes
             probe = {"online_acc": MulticlassAccuracy(c, average="micro")}
@@ -123,13 +129,20 @@ class SSLMethod(L.LightningModule):
         decay = [p for p in decay if id(p) not in probe]
         no_decay = [p for p in no_decay if id(p) not in probe]
         if self.hparams.exclude_bias_n_norm:
-            groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0, "lars_exclude": True}]
+            groups = [
+                {"params": decay},
+                {"params": no_decay, "weight_decay": 0.0, "lars_exclude": True},
+            ]
         else:
             groups = [{"params": decay + no_decay}]
         if self.online is not None:
             groups.append(
-                {"params": list(self.online.parameters()), "lr": self.hparams.probe_lr,
-                 "weight_decay": 0.0, "lars_exclude": True}
+                {
+                    "params": list(self.online.parameters()),
+                    "lr": self.hparams.probe_lr,
+                    "weight_decay": 0.0,
+                    "lars_exclude": True,
+                }
             )
         return [g for g in groups if g["params"]]
 
@@ -190,14 +203,19 @@ class SSLMethod(L.LightningModule):
         optimizer = self.optimizer_factory(self.param_groups())
         if self.hparams.scale_lr:
             if self.hparams.batch_size is None:
-                raise ValueError("scale_lr=True needs the per-device batch_size (linked from the data by ncl-cli)")
+                raise ValueError(
+                    "scale_lr=True needs the per-device batch_size (linked from the data by ncl-cli)"
+                )
             world = self.trainer.world_size * self.trainer.accumulate_grad_batches
             for group in optimizer.param_groups:
                 group["lr"] = scale_lr(group["lr"], self.hparams.batch_size * world)
         total = int(self.trainer.estimated_stepping_batches)
-        epochs = self.trainer.max_epochs if self.trainer.max_epochs and self.trainer.max_epochs > 0 else 1
-        warmup = int(round(self.hparams.warmup_epochs * total / epochs))
+        epochs = self.trainer.max_epochs
+        if not epochs or epochs < 1:
+            raise ValueError("the warmup-cosine schedule needs trainer.max_epochs >= 1")
+        warmup = round(self.hparams.warmup_epochs * total / epochs)
         scheduler = warmup_cosine(optimizer, warmup, total, self.hparams.min_lr_ratio)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }

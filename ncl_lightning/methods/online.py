@@ -82,5 +82,10 @@ class OnlineEvaluator(nn.Module):
             return None
         bank, labels = self._gathered
         return weighted_knn_predict(
-            F.normalize(h.float(), dim=1), bank, labels, self.num_classes, self.knn_k, self.knn_temperature
+            F.normalize(h.float(), dim=1),
+            bank,
+            labels,
+            self.num_classes,
+            self.knn_k,
+            self.knn_temperature,
         )

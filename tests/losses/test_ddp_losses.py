@@ -16,7 +16,9 @@ def _spawn_main(objective: str, tmp: str) -> None:
     procs = []
     ctx = mp.get_context("spawn")
     for r in range(WORLD):
-        p = ctx.Process(target=run_rank, args=(r, WORLD, f"{tmp}/init", objective, f"{tmp}/out{r}.pt"))
+        p = ctx.Process(
+            target=run_rank, args=(r, WORLD, f"{tmp}/init", objective, f"{tmp}/out{r}.pt")
+        )
         p.start()
         procs.append(p)
     for p in procs:
@@ -29,7 +31,9 @@ def _spawn_main(objective: str, tmp: str) -> None:
 def test_two_rank_gloo_equals_single_process(objective: str, tmp_path) -> None:
     _spawn_main(objective, str(tmp_path))
     model, x1, x2 = make_problem()
-    loss = OBJECTIVES.build(objective, temperature=0.3, gather_distributed=False)(model(x1), model(x2))
+    loss = OBJECTIVES.build(objective, temperature=0.3, gather_distributed=False)(
+        model(x1), model(x2)
+    )
     loss.backward()
     for r in range(WORLD):
         got = torch.load(tmp_path / f"out{r}.pt", weights_only=True)
@@ -42,9 +46,13 @@ def test_two_rank_gloo_equals_single_process(objective: str, tmp_path) -> None:
 def test_without_gathering_ranks_see_only_local_negatives(tmp_path) -> None:
     """Guards the test above: it must be able to fail when negatives are not shared."""
     model, x1, x2 = make_problem()
-    full = OBJECTIVES.build("info_nce", temperature=0.3, gather_distributed=False)(model(x1), model(x2))
+    full = OBJECTIVES.build("info_nce", temperature=0.3, gather_distributed=False)(
+        model(x1), model(x2)
+    )
     halves = [
-        OBJECTIVES.build("info_nce", temperature=0.3, gather_distributed=False)(model(x1[s]), model(x2[s]))
+        OBJECTIVES.build("info_nce", temperature=0.3, gather_distributed=False)(
+            model(x1[s]), model(x2[s])
+        )
         for s in (slice(0, 4), slice(4, 8))
     ]
     assert not torch.isclose(full, torch.stack(halves).mean())

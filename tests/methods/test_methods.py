@@ -18,7 +18,9 @@ from ncl_lightning.optim import LARS
 def _model(cls=CL, **kw) -> CL:
     kw.setdefault("num_classes", 10)
     kw.setdefault("batch_size", 8)
-    return cls(SmallCNN(in_channels=1, width=8, out_dim=16), proj_hidden_dim=32, proj_output_dim=12, **kw)
+    return cls(
+        SmallCNN(in_channels=1, width=8, out_dim=16), proj_hidden_dim=32, proj_output_dim=12, **kw
+    )
 
 
 def test_ncl_features_are_non_negative_and_cl_features_are_not() -> None:
@@ -62,7 +64,9 @@ def test_param_groups_exclude_bias_norm_and_probe_from_decay() -> None:
     groups = model.param_groups()
     assert len(groups) == 3
     decay, no_decay, probe = groups
-    assert "weight_decay" not in decay and no_decay["weight_decay"] == 0.0 and no_decay["lars_exclude"]
+    assert (
+        "weight_decay" not in decay and no_decay["weight_decay"] == 0.0 and no_decay["lars_exclude"]
+    )
     assert probe["params"] == list(model.online.parameters()) and probe["lr"] == 0.1
     n_params = sum(len(g["params"]) for g in groups)
     assert n_params == len(list(model.parameters()))
@@ -76,7 +80,7 @@ def test_lr_is_scaled_by_global_batch_and_warms_up(tmp_path) -> None:
     steps = PropertyMock(return_value=10)  # no dataloader is attached in this unit test
     with patch.object(type(trainer), "estimated_stepping_batches", new=steps):
         conf = model.configure_optimizers()
-    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    opt = conf["optimizer"]
     assert isinstance(opt, LARS)
     peak = [g["initial_lr"] for g in opt.param_groups]
     assert peak[0] == pytest.approx(0.3 * 64 / 256) and peak[-1] == pytest.approx(0.1 * 64 / 256)

@@ -1,0 +1,112 @@
+"""CIFAR-10/100 DataModules on small fake files in the real on-disk format.
+
+The fake files are real python-version CIFAR pickles (``data`` uint8 ``[N, 3072]``,
+``labels`` / ``fine_labels``, the meta file with the class names), read by torchvision's
+own loader. torchvision checks every file against the md5 of the *real* release, which
+no fake file can match, so the tests replace the md5 tables of the torchvision classes
+(``train_list``, ``test_list``, ``meta``, ``tgz_md5``) with the md5 of the fake files;
+the integrity check itself still runs. Nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from urllib.error import URLError
+
+import pytest
+import torchvision.datasets.cifar as tv_cifar
+from torchvision.datasets import CIFAR10, CIFAR100
+
+from ncl_lightning.data import CIFAR10DataModule, CIFAR100DataModule
+from tests.fakes import N_PER_FILE, make_fake_cifar, md5
+
+
+@pytest.mark.parametrize(
+    ("module", "cls", "num_classes", "n_train_files"),
+    [(CIFAR10DataModule, CIFAR10, 10, 5), (CIFAR100DataModule, CIFAR100, 100, 1)],
+)
+def test_batches_from_fake_files(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    check_batches: Callable[..., None],
+    module: type[CIFAR10DataModule],
+    cls: type[CIFAR10],
+    num_classes: int,
+    n_train_files: int,
+) -> None:
+    make_fake_cifar(tmp_path, cls, num_classes, monkeypatch)
+    dm = module(root=str(tmp_path), batch_size=4, num_workers=0)
+    assert (dm.num_classes, dm.in_channels, dm.image_size) == (num_classes, 3, 32)
+    dm.setup("fit")
+    assert len(dm.train_dataset) == n_train_files * N_PER_FILE
+    assert len(dm.val_dataset) == N_PER_FILE
+    check_batches(dm)
+    dm.setup("test")
+    images, _ = next(iter(dm.test_dataloader()))
+    assert images.shape == (4, 3, 32, 32)
+    assert dm.base_dataset("test") is dm.base_dataset("val")
+
+
+def test_missing_files_error_names_folder_and_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_download(*args: object, **kwargs: object) -> None:
+        raise AssertionError("downloaded although download=False")
+
+    monkeypatch.setattr(tv_cifar, "download_and_extract_archive", no_download)
+    dm = CIFAR10DataModule(root=str(tmp_path / "nowhere"), num_workers=0)
+    dm.prepare_data()  # must not download
+    with pytest.raises(FileNotFoundError, match=r"--data\.init_args\.download true") as info:
+        dm.setup("fit")
+    message = str(info.value)
+    assert str(tmp_path / "nowhere" / "cifar-10-batches-py") in message
+    assert "cifar-10-python.tar.gz" in message and "\n" not in message
+
+
+def test_download_failure_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def offline(*args: object, **kwargs: object) -> None:
+        raise URLError("no network")
+
+    monkeypatch.setattr(tv_cifar, "download_and_extract_archive", offline)
+    dm = CIFAR100DataModule(root=str(tmp_path), download=True, num_workers=0)
+    with pytest.raises(FileNotFoundError, match=r"download failed.*no network") as info:
+        dm.prepare_data()
+    assert "cifar-100-python" in str(info.value)
+
+
+def test_placed_archive_is_extracted_without_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = make_fake_cifar(tmp_path / "src", CIFAR10, 10, monkeypatch)
+    root = tmp_path / "root"
+    root.mkdir()
+    archive = root / CIFAR10.filename
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    shutil.rmtree(tmp_path / "src")
+    monkeypatch.setattr(CIFAR10, "tgz_md5", md5(archive))
+    dm = CIFAR10DataModule(root=str(root), batch_size=4, num_workers=0)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert len(dm.train_dataset) == 5 * N_PER_FILE
+
+
+def test_corrupted_file_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = make_fake_cifar(tmp_path, CIFAR10, 10, monkeypatch)
+    (folder / "data_batch_3").write_bytes(b"truncated")
+    dm = CIFAR10DataModule(root=str(tmp_path), batch_size=4, num_workers=0)
+    with pytest.raises(RuntimeError, match=r"fail their md5 check"):
+        dm.setup("fit")
+
+
+def test_partial_files_are_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = make_fake_cifar(tmp_path, CIFAR10, 10, monkeypatch)
+    (folder / "test_batch").unlink()
+    dm = CIFAR10DataModule(root=str(tmp_path), batch_size=4, num_workers=0)
+    with pytest.raises(FileNotFoundError, match=r"cifar-10-batches-py \(missing test_batch\)"):
+        dm.setup("fit")
