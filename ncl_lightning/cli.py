@@ -31,8 +31,12 @@ class NCLCLI(LightningCLI):
         )
 
 
-def main(args: list[str] | None = None) -> NCLCLI:
-    """Entry point of ``ncl-cli``; ``args`` replaces ``sys.argv[1:]`` (used by tests)."""
+def cli_main(args: list[str] | None = None) -> NCLCLI:
+    """Run the CLI and return it (trainer, model and datamodule stay inspectable).
+
+    Args:
+        args: Replaces ``sys.argv[1:]``, e.g. ``["fit", "--config", "configs/cifar10_ncl.yaml"]``.
+    """
     return NCLCLI(
         model_class=SSLMethod,
         datamodule_class=LightningDataModule,
@@ -42,6 +46,11 @@ def main(args: list[str] | None = None) -> NCLCLI:
         args=args,
         auto_configure_optimizers=False,
     )
+
+
+def main(args: list[str] | None = None) -> None:
+    """Console entry point ``ncl-cli``."""
+    cli_main(args)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ncl_lightning.cli import main as cli_main
+from ncl_lightning.cli import cli_main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "demo"
 COLUMNS = {

@@ -204,7 +204,7 @@ class SSLMethod(L.LightningModule):
         if self.hparams.scale_lr:
             if self.hparams.batch_size is None:
                 raise ValueError(
-                    "scale_lr=True needs the per-device batch_size (linked from the data by ncl-cli)"
+                    "scale_lr=True needs the per-device batch_size (ncl-cli links it from the data)"
                 )
             world = self.trainer.world_size * self.trainer.accumulate_grad_batches
             for group in optimizer.param_groups:

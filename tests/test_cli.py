@@ -1,0 +1,104 @@
+"""Every config through the real ``ncl-cli`` entry point, and fit -> checkpoint -> test.
+
+Configs run with ``fast_dev_run`` on data the tests make in the real on-disk formats
+(CIFAR python pickles, an ImageNet-style folder tree holding the 100 subset WNIDs) or on
+scikit-learn's bundled digits; the end-to-end run uses the real CIFAR-10 images.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import wandb
+import yaml
+from torchvision.datasets import CIFAR10, CIFAR100
+
+from ncl_lightning.cli import cli_main
+from ncl_lightning.data import load_imagenet100_classes
+from tests.conftest import ROOT
+from tests.fakes import make_fake_cifar, make_image_folder
+
+CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
+
+
+def _data_root(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make small data for the config's DataModule; return the CLI overrides pointing at it."""
+    data_class = yaml.safe_load(config.read_text())["data"]["class_path"].rsplit(".", 1)[-1]
+    if data_class == "DigitsDataModule":
+        return []
+    if data_class in ("CIFAR10DataModule", "CIFAR100DataModule"):
+        cls, n = (CIFAR10, 10) if data_class == "CIFAR10DataModule" else (CIFAR100, 100)
+        make_fake_cifar(tmp_path / "cifar", cls, n, monkeypatch)
+        root = tmp_path / "cifar"
+    elif data_class == "ImageNet100DataModule":
+        root = make_image_folder(tmp_path / "imagenet", load_imagenet100_classes(), n=1)
+    else:
+        raise AssertionError(f"no test data for {data_class}; add it here")
+    return ["--data.init_args.root", str(root), "--data.init_args.num_workers", "0"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_config_fast_dev_run(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = [
+        "fit",
+        "--config", str(config),
+        "--trainer.fast_dev_run", "2",
+        "--trainer.accelerator", "cpu",
+        "--trainer.devices", "1",
+        "--trainer.default_root_dir", str(tmp_path / "run"),
+        "--trainer.enable_progress_bar", "false",
+        "--data.init_args.batch_size", "4",
+        *_data_root(config, tmp_path, monkeypatch),
+    ]  # fmt: skip
+    cli = cli_main(args)
+    assert cli.trainer.state.finished
+    assert cli.model.hparams.num_classes == cli.datamodule.num_classes
+    assert cli.model.hparams.batch_size == 4
+    metrics = cli.trainer.callback_metrics
+    assert {"train/loss", "val/online_acc", "val/z_sparsity"} <= set(metrics)
+
+
+@pytest.mark.slow
+def test_fit_one_epoch_on_real_cifar_then_test(cifar_subset: Path, tmp_path: Path) -> None:
+    """One epoch on the real CIFAR-10 images with the W&B logger offline, then ncl-cli test."""
+    common = [
+        "--config", str(ROOT / "configs" / "cifar10_ncl.yaml"),
+        "--data", "ncl_lightning.data.ImageFolderDataModule",
+        "--data.root", str(cifar_subset),
+        "--data.batch_size", "128",
+        "--data.num_workers", "2",
+        # a small backbone keeps the epoch short on 2 CPU cores; the data path is the real one
+        "--model.init_args.backbone", "ncl_lightning.nn.SmallCNN",
+        "--model.init_args.backbone.in_channels", "3",
+        "--trainer.accelerator", "cpu",
+        "--trainer.devices", "1",
+        "--trainer.default_root_dir", str(tmp_path),
+        "--trainer.logger.init_args.save_dir", str(tmp_path),
+        "--trainer.enable_progress_bar", "false",
+    ]  # fmt: skip
+    fit = cli_main(["fit", *common, "--trainer.max_epochs", "1"])
+    assert fit.trainer.current_epoch == 1
+    ckpts = list(tmp_path.rglob("last.ckpt"))
+    assert len(ckpts) == 1
+    assert list(tmp_path.glob("wandb/offline-run-*")), "the W&B logger wrote no offline run"
+    wandb.finish()  # as when ncl-cli fit and ncl-cli test are two processes
+
+    test = cli_main(["test", *common, "--ckpt_path", str(ckpts[0])])
+    results = test.trainer.callback_metrics
+    assert 0.0 <= float(results["test/online_acc"]) <= 1.0
+    # after one epoch on 3,728 real images the online probe beats chance (10 %)
+    assert float(results["test/online_acc"]) > 0.12
+    assert float(results["test/z_sparsity"]) > 0.0  # NCL: exact zeros in the features
+
+
+def test_unknown_nonneg_in_config_is_one_clear_error(tmp_path: Path) -> None:
+    args = [
+        "fit",
+        "--config", str(ROOT / "configs" / "demo" / "digits_ncl.yaml"),
+        "--model.init_args.nonneg", "leaky",
+        "--trainer.default_root_dir", str(tmp_path),
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="unknown non-negative map 'leaky'; valid names"):
+        cli_main(args)
