@@ -102,3 +102,27 @@ def test_unknown_nonneg_in_config_is_one_clear_error(tmp_path: Path) -> None:
     ]  # fmt: skip
     with pytest.raises(ValueError, match="unknown non-negative map 'leaky'; valid names"):
         cli_main(args)
+
+
+@pytest.mark.ddp
+def test_two_process_ddp_fit_through_the_cli(tmp_path: Path) -> None:
+    """A real 2-rank gloo run of the demo NCL config: gathered negatives, kNN bank, metrics."""
+    args = [
+        "fit",
+        "--config", str(ROOT / "configs" / "demo" / "digits_ncl.yaml"),
+        "--trainer.strategy", "ddp_spawn",
+        "--trainer.devices", "2",
+        "--trainer.max_epochs", "1",
+        "--trainer.limit_train_batches", "3",
+        "--trainer.limit_val_batches", "2",
+        "--trainer.check_val_every_n_epoch", "1",
+        "--trainer.enable_progress_bar", "false",
+        "--trainer.default_root_dir", str(tmp_path),
+        "--trainer.logger.init_args.save_dir", str(tmp_path),
+        "--data.init_args.batch_size", "32",
+    ]  # fmt: skip
+    cli = cli_main(args)
+    assert cli.trainer.world_size == 2
+    metrics = cli.trainer.callback_metrics
+    assert {"train/objective", "val/knn_acc", "val/online_acc", "val/z_sparsity"} <= set(metrics)
+    assert list(tmp_path.rglob("last.ckpt"))
