@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_MODE ?= offline
 export PYTHONHASHSEED ?= 0
 
-.PHONY: install demo test test-fast lint format bench docs clean
+.PHONY: install demo test test-fast lint format clean
 
 install: $(STAMP)
 
@@ -35,12 +35,6 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
-
-bench: $(STAMP)
-	$(BIN)/python -m ncl_lightning.bench
-
-docs:
-	@echo "docs/ holds Markdown pages; the MkDocs site is tracked in a later issue."
 
 clean:
 	rm -rf $(VENV) runs lightning_logs wandb .pytest_cache

@@ -10,12 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 import wandb
 import yaml
 from torchvision.datasets import CIFAR10, CIFAR100
 
 from ncl_lightning.cli import cli_main
 from ncl_lightning.data import load_imagenet100_classes
+from ncl_lightning.methods import NCL
 from tests.conftest import ROOT
 from tests.fakes import make_fake_cifar, make_image_folder
 
@@ -126,3 +128,24 @@ def test_two_process_ddp_fit_through_the_cli(tmp_path: Path) -> None:
     metrics = cli.trainer.callback_metrics
     assert {"train/objective", "val/knn_acc", "val/online_acc", "val/z_sparsity"} <= set(metrics)
     assert list(tmp_path.rglob("last.ckpt"))
+
+
+@pytest.mark.slow
+def test_cli_checkpoint_restores_from_the_file_alone(tmp_path: Path) -> None:
+    """The checkpoint holds the config, not pickled modules: tensors-only load rebuilds NCL."""
+    args = [
+        "fit",
+        "--config", str(ROOT / "configs" / "demo" / "digits_ncl.yaml"),
+        "--trainer.max_epochs", "1",
+        "--trainer.limit_train_batches", "2",
+        "--trainer.enable_progress_bar", "false",
+        "--trainer.default_root_dir", str(tmp_path),
+        "--trainer.logger.init_args.save_dir", str(tmp_path),
+    ]  # fmt: skip
+    cli = cli_main(args)
+    (path,) = tmp_path.rglob("last.ckpt")
+    hparams = torch.load(path, weights_only=True, map_location="cpu")["hyper_parameters"]
+    assert hparams["backbone"]["class_path"] == "ncl_lightning.nn.SmallCNN"
+    restored = NCL.load_from_checkpoint(path).eval()
+    x = next(iter(cli.datamodule.val_dataloader()))[0]
+    torch.testing.assert_close(restored.encode(x).z, cli.model.eval().encode(x).z, rtol=0, atol=0)

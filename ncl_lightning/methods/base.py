@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
@@ -85,7 +86,11 @@ class SSLMethod(L.LightningModule):
                 raise ValueError(f"{name} must be >= 0, got {value}")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.save_hyperparameters(ignore=["backbone", "optimizer"])
+        # Under ncl-cli the stored hparams are the parsed config (backbone and optimizer as
+        # class_path dicts), so `load_from_checkpoint` rebuilds the module from the file alone.
+        # Built from Python, the module objects are not put into the checkpoint's hparams.
+        from_cli = _given_hyperparameters.get() is not None
+        self.save_hyperparameters(ignore=[] if from_cli else ["backbone", "optimizer"])
         self.backbone = backbone
         self.optimizer_factory = optimizer or default_optimizer
         self.online = (
