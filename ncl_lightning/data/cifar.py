@@ -10,6 +10,7 @@ extracted without any network access.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from torch.utils.data import Dataset
 from torchvision.datasets import CIFAR10, CIFAR100
@@ -29,23 +30,9 @@ class _CIFARDataModule(MultiViewDataModule):
         self,
         root: str = "data/cifar",
         download: bool = False,
-        batch_size: int = 256,
-        num_workers: int = 2,
-        n_views: int = 2,
-        augmentation: SimCLRAugmentation | None = None,
-        pin_memory: bool = True,
-        persistent_workers: bool = True,
-        drop_last: bool = True,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            num_workers=num_workers,
-            n_views=n_views,
-            augmentation=augmentation,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-            drop_last=drop_last,
-        )
+        super().__init__(**kwargs)
         self.root = Path(root).expanduser()
         self.download = download
         self.in_channels = 3
@@ -120,13 +107,8 @@ class CIFAR10DataModule(_CIFARDataModule):
     Args:
         root: Folder holding (or to receive) ``cifar-10-batches-py``.
         download: Download the archive if the files are missing (never otherwise).
-        batch_size: Images per batch.
-        num_workers: DataLoader workers.
-        n_views: Views per training image.
-        augmentation: View augmentation; ``None`` uses ``cifar_augmentation()``.
-        pin_memory: Pin host memory when CUDA is available.
-        persistent_workers: Keep workers alive when ``num_workers > 0``.
-        drop_last: Drop the last incomplete training batch.
+        **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
+            ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
 
     Raises:
         FileNotFoundError: At ``setup`` when the files are missing and cannot be
@@ -135,31 +117,7 @@ class CIFAR10DataModule(_CIFARDataModule):
 
     dataset_cls = CIFAR10
     name = "CIFAR-10"
-
-    def __init__(
-        self,
-        root: str = "data/cifar",
-        download: bool = False,
-        batch_size: int = 256,
-        num_workers: int = 2,
-        n_views: int = 2,
-        augmentation: SimCLRAugmentation | None = None,
-        pin_memory: bool = True,
-        persistent_workers: bool = True,
-        drop_last: bool = True,
-    ) -> None:
-        super().__init__(
-            root=root,
-            download=download,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            n_views=n_views,
-            augmentation=augmentation,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-            drop_last=drop_last,
-        )
-        self.num_classes = 10
+    num_classes = 10
 
 
 class CIFAR100DataModule(_CIFARDataModule):
@@ -168,13 +126,8 @@ class CIFAR100DataModule(_CIFARDataModule):
     Args:
         root: Folder holding (or to receive) ``cifar-100-python``.
         download: Download the archive if the files are missing (never otherwise).
-        batch_size: Images per batch.
-        num_workers: DataLoader workers.
-        n_views: Views per training image.
-        augmentation: View augmentation; ``None`` uses ``cifar_augmentation()``.
-        pin_memory: Pin host memory when CUDA is available.
-        persistent_workers: Keep workers alive when ``num_workers > 0``.
-        drop_last: Drop the last incomplete training batch.
+        **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
+            ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
 
     Raises:
         FileNotFoundError: At ``setup`` when the files are missing and cannot be
@@ -183,28 +136,4 @@ class CIFAR100DataModule(_CIFARDataModule):
 
     dataset_cls = CIFAR100
     name = "CIFAR-100"
-
-    def __init__(
-        self,
-        root: str = "data/cifar",
-        download: bool = False,
-        batch_size: int = 256,
-        num_workers: int = 2,
-        n_views: int = 2,
-        augmentation: SimCLRAugmentation | None = None,
-        pin_memory: bool = True,
-        persistent_workers: bool = True,
-        drop_last: bool = True,
-    ) -> None:
-        super().__init__(
-            root=root,
-            download=download,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            n_views=n_views,
-            augmentation=augmentation,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-            drop_last=drop_last,
-        )
-        self.num_classes = 100
+    num_classes = 100

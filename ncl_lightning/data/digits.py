@@ -6,6 +6,8 @@ held in memory as float tensors in [0, 1] and augmented as tensors.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -47,14 +49,10 @@ class DigitsDataModule(MultiViewDataModule):
     Args:
         val_fraction: Fraction of each class held out for validation/test, in (0, 1).
         seed: Seed of the split (the same seed always gives the same split).
-        batch_size: Images per batch (128 default: the training split has 1,437 images
-            at the default fraction).
-        num_workers: DataLoader workers (0 default: the data is a small in-memory tensor).
-        n_views: Views per training image.
-        augmentation: View augmentation; ``None`` uses ``digits_augmentation()``.
-        pin_memory: Pin host memory when CUDA is available.
-        persistent_workers: Keep workers alive when ``num_workers > 0``.
-        drop_last: Drop the last incomplete training batch.
+        batch_size: Images per batch (128: the training split has 1,437 images).
+        num_workers: DataLoader workers (0: the data is a small in-memory tensor).
+        **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
+            ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
     """
 
     def __init__(
@@ -63,21 +61,9 @@ class DigitsDataModule(MultiViewDataModule):
         seed: int = 0,
         batch_size: int = 128,
         num_workers: int = 0,
-        n_views: int = 2,
-        augmentation: SimCLRAugmentation | None = None,
-        pin_memory: bool = True,
-        persistent_workers: bool = True,
-        drop_last: bool = True,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            num_workers=num_workers,
-            n_views=n_views,
-            augmentation=augmentation,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-            drop_last=drop_last,
-        )
+        super().__init__(batch_size=batch_size, num_workers=num_workers, **kwargs)
         if not 0.0 < val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
         self.val_fraction = val_fraction

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
 from PIL import Image
@@ -109,13 +110,8 @@ class ImageFolderDataModule(MultiViewDataModule):
         test_dir: Test folder, relative to ``root``; ``None`` uses ``val_dir``.
         image_size: Side of the batched images; the default augmentation is the CIFAR
             recipe up to 64 px and the ImageNet recipe above.
-        batch_size: Images per batch.
-        num_workers: DataLoader workers.
-        n_views: Views per training image.
-        augmentation: View augmentation; ``None`` scales the preset to ``image_size``.
-        pin_memory: Pin host memory when CUDA is available.
-        persistent_workers: Keep workers alive when ``num_workers > 0``.
-        drop_last: Drop the last incomplete training batch.
+        **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
+            ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
 
     Raises:
         FileNotFoundError: At construction if ``root/train_dir`` is missing or holds no
@@ -131,23 +127,9 @@ class ImageFolderDataModule(MultiViewDataModule):
         val_dir: str = "val",
         test_dir: str | None = None,
         image_size: int = 32,
-        batch_size: int = 256,
-        num_workers: int = 2,
-        n_views: int = 2,
-        augmentation: SimCLRAugmentation | None = None,
-        pin_memory: bool = True,
-        persistent_workers: bool = True,
-        drop_last: bool = True,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            num_workers=num_workers,
-            n_views=n_views,
-            augmentation=augmentation,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-            drop_last=drop_last,
-        )
+        super().__init__(**kwargs)
         if image_size <= 0:
             raise ValueError(f"image_size must be > 0, got {image_size}")
         self.root = Path(root).expanduser()

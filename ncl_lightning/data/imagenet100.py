@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
@@ -60,13 +61,8 @@ class ImageNet100DataModule(MultiViewDataModule):
         class_list: File of WNIDs to use instead of the shipped ImageNet-100 list.
         train_dir: Training folder, relative to ``root``.
         val_dir: Validation folder, relative to ``root``.
-        batch_size: Images per batch.
-        num_workers: DataLoader workers.
-        n_views: Views per training image.
-        augmentation: View augmentation; ``None`` uses ``imagenet_augmentation()``.
-        pin_memory: Pin host memory when CUDA is available.
-        persistent_workers: Keep workers alive when ``num_workers > 0``.
-        drop_last: Drop the last incomplete training batch.
+        **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
+            ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
 
     Raises:
         FileNotFoundError: At ``setup``, naming the split folder or the missing/empty
@@ -81,23 +77,10 @@ class ImageNet100DataModule(MultiViewDataModule):
         class_list: str | None = None,
         train_dir: str = "train",
         val_dir: str = "val",
-        batch_size: int = 256,
         num_workers: int = 8,
-        n_views: int = 2,
-        augmentation: SimCLRAugmentation | None = None,
-        pin_memory: bool = True,
-        persistent_workers: bool = True,
-        drop_last: bool = True,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            num_workers=num_workers,
-            n_views=n_views,
-            augmentation=augmentation,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-            drop_last=drop_last,
-        )
+        super().__init__(num_workers=num_workers, **kwargs)
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {"train": train_dir, "val": val_dir}
         self.classes = load_imagenet100_classes(class_list)
