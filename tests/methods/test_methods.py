@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from unittest.mock import PropertyMock, patch
 
 import lightning as L
@@ -92,3 +93,30 @@ def test_no_classes_means_no_online_evaluation() -> None:
     assert model.online is None
     views = [torch.randn(4, 1, 8, 8), torch.randn(4, 1, 8, 8)]
     assert torch.isfinite(model.training_step((views, torch.zeros(4, dtype=torch.long)), 0))
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        partial(torch.optim.SGD, lr=0.1, momentum=0.9, weight_decay=1e-4),
+        partial(torch.optim.AdamW, lr=1e-3, weight_decay=0.05),
+        partial(LARS, lr=0.3, weight_decay=1e-4),
+    ],
+    ids=["sgd", "adamw", "lars"],
+)
+def test_every_optimiser_trains_with_the_method_groups(factory, tmp_path) -> None:
+    model = _model(NCL, optimizer=factory, warmup_epochs=0.0)
+    views = [torch.randn(8, 1, 8, 8), torch.randn(8, 1, 8, 8)]
+    labels = torch.randint(0, 10, (8,))
+    items = [([views[0][i], views[1][i]], labels[i]) for i in range(8)]
+    loader = torch.utils.data.DataLoader(items, batch_size=4)  # collates to ([v1, v2], y)
+    before = [p.detach().clone() for p in model.backbone.parameters()]
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(model, loader)
+    opt = trainer.optimizers[0]
+    assert isinstance(opt, factory.func)
+    assert [g["weight_decay"] for g in opt.param_groups][1:] == [0.0, 0.0]
+    assert any(
+        not torch.equal(a, b) for a, b in zip(before, model.backbone.parameters(), strict=True)
+    )
