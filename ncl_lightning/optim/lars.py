@@ -42,7 +42,7 @@ class LARS(Optimizer):
         clip_lr: Clip the adaptive rate at the global learning rate.
         exclude_bias_n_norm: Skip the trust ratio for 1-D tensors (biases and
             normalisation affine parameters). Their weight decay is still the group's;
-            use :func:`ncl_lightning.optim.decay_param_groups` to set it to zero.
+            give them a group with ``weight_decay=0`` (``SSLMethod.param_groups`` does).
         nesterov: Use Nesterov momentum (requires ``momentum > 0``).
     """
 

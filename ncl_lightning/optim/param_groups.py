@@ -6,8 +6,6 @@ LARS adaptation on biases and normalisation parameters.
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
@@ -51,24 +49,3 @@ def split_decay_params(
             continue
         (no_decay if id(param) in no_decay_ids else decay).append(param)
     return decay, no_decay
-
-
-def decay_param_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Optimiser param groups: decayed weights, and biases/norms with no decay and no LARS.
-
-    Args:
-        module: The model.
-        weight_decay: Weight decay of the decayed group (>= 0).
-
-    Returns:
-        Two groups (empty ones dropped); the non-decayed group sets ``weight_decay=0`` and
-        ``lars_exclude=True`` (ignored by optimisers other than :class:`LARS`).
-    """
-    if weight_decay < 0.0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-    decay, no_decay = split_decay_params(module)
-    groups: list[dict[str, Any]] = [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0, "lars_exclude": True},
-    ]
-    return [g for g in groups if g["params"]]

@@ -1,4 +1,4 @@
-"""split_decay_params / decay_param_groups."""
+"""split_decay_params and the optimiser registry."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from ncl_lightning.optim import OPTIMIZERS, decay_param_groups, split_decay_params
+from ncl_lightning.optim import OPTIMIZERS, split_decay_params
 
 
 class Net(nn.Module):
@@ -33,16 +33,6 @@ def test_split_decay_params():
     assert {id(p) for p in no_decay} == {id(p) for p in expected_no_decay}
     all_ids = [id(p) for p in decay + no_decay]
     assert len(all_ids) == len(set(all_ids))  # each parameter once
-
-
-def test_decay_param_groups():
-    groups = decay_param_groups(Net(), 1e-4)
-    assert [g["weight_decay"] for g in groups] == [1e-4, 0.0]
-    assert groups[1]["lars_exclude"] is True
-    opt = OPTIMIZERS.build("adamw", params=groups, lr=1e-3)  # extra key is harmless
-    assert len(opt.param_groups) == 2
-    with pytest.raises(ValueError, match="weight_decay"):
-        decay_param_groups(Net(), -1.0)
 
 
 def test_optimizer_registry_names():
