@@ -29,7 +29,9 @@ def run(method: str, out: Path, extra: list[str]) -> dict[str, float]:
         raise FileNotFoundError(
             f"demo config not found: {config} (run the demo from a clone of the repository)"
         )
-    args = ["fit", "--config", str(config), "--trainer.default_root_dir", str(out / method), *extra]
+    run_dir = str(out / method)
+    args = ["fit", "--config", str(config), "--trainer.default_root_dir", run_dir]
+    args += ["--trainer.logger.init_args.save_dir", run_dir, *extra]
     cli = cli_main(args)
     return {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
 
@@ -49,16 +51,15 @@ def table(results: dict[str, dict[str, float]], dims: dict[str, int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> str:
-    """Run the demo; ``--extra`` arguments are passed to every ``ncl-cli fit`` call."""
+    """Run the demo; unrecognised arguments are passed to every ``ncl-cli fit`` call."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="run directory")
     parser.add_argument("--methods", nargs="+", default=["cl", "ncl"], help="demo configs to run")
-    parser.add_argument("extra", nargs=argparse.REMAINDER, help="more ncl-cli fit arguments")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)  # the rest goes to every `ncl-cli fit`
     results, dims = {}, {}
     start = time.perf_counter()
     for method in args.methods:
-        results[method] = run(method, args.out, args.extra)
+        results[method] = run(method, args.out, extra)
         dims[method] = _feature_dim(method)
     text = table(results, dims)
     minutes = (time.perf_counter() - start) / 60

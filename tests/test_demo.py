@@ -1,0 +1,28 @@
+"""The demo driver: both configs through ncl-cli, one table, written under the run dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ncl_lightning.demo import main
+
+
+@pytest.mark.slow
+def test_demo_writes_side_by_side_table(tmp_path: Path) -> None:
+    extra = ["--trainer.max_epochs", "1", "--trainer.check_val_every_n_epoch", "1",
+             "--trainer.enable_progress_bar", "false"]  # fmt: skip
+    report = main(["--out", str(tmp_path), *extra])
+    written = (tmp_path / "results.md").read_text()
+    assert written == report
+    rows = {
+        line.split("|")[1].strip(): line for line in written.splitlines() if line.startswith("| ")
+    }
+    assert set(rows) == {"method", "CL", "NCL"}
+    cl_sparsity = rows["CL"].split("|")[4].strip()
+    assert cl_sparsity == "0.0%"  # CL features are dense
+    assert "/ 64" in rows["NCL"]
+    assert list((tmp_path / "cl").rglob("last.ckpt")) and list(
+        (tmp_path / "ncl").rglob("last.ckpt")
+    )
