@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_MODE ?= offline
 export PYTHONHASHSEED ?= 0
 
-.PHONY: install demo test test-fast lint format clean
+.PHONY: install demo test test-fast lint format bench clean
 
 install: $(STAMP)
 
@@ -35,6 +35,9 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	$(BIN)/python -m ncl_lightning.bench
 
 clean:
 	rm -rf $(VENV) runs lightning_logs wandb .pytest_cache

@@ -1,8 +1,10 @@
 """``make demo``: CL vs NCL on scikit-learn's bundled digits, side by side, on CPU.
 
 Trains both methods with the configs in ``configs/demo/`` through the real ``ncl-cli``
-entry point (Lightning progress bar, CSV logs, checkpoints), then prints one table of the
-final validation numbers and writes it to ``<out>/results.md``.
+entry point (Lightning progress bar, CSV logs, checkpoints, feature statistics and
+pictures), then prints one table of the final validation numbers, writes it to
+``<out>/results.md`` and puts the two top-activation pictures side by side in
+``<out>/top_activations_cl_vs_ncl.png``.
 """
 
 from __future__ import annotations
@@ -11,19 +13,22 @@ import argparse
 import time
 from pathlib import Path
 
+from ncl_lightning.callbacks import TopActivations
+from ncl_lightning.callbacks.pictures import side_by_side
 from ncl_lightning.cli import cli_main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "demo"
 COLUMNS = {
     "online linear acc": ("val/online_acc", "{:.1%}"),
     "kNN acc": ("val/knn_acc", "{:.1%}"),
-    "z sparsity": ("val/z_sparsity", "{:.1%}"),
-    "active dims": ("val/z_active_dims", "{:.0f}"),
+    "z sparsity": ("val/z/sparsity", "{:.1%}"),
+    "active dims": ("val/z/active_dims", "{:.0f}"),
+    "semantic consistency": ("val/z/semantic_consistency", "{:.1f}"),
 }
 
 
-def run(method: str, out: Path, extra: list[str]) -> dict[str, float]:
-    """Fit one demo config and return its final logged metrics as floats."""
+def run(method: str, out: Path, extra: list[str]) -> tuple[dict[str, float], Path | None]:
+    """Fit one demo config; return its final logged metrics and its top-activation PNG."""
     config = CONFIGS / f"digits_{method}.yaml"
     if not config.is_file():
         raise FileNotFoundError(
@@ -33,7 +38,9 @@ def run(method: str, out: Path, extra: list[str]) -> dict[str, float]:
     args = ["fit", "--config", str(config), "--trainer.default_root_dir", run_dir]
     args += ["--trainer.logger.init_args.save_dir", run_dir, *extra]
     cli = cli_main(args)
-    return {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
+    drawn = [c.last_paths for c in cli.trainer.callbacks if isinstance(c, TopActivations)]
+    picture = drawn[0].get("top_activations") if drawn else None
+    return {k: float(v) for k, v in cli.trainer.callback_metrics.items()}, picture
 
 
 def table(results: dict[str, dict[str, float]], dims: dict[str, int]) -> str:
@@ -43,7 +50,7 @@ def table(results: dict[str, dict[str, float]], dims: dict[str, int]) -> str:
         cells = []
         for key, fmt in COLUMNS.values():
             cell = fmt.format(metrics[key]) if key in metrics else "n/a"
-            if key == "val/z_active_dims" and key in metrics:
+            if key == "val/z/active_dims" and key in metrics:
                 cell += f" / {dims[method]}"
             cells.append(cell)
         lines.append(f"| {method.upper()} | " + " | ".join(cells) + " |")
@@ -56,10 +63,10 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="run directory")
     parser.add_argument("--methods", nargs="+", default=["cl", "ncl"], help="demo configs to run")
     args, extra = parser.parse_known_args(argv)  # the rest goes to every `ncl-cli fit`
-    results, dims = {}, {}
+    results, dims, pics = {}, {}, {}
     start = time.perf_counter()
     for method in args.methods:
-        results[method] = run(method, args.out, extra)
+        results[method], pics[method] = run(method, args.out, extra)
         dims[method] = _feature_dim(method)
     text = table(results, dims)
     minutes = (time.perf_counter() - start) / 60
@@ -69,7 +76,13 @@ def main(argv: list[str] | None = None) -> str:
     )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.md").write_text(report)
-    print("\n" + report + f"Written to {args.out / 'results.md'}")
+    written = [args.out / "results.md"]
+    if all(pics.values()):
+        names = list(pics)
+        out = args.out / f"top_activations_{'_vs_'.join(names)}.png"
+        side_by_side([pics[m] for m in names], [m.upper() for m in names], out)
+        written.append(out)
+    print("\n" + report + "Written: " + ", ".join(map(str, written)))
     return report
 
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from ncl_lightning.data.transforms import MultiView, SimCLRAugmentation
 
@@ -217,3 +217,30 @@ class MultiViewDataModule(L.LightningDataModule):
         split, in order, no batch dropped (e.g. expected activation, kNN banks)."""
         clean = self.augmentation.clean(resize=self.eval_resize)
         return self._loader(TransformedDataset(self.base_dataset("train"), clean), "", False)
+
+    def view_dataloader(self, split: Split, rank: int = 0, world_size: int = 1) -> DataLoader:
+        """Augmented ``(views, labels)`` batches of an evaluation split, in order.
+
+        Used by metrics that need two augmented views of held-out images (SEPIN). Rank
+        ``rank`` of ``world_size`` gets samples ``rank::world_size``; batches have the
+        training ``batch_size`` (the in-batch negatives of the objective), and the last
+        incomplete batch is dropped when at least one full batch exists.
+
+        Args:
+            split: ``"val"`` or ``"test"``.
+            rank: This process' rank.
+            world_size: Number of ranks sharing the split.
+        """
+        if split == "train":
+            raise ValueError("view_dataloader is for evaluation splits ('val', 'test')")
+        views = MultiView(self.augmentation.build(), self.n_views)
+        base = self.base_dataset(split)
+        shard = Subset(base, range(rank, len(base), world_size))  # type: ignore[arg-type]
+        return DataLoader(
+            TransformedDataset(shard, views),
+            batch_size=self.batch_size,
+            shuffle=False,
+            drop_last=len(shard) >= self.batch_size,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory and torch.cuda.is_available(),
+        )

@@ -6,7 +6,7 @@ A method subclasses :class:`SSLMethod` and implements two hooks:
   objective (and that the interpretability metrics read);
 * ``objective(views) -> Tensor``: the self-supervised loss over the encoded views.
 
-Everything else (online linear probe and kNN, feature metrics, optimiser groups with
+Everything else (online linear probe and kNN, optimiser groups with
 bias/norm exclusion, learning-rate scaling by global batch / 256, warmup-cosine schedule)
 is here, once. The module never sees which dataset it is trained on: batches are
 ``(views, labels)`` for training and ``(images, labels)`` for evaluation.
@@ -26,7 +26,6 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.methods.online import OnlineEvaluator
-from ncl_lightning.metrics import ActiveDimensions, Sparsity
 from ncl_lightning.optim import LARS, scale_lr, split_decay_params, warmup_cosine
 
 
@@ -99,14 +98,10 @@ class SSLMethod(L.LightningModule):
             else None
         )
 
-    def _build_eval_metrics(self, feature_dim: int) -> None:
-        """Create the val/test metric collections (call once the feature width is known)."""
-        features = MetricCollection(
-            {"z_sparsity": Sparsity(), "z_active_dims": ActiveDimensions(num_features=feature_dim)}
-        )
-        self.feature_metrics = nn.ModuleDict(
-            {s: features.clone(prefix=f"{s}/") for s in ("val", "test")}
-        )
+        self._build_probe_metrics()
+
+    def _build_probe_metrics(self) -> None:
+        """Accuracy metrics of the online probe (train/val/test) and the kNN (val)."""
         if self.online is not None:
             c = self.online.num_classes
             probe = {"online_acc": MulticlassAccuracy(c, average="micro")}
@@ -182,8 +177,6 @@ class SSLMethod(L.LightningModule):
     def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str) -> Encoded:
         x, y = batch
         out = self.encode(x)
-        self.feature_metrics[stage].update(out.z)
-        self.log_dict(self.feature_metrics[stage], on_epoch=True)
         if self.online is not None:
             self.probe_metrics[stage].update(self.online.logits(out.h), y)
             self.log_dict(self.probe_metrics[stage], on_epoch=True, prog_bar=stage == "val")
@@ -193,11 +186,13 @@ class SSLMethod(L.LightningModule):
                 self.log("val/knn_acc", self.knn_metric, on_epoch=True)
         return out
 
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "val")
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Encoded:
+        """Online evaluation; returns the features for callbacks (``FeatureStatistics``)."""
+        return self._eval_step(batch, "val")
 
-    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "test")
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Encoded:
+        """Online probe on the test split; returns the features for callbacks."""
+        return self._eval_step(batch, "test")
 
     def predict_step(self, batch: Any, batch_idx: int) -> Encoded:
         x = batch[0] if isinstance(batch, list | tuple) else batch

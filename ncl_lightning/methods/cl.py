@@ -47,7 +47,6 @@ class CL(SSLMethod):
         self.loss_fn = OBJECTIVES.build(
             objective, temperature=temperature, gather_distributed=gather_distributed
         )
-        self._build_eval_metrics(feature_dim=proj_output_dim)
 
     def features(self, p: Tensor) -> Tensor:
         """Map projector outputs ``[B, d]`` to the features ``z``; identity for CL."""

@@ -1,6 +1,28 @@
 """Interpretability metrics as ``torchmetrics.Metric`` classes; maths in ``functional``."""
 
 from ncl_lightning.metrics import functional
+from ncl_lightning.metrics.activation import ExpectedActivation
+from ncl_lightning.metrics.orthogonality import OrthogonalityError
+from ncl_lightning.metrics.rank import EffectiveRank
+from ncl_lightning.metrics.retrieval import RetrievalPrecision
+from ncl_lightning.metrics.semantic import (
+    SemanticConsistency,
+    SemanticEntropy,
+    TopKSemanticConsistency,
+)
+from ncl_lightning.metrics.sepin import SEPIN
 from ncl_lightning.metrics.sparsity import ActiveDimensions, Sparsity
 
-__all__ = ["ActiveDimensions", "Sparsity", "functional"]
+__all__ = [
+    "SEPIN",
+    "ActiveDimensions",
+    "EffectiveRank",
+    "ExpectedActivation",
+    "OrthogonalityError",
+    "RetrievalPrecision",
+    "SemanticConsistency",
+    "SemanticEntropy",
+    "Sparsity",
+    "TopKSemanticConsistency",
+    "functional",
+]

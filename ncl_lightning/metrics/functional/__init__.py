@@ -1,6 +1,33 @@
 """Functional metrics: the maths behind the ``torchmetrics`` classes of ``metrics``."""
 
+from ncl_lightning.metrics.functional.activation import (
+    expected_activation,
+    select_by_expected_activation,
+)
 from ncl_lightning.metrics.functional.knn import weighted_knn_predict
+from ncl_lightning.metrics.functional.orthogonality import (
+    feature_gram,
+    orthogonality_error,
+    orthogonality_error_from_gram,
+)
+from ncl_lightning.metrics.functional.rank import effective_rank, effective_rank_from_gram
+from ncl_lightning.metrics.functional.retrieval import retrieval_precision
+from ncl_lightning.metrics.functional.semantic import (
+    ENTROPY_WEIGHTINGS,
+    EntropyWeighting,
+    class_activation_counts,
+    class_activation_mass,
+    semantic_consistency,
+    semantic_consistency_from_counts,
+    semantic_entropy,
+    semantic_entropy_from_counts,
+    top_k_class_counts,
+)
+from ncl_lightning.metrics.functional.sepin import (
+    sepin_at_k,
+    sepin_per_dimension,
+    sepin_per_dimension_loop,
+)
 from ncl_lightning.metrics.functional.sparsity import (
     activation_mask,
     activation_rate,
@@ -11,11 +38,31 @@ from ncl_lightning.metrics.functional.sparsity import (
 )
 
 __all__ = [
+    "ENTROPY_WEIGHTINGS",
+    "EntropyWeighting",
     "activation_mask",
     "activation_rate",
     "active_dimensions",
+    "class_activation_counts",
+    "class_activation_mass",
+    "effective_rank",
+    "effective_rank_from_gram",
+    "expected_activation",
+    "feature_gram",
     "l2_normalize_rows",
+    "orthogonality_error",
+    "orthogonality_error_from_gram",
+    "retrieval_precision",
+    "select_by_expected_activation",
+    "semantic_consistency",
+    "semantic_consistency_from_counts",
+    "semantic_entropy",
+    "semantic_entropy_from_counts",
+    "sepin_at_k",
+    "sepin_per_dimension",
+    "sepin_per_dimension_loop",
     "sparsity",
+    "top_k_class_counts",
     "weighted_knn_predict",
     "zero_fraction",
 ]

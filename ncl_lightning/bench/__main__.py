@@ -1,0 +1,44 @@
+"""``python -m ncl_lightning.bench [NAME ...] [--repeats R] [--check]``: run benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+
+from ncl_lightning.bench import BENCHMARKS, format_table, machine_info
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the named benchmarks (all by default) and print one table per benchmark.
+
+    Returns:
+        Exit status: 1 with ``--check`` when a goal was missed, else 0.
+    """
+    parser = argparse.ArgumentParser(prog="python -m ncl_lightning.bench", description=__doc__)
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run (default: all of {BENCHMARKS.names})",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats; the median is shown")
+    parser.add_argument("--check", action="store_true", help="exit 1 if any goal is missed")
+    args = parser.parse_args(argv)
+    names = args.names or BENCHMARKS.names
+    try:
+        runs = [BENCHMARKS.get(name) for name in names]  # unknown names fail before any work
+    except ValueError as err:
+        parser.error(str(err))
+
+    print(f"# {datetime.date.today().isoformat()}  {machine_info()}")
+    missed = False
+    for name, run in zip(names, runs, strict=True):
+        rows = run(args.repeats)
+        print(f"\n## {name}\n\n{format_table(rows)}", flush=True)
+        missed |= any(row.met is False for row in rows)
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

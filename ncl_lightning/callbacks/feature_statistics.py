@@ -1,0 +1,258 @@
+"""``FeatureStatistics``: every interpretability metric of DESIGN.md §6, during training.
+
+At validation (every ``every_n_epochs`` epochs) and at every test, the callback streams
+the features the method's ``validation_step`` / ``test_step`` return (:class:`Encoded`:
+``z``, the features entering the objective after the non-negative map or gate, and ``h``,
+the backbone output) into torchmetrics states, and logs
+``{stage}/{space}/{metric}`` (e.g. ``val/z/semantic_consistency``). SEPIN needs two
+augmented views of held-out images, so after the loop it encodes the DataModule's
+``view_dataloader`` (this rank's shard) and logs ``{stage}/z/sepin@k``.
+
+The callback never looks inside the method: a method changes what is measured by
+changing ``encode`` (BayesNCL's gated features, for example), not by editing this file.
+Values are synchronised across ranks by the metrics themselves (sum / cat reductions), so
+2 ranks log what 1 process would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor, nn
+from torchmetrics import Metric
+
+from ncl_lightning.metrics import (
+    SEPIN,
+    ActiveDimensions,
+    EffectiveRank,
+    ExpectedActivation,
+    OrthogonalityError,
+    RetrievalPrecision,
+    SemanticConsistency,
+    SemanticEntropy,
+    Sparsity,
+    TopKSemanticConsistency,
+)
+
+SPACES = ("z", "h")
+
+
+class FeatureMetricSet(nn.Module):
+    """Every metric of DESIGN.md §6 for one feature space; label metrics need ``C > 0``.
+
+    Args:
+        num_features: Feature width ``d``.
+        num_classes: Number of classes ``C`` of the labels (0: no labels).
+        eps: Activation threshold on ``|ẑ|``.
+        top_k: Samples per dimension of the top-k semantic consistency.
+        retrieval_k: Neighbours of the retrieval precision.
+        retrieval_dims: Dimensions kept (by expected activation) for retrieval; all if None.
+    """
+
+    def __init__(
+        self,
+        num_features: int,
+        num_classes: int,
+        eps: float = 1e-5,
+        top_k: int = 100,
+        retrieval_k: int = 10,
+        retrieval_dims: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.unlabelled = nn.ModuleDict(
+            {
+                "sparsity": Sparsity(eps),
+                "active_dims": ActiveDimensions(num_features, eps),
+                "orthogonality_error": OrthogonalityError(num_features, eps),
+                "effective_rank": EffectiveRank(num_features),
+                "expected_activation": ExpectedActivation(num_features),
+            }
+        )
+        labelled: dict[str, Metric] = {}
+        if num_classes > 0:
+            d, c = num_features, num_classes
+            labelled = {
+                "semantic_consistency": SemanticConsistency(d, c, eps),
+                f"semantic_consistency_top{top_k}": TopKSemanticConsistency(d, c, top_k),
+                "semantic_entropy": SemanticEntropy(d, c, eps, "activation"),
+                "semantic_entropy_freq": SemanticEntropy(d, c, eps, "frequency"),
+                f"retrieval_p@{retrieval_k}": RetrievalPrecision(retrieval_k, retrieval_dims),
+            }
+        self.labelled = nn.ModuleDict(labelled)
+
+    def update(self, z: Tensor, labels: Tensor) -> None:
+        """Add a batch: features ``[B, d]`` and labels ``[B]``."""
+        for metric in self.unlabelled.values():
+            metric.update(z)
+        for metric in self.labelled.values():
+            metric.update(z, labels)
+
+    def compute(self) -> dict[str, Tensor]:
+        """Loggable scalars, synchronised across ranks (vectors and counts get derived ones)."""
+        out: dict[str, Tensor] = {}
+        for name, metric in [*self.unlabelled.items(), *self.labelled.items()]:
+            value = metric.compute()
+            if name == "active_dims":
+                active = value.float()
+                out |= {
+                    "active_dims": active,
+                    "dead_dims": self.num_features - active,
+                    "activation_rate": active / self.num_features,
+                }
+            elif name == "expected_activation":  # a [d] vector: log how concentrated it is
+                top = value.sort(descending=True).values
+                out |= {
+                    "ea_max": top[0],
+                    "ea_top10_share": top[:10].sum() / top.sum().clamp_min(1e-12),
+                }
+            else:
+                out[name] = value.float()
+        return out
+
+
+class FeatureStatistics(L.Callback):
+    """Log sparsity, orthogonality, semantic and SEPIN metrics of ``z`` and ``h``.
+
+    Args:
+        every_n_epochs: Measure at the validation of every n-th epoch (and the last one).
+        spaces: Which features to measure: ``z`` (objective features) and/or ``h``
+            (backbone output).
+        eps: Activation threshold on ``|ẑ|`` (DESIGN.md §6).
+        top_k: Samples per dimension of the top-k semantic consistency.
+        retrieval_k: Neighbours of the retrieval precision ("mAP@10" of the NCL paper).
+        retrieval_dims: Dimensions kept by expected activation for retrieval (NCL paper
+            Table 1 keeps 256 of 512); all dimensions if None.
+        sepin: Also estimate SEPIN@k of ``z`` on augmented view pairs of the split.
+        sepin_max_batches: Cap on the view batches used for SEPIN (None: the whole split).
+    """
+
+    def __init__(
+        self,
+        every_n_epochs: int = 1,
+        spaces: list[str] | None = None,
+        eps: float = 1e-5,
+        top_k: int = 100,
+        retrieval_k: int = 10,
+        retrieval_dims: int | None = None,
+        sepin: bool = True,
+        sepin_max_batches: int | None = None,
+    ) -> None:
+        spaces = list(SPACES) if spaces is None else spaces
+        if every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        unknown = [s for s in spaces if s not in SPACES]
+        if unknown or not spaces:
+            raise ValueError(f"spaces must be a non-empty subset of {list(SPACES)}, got {spaces}")
+        if sepin_max_batches is not None and sepin_max_batches < 1:
+            raise ValueError(f"sepin_max_batches must be >= 1, got {sepin_max_batches}")
+        self.every_n_epochs = every_n_epochs
+        self.spaces = spaces
+        self.eps = eps
+        self.top_k = top_k
+        self.retrieval_k = retrieval_k
+        self.retrieval_dims = retrieval_dims
+        self.sepin = sepin
+        self.sepin_max_batches = sepin_max_batches
+        self._metrics: dict[str, FeatureMetricSet] = {}
+        self._active = False
+
+    # -- when ---------------------------------------------------------------------------
+    def _due(self, trainer: L.Trainer) -> bool:
+        if trainer.sanity_checking:
+            return False
+        epoch = trainer.current_epoch + 1
+        last = trainer.max_epochs is not None and epoch >= trainer.max_epochs
+        return epoch % self.every_n_epochs == 0 or last
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start(self._due(trainer))
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start(True)
+
+    def _start(self, active: bool) -> None:
+        self._active = active
+        self._metrics = {}
+
+    # -- streaming ------------------------------------------------------------------------
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
+    ):
+        self._update(trainer, pl_module, outputs, batch)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self._update(trainer, pl_module, outputs, batch)
+
+    def _update(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any
+    ) -> None:
+        if not self._active:
+            return
+        if not hasattr(outputs, "z") or not hasattr(outputs, "h"):
+            raise TypeError(
+                f"FeatureStatistics needs {type(pl_module).__name__}'s eval steps to return "
+                f"Encoded(h, z), got {type(outputs).__name__}"
+            )
+        for space in self.spaces:
+            features = getattr(outputs, space).detach().float()
+            if space not in self._metrics:
+                self._metrics[space] = FeatureMetricSet(
+                    features.shape[1], self._num_classes(trainer), self.eps, self.top_k,
+                    self.retrieval_k, self.retrieval_dims,
+                ).to(features.device)  # fmt: skip
+            self._metrics[space].update(features, batch[1])
+
+    @staticmethod
+    def _num_classes(trainer: L.Trainer) -> int:
+        num_classes = getattr(trainer.datamodule, "num_classes", 0) if trainer.datamodule else 0
+        if not num_classes:
+            rank_zero_warn(
+                "FeatureStatistics: the data has no num_classes; "
+                "semantic and retrieval metrics are skipped"
+            )
+        return int(num_classes)
+
+    # -- logging --------------------------------------------------------------------------
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._finish(trainer, pl_module, "val")
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._finish(trainer, pl_module, "test")
+
+    def _finish(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if not self._active or not self._metrics:
+            return
+        for space, metrics in self._metrics.items():
+            for key, value in metrics.compute().items():
+                pl_module.log(f"{stage}/{space}/{key}", value, sync_dist=False)
+        if self.sepin and "z" in self._metrics:
+            for key, value in self._sepin(trainer, pl_module, stage).items():
+                pl_module.log(f"{stage}/z/{key}", value, sync_dist=False)
+        self._metrics = {}
+        self._active = False
+
+    @torch.no_grad()
+    def _sepin(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str
+    ) -> dict[str, Tensor]:
+        datamodule = trainer.datamodule
+        if not hasattr(datamodule, "view_dataloader"):
+            raise TypeError(
+                f"FeatureStatistics(sepin=True) needs a DataModule with view_dataloader(); "
+                f"{type(datamodule).__name__} has none (set sepin: false)"
+            )
+        temperature = getattr(pl_module.hparams, "temperature", None)
+        if temperature is None:
+            raise ValueError("SEPIN uses the training temperature: the method has no `temperature`")
+        metric = SEPIN(self._metrics["z"].num_features, temperature).to(pl_module.device)
+        loader = datamodule.view_dataloader(stage, trainer.global_rank, trainer.world_size)
+        for i, (views, _) in enumerate(loader):
+            if self.sepin_max_batches is not None and i >= self.sepin_max_batches:
+                break
+            z1, z2 = (pl_module.encode(v.to(pl_module.device)).z.float() for v in views[:2])
+            metric.update(z1, z2)
+        return metric.compute()

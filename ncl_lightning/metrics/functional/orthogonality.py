@@ -1,0 +1,82 @@
+"""Orthogonality error of feature dimensions.
+
+Reference: Wang et al., "Non-negative Contrastive Learning" (NCL), ICLR 2024, Sec. 5:
+NCL features are near-orthogonal across dimensions. On the active dimensions, each
+column of ``ẑ = z / ||z||₂`` is L2-normalised over samples, ``G = FᵀF``, and the error is
+the mean ``|G_ij|`` over ``i ≠ j`` (0 = orthogonal).
+
+Everything goes through the (uncentred) Gram matrix ``S = ẑᵀẑ``, which is a sum over
+samples and therefore streams: ``G_ij = S_ij / sqrt(S_ii S_jj)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ncl_lightning.metrics.functional.sparsity import (
+    _check_features,
+    activation_mask,
+    l2_normalize_rows,
+)
+
+
+def feature_gram(z: Tensor) -> Tensor:
+    """Gram matrix ``S = ẑᵀẑ`` of the row-normalised features, in float64.
+
+    float64 keeps the small eigenvalues of ``S`` meaningful for ``effective_rank`` and
+    makes sums over many batches exact to ~1e-16.
+
+    Args:
+        z: Features ``[N, d]``.
+
+    Returns:
+        ``[d, d]`` float64 symmetric positive semi-definite matrix.
+    """
+    _check_features(z, 0.0)
+    z_hat = l2_normalize_rows(z).double()
+    return z_hat.T @ z_hat
+
+
+def orthogonality_error_from_gram(gram: Tensor, active: Tensor) -> Tensor:
+    """Orthogonality error from a Gram matrix and the active-dimension mask.
+
+    Args:
+        gram: ``S = ẑᵀẑ`` summed over samples, ``[d, d]``.
+        active: Boolean ``[d]``, dimensions with ``|ẑ| > eps`` on at least one sample.
+
+    Returns:
+        Scalar float32 tensor in ``[0, 1]``; 0 when fewer than 2 dimensions are active.
+    """
+    if gram.ndim != 2 or gram.shape[0] != gram.shape[1]:
+        raise ValueError(f"gram must have shape [d, d], got {tuple(gram.shape)}")
+    if active.shape != (gram.shape[0],):
+        raise ValueError(f"active must have shape [{gram.shape[0]}], got {tuple(active.shape)}")
+    idx = active.nonzero().squeeze(1)
+    m = idx.numel()
+    if m < 2:
+        return torch.zeros((), dtype=torch.float32, device=gram.device)
+    sub = gram.double()[idx][:, idx]
+    # Active columns have at least one entry > eps, so their norm is > 0.
+    inv_norm = sub.diagonal().clamp_min(torch.finfo(torch.float64).tiny).rsqrt()
+    cos = (sub * inv_norm[:, None] * inv_norm[None, :]).abs()
+    off_diag_sum = cos.sum() - cos.diagonal().sum()
+    return (off_diag_sum / (m * (m - 1))).float()
+
+
+def orthogonality_error(z: Tensor, eps: float = 1e-5) -> Tensor:
+    """Mean absolute cosine between the sample-columns of active dimensions (NCL, Sec. 5).
+
+    ``F`` = columns of ``ẑ`` on active dimensions (``|ẑ| > eps`` on at least one sample),
+    each L2-normalised over samples; ``G = FᵀF``; result = mean ``|G_ij|`` over ``i ≠ j``.
+    One-hot (disjoint-support) features give 0; identical columns give 1.
+
+    Args:
+        z: Features ``[N, d]``.
+        eps: Threshold on the row-normalised magnitude.
+
+    Returns:
+        Scalar float32 tensor in ``[0, 1]``; 0 when fewer than 2 dimensions are active.
+    """
+    active = activation_mask(z, eps).any(dim=0)
+    return orthogonality_error_from_gram(feature_gram(z), active)

@@ -1,0 +1,216 @@
+"""Streaming semantic consistency / entropy (NCL paper, Wang et al., ICLR 2024, Sec. 5).
+
+``SemanticConsistency`` and ``SemanticEntropy`` keep ``[d, C]`` class counts (and class
+mass), reduced by sum. ``TopKSemanticConsistency`` keeps, per dimension, the ``top_k``
+largest activations seen so far and their labels (``[top_k, d]``, reduced by "cat" and
+re-selected), so memory never grows with the number of samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from ncl_lightning.metrics.functional.semantic import (
+    ENTROPY_WEIGHTINGS,
+    EntropyWeighting,
+    check_features_labels,
+    class_activation_counts,
+    class_activation_mass,
+    semantic_consistency_from_counts,
+    semantic_entropy_from_counts,
+    top_k_class_counts,
+)
+from ncl_lightning.metrics.functional.sparsity import activation_mask, l2_normalize_rows
+from ncl_lightning.metrics.orthogonality import check_batch, check_num_features
+
+
+def _check_args(num_features: int, num_classes: int, eps: float) -> None:
+    check_num_features(num_features)
+    if num_classes < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    if eps < 0.0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+
+
+class SemanticConsistency(Metric):
+    """Semantic consistency (×100) over activated samples; see ``functional.semantic_consistency``.
+
+    Args:
+        num_features: Feature dimension ``d`` (>= 1).
+        num_classes: Number of classes ``C`` (>= 1).
+        eps: Threshold on the row-normalised magnitude for "activated" (>= 0).
+
+    Update:
+        ``z``: features ``[N, num_features]``; ``labels``: integer labels ``[N]``.
+    """
+
+    higher_is_better = True
+    is_differentiable = False
+    full_state_update = False
+
+    class_counts: Tensor
+
+    def __init__(
+        self, num_features: int, num_classes: int, eps: float = 1e-5, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        _check_args(num_features, num_classes, eps)
+        self.num_features, self.num_classes, self.eps = num_features, num_classes, eps
+        self.add_state(
+            "class_counts",
+            torch.zeros(num_features, num_classes, dtype=torch.long),
+            dist_reduce_fx="sum",
+        )
+
+    def update(self, z: Tensor, labels: Tensor) -> None:
+        """Accumulate features ``[N, num_features]`` with labels ``[N]``."""
+        check_batch(z, self.num_features)
+        self.class_counts += class_activation_counts(z.detach(), labels, self.num_classes, self.eps)
+
+    def compute(self) -> Tensor:
+        """Consistency in ``[100 / C, 100]`` (NaN when no dim is active)."""
+        return semantic_consistency_from_counts(self.class_counts)
+
+
+class TopKSemanticConsistency(Metric):
+    """Top-k semantic consistency (×100): class purity of each dim's ``top_k`` activations.
+
+    Streams the ``top_k`` largest ``ẑ_i`` of every dimension and their labels; the
+    result equals ``functional.semantic_consistency(..., top_k=top_k)`` on all data (up
+    to the arbitrary order of tied activations). With fewer than ``top_k`` samples all
+    samples are used. Active dims (``|ẑ| > eps`` somewhere) are tracked by a count.
+
+    Args:
+        num_features: Feature dimension ``d`` (>= 1).
+        num_classes: Number of classes ``C`` (>= 1).
+        top_k: Samples kept per dimension (>= 1).
+        eps: Threshold on the row-normalised magnitude for "active" (>= 0).
+
+    Update:
+        ``z``: features ``[N, num_features]``; ``labels``: integer labels ``[N]``.
+    """
+
+    higher_is_better = True
+    is_differentiable = False
+    full_state_update = False
+
+    top_values: Tensor
+    top_labels: Tensor
+    activation_count: Tensor
+
+    def __init__(
+        self,
+        num_features: int,
+        num_classes: int,
+        top_k: int = 100,
+        eps: float = 1e-5,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        _check_args(num_features, num_classes, eps)
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        self.num_features, self.num_classes = num_features, num_classes
+        self.top_k, self.eps = top_k, eps
+        d = num_features
+        # -inf / -1 mark empty slots; "cat" stacks the ranks' states, compute re-selects.
+        self.add_state("top_values", torch.full((top_k, d), -torch.inf), dist_reduce_fx="cat")
+        self.add_state(
+            "top_labels", torch.full((top_k, d), -1, dtype=torch.long), dist_reduce_fx="cat"
+        )
+        self.add_state("activation_count", torch.zeros(d, dtype=torch.long), dist_reduce_fx="sum")
+
+    def _select(self, values: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        # After a DDP sync (or forward) the states may be [W, k, d] or [W * k, d].
+        values = values.reshape(-1, self.num_features)
+        labels = labels.reshape(-1, self.num_features)
+        top = values.topk(min(self.top_k, values.shape[0]), dim=0)
+        return top.values, labels.gather(0, top.indices)
+
+    def update(self, z: Tensor, labels: Tensor) -> None:
+        """Merge features ``[N, num_features]`` with labels ``[N]`` into the top-k states."""
+        check_batch(z, self.num_features)
+        labels = check_features_labels(z, labels, self.num_classes, self.eps)
+        z = z.detach()
+        z_hat = l2_normalize_rows(z).to(self.top_values.dtype)
+        values = torch.cat([self.top_values.reshape(-1, self.num_features), z_hat])
+        batch_labels = labels[:, None].expand(-1, self.num_features)
+        all_labels = torch.cat([self.top_labels.reshape(-1, self.num_features), batch_labels])
+        self.top_values, self.top_labels = self._select(values, all_labels)
+        self.activation_count += activation_mask(z, self.eps).sum(dim=0)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Batch value as usual; then re-select, since merging the batch "cat"s the states.
+
+        Keeps the states at exactly ``[top_k, d]`` on every rank, which the DDP gather needs.
+        """
+        value = super().forward(*args, **kwargs)
+        self.top_values, self.top_labels = self._select(self.top_values, self.top_labels)
+        return value
+
+    def compute(self) -> Tensor:
+        """Top-k consistency in ``[100 / C, 100]`` (NaN when no dim is active)."""
+        values, labels = self._select(self.top_values, self.top_labels)
+        counts = top_k_class_counts(labels, self.num_classes, valid=values > -torch.inf)
+        return semantic_consistency_from_counts(counts, self.activation_count > 0)
+
+
+class SemanticEntropy(Metric):
+    """Semantic entropy ``H_s`` (nats); see ``functional.semantic_entropy``.
+
+    ``weighting="activation"`` (the paper's ``p_i(c) ∝ Σ_{x∈c} |ẑ_i(x)|``) or
+    ``"frequency"`` ("semantic entropy (frequency)", ``p_i(c) ∝ #activated in c``).
+
+    Args:
+        num_features: Feature dimension ``d`` (>= 1).
+        num_classes: Number of classes ``C`` (>= 1).
+        eps: Threshold on the row-normalised magnitude for "activated" (>= 0).
+        weighting: ``"activation"`` or ``"frequency"``.
+
+    Update:
+        ``z``: features ``[N, num_features]``; ``labels``: integer labels ``[N]``.
+    """
+
+    higher_is_better = False
+    is_differentiable = False
+    full_state_update = False
+
+    class_mass: Tensor
+    class_counts: Tensor
+
+    def __init__(
+        self,
+        num_features: int,
+        num_classes: int,
+        eps: float = 1e-5,
+        weighting: EntropyWeighting = "activation",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        _check_args(num_features, num_classes, eps)
+        if weighting not in ENTROPY_WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {ENTROPY_WEIGHTINGS}, got {weighting!r}")
+        self.num_features, self.num_classes = num_features, num_classes
+        self.eps, self.weighting = eps, weighting
+        shape = (num_features, num_classes)
+        self.add_state("class_mass", torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("class_counts", torch.zeros(shape, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, z: Tensor, labels: Tensor) -> None:
+        """Accumulate features ``[N, num_features]`` with labels ``[N]``."""
+        check_batch(z, self.num_features)
+        z = z.detach()
+        self.class_counts += class_activation_counts(z, labels, self.num_classes, self.eps)
+        self.class_mass += class_activation_mass(z, labels, self.num_classes).to(
+            self.class_mass.dtype
+        )
+
+    def compute(self) -> Tensor:
+        """Semantic entropy in ``[0, ln C]`` (NaN when no dim is active)."""
+        active = self.class_counts.sum(dim=1) > 0
+        weights = self.class_counts if self.weighting == "frequency" else self.class_mass
+        return semantic_entropy_from_counts(weights, active)

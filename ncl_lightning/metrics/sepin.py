@@ -1,0 +1,89 @@
+"""Streaming SEPIN@k (Do & Tran, ICLR 2020; estimated as in NCL, Wang et al., ICLR 2024, App. G.3).
+
+Each ``update`` gets one batch of paired augmented views and evaluates the per-dimension
+SEPIN with that batch's in-batch negatives (as in training); the metric keeps the
+sample-weighted sum over batches, so it reduces across ranks with a plain sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from ncl_lightning.metrics.functional.sepin import (
+    DEFAULT_KS,
+    check_ks,
+    sepin_at_k,
+    sepin_per_dimension,
+)
+
+
+class SEPIN(Metric):
+    """SEPIN@k: mean of the ``k`` largest per-dimension SEPIN values; see ``functional.sepin``.
+
+    ``SEPIN_i ≈ L_NCE(z₋ᵢ) - L_NCE(z)`` is estimated per batch (the ``B`` pairs of a batch
+    are each other's negatives) and averaged over batches weighted by ``B``; SEPIN@k is then
+    taken on the averaged ``[d]`` vector. Feed batches of the training size: the InfoNCE
+    bound, hence the estimate, depends on ``B``.
+
+    Args:
+        num_features: Feature dimension ``d`` (>= 1).
+        temperature: Training InfoNCE temperature ``τ > 0``.
+        ks: Cut-offs ``k >= 1``; ``None`` means all dimensions, and ``k > d`` uses all ``d``.
+
+    Update:
+        ``z1``, ``z2``: the two views' features ``[B, num_features]``, row-paired. An empty
+        batch (``B = 0``) adds nothing.
+
+    Compute:
+        ``{"sepin@1": ..., "sepin@10": ..., "sepin@100": ..., "sepin@all": ...}`` (one scalar
+        per ``k``); NaN before any pair.
+    """
+
+    # More information carried by individual dimensions = more disentangled (Do & Tran).
+    higher_is_better = True
+    is_differentiable = False
+    full_state_update = False
+
+    sepin_sum: Tensor
+    num_pairs: Tensor
+
+    def __init__(
+        self,
+        num_features: int,
+        temperature: float,
+        ks: Iterable[int | None] = DEFAULT_KS,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if num_features < 1:
+            raise ValueError(f"num_features must be >= 1, got {num_features}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.num_features = num_features
+        self.temperature = temperature
+        self.ks = check_ks(ks)
+        self.add_state("sepin_sum", torch.zeros(num_features), dist_reduce_fx="sum")
+        self.add_state("num_pairs", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, z1: Tensor, z2: Tensor) -> None:
+        """Accumulate one batch of paired views ``[B, num_features]`` each."""
+        if z1.ndim != 2 or z1.shape != z2.shape or z1.shape[1] != self.num_features:
+            raise ValueError(
+                f"expected two views [B, {self.num_features}], "
+                f"got {tuple(z1.shape)} and {tuple(z2.shape)}"
+            )
+        batch = z1.shape[0]
+        if batch == 0:
+            return
+        per_dim = sepin_per_dimension(z1.detach(), z2.detach(), self.temperature)
+        self.sepin_sum += batch * per_dim.to(self.sepin_sum.dtype)
+        self.num_pairs += batch
+
+    def compute(self) -> dict[str, Tensor]:
+        """``{"sepin@k": scalar}`` for each configured ``k`` (``"sepin@all"`` for ``None``)."""
+        return sepin_at_k(self.sepin_sum / self.num_pairs, self.ks)

@@ -1,0 +1,82 @@
+"""Worker for the 2-process gloo metric tests (importable by spawned children)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torchmetrics import Metric
+
+from ncl_lightning.metrics import (
+    EffectiveRank,
+    ExpectedActivation,
+    OrthogonalityError,
+    RetrievalPrecision,
+    SemanticConsistency,
+    SemanticEntropy,
+    TopKSemanticConsistency,
+)
+
+NUM_FEATURES, NUM_CLASSES = 12, 5
+# Uneven split (and uneven batches) exercise the padded gather of the list states.
+RANK_SLICES = (slice(0, 37), slice(37, 80))
+
+# Metrics that take labels in ``update``.
+LABELLED = {
+    "consistency",
+    "top_k",
+    "top_k_all",
+    "entropy",
+    "entropy_freq",
+    "retrieval",
+    "retrieval_sel",
+}
+
+
+def make_data() -> tuple[torch.Tensor, torch.Tensor]:
+    """Fixed sparse non-negative features (exact zeros, a dead dim) and labels."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.relu(torch.randn(80, NUM_FEATURES, generator=g) + 0.2)
+    z[:, 3] = 0.0
+    labels = torch.randint(0, NUM_CLASSES, (80,), generator=g)
+    return z, labels
+
+
+def make_metrics() -> dict[str, Metric]:
+    """One of every metric of this package."""
+    d, c = NUM_FEATURES, NUM_CLASSES
+    return {
+        "orthogonality": OrthogonalityError(d),
+        "effective_rank": EffectiveRank(d),
+        "consistency": SemanticConsistency(d, c),
+        "top_k": TopKSemanticConsistency(d, c, top_k=8),
+        # More slots than samples, on each rank and in total: -inf padding must be ignored.
+        "top_k_all": TopKSemanticConsistency(d, c, top_k=100),
+        "entropy": SemanticEntropy(d, c),
+        "entropy_freq": SemanticEntropy(d, c, weighting="frequency"),
+        "expected_activation": ExpectedActivation(d),
+        "retrieval": RetrievalPrecision(k=5),
+        "retrieval_sel": RetrievalPrecision(k=5, num_selected=6),
+    }
+
+
+def update_all(metrics: dict[str, Metric], z: torch.Tensor, labels: torch.Tensor) -> None:
+    """Feed ``(z, labels)`` to every metric in two uneven batches."""
+    cut = z.shape[0] // 3
+    for zb, yb in ((z[:cut], labels[:cut]), (z[cut:], labels[cut:])):
+        for name, metric in metrics.items():
+            if name in LABELLED:
+                metric.update(zb, yb)
+            else:
+                metric.update(zb)
+
+
+def run_rank(rank: int, world: int, init_file: str, out_file: str) -> None:
+    """Update every metric with this rank's share of the data; save the synced results."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        z, labels = make_data()
+        metrics = make_metrics()
+        update_all(metrics, z[RANK_SLICES[rank]], labels[RANK_SLICES[rank]])
+        torch.save({name: metric.compute() for name, metric in metrics.items()}, out_file)
+    finally:
+        dist.destroy_process_group()
