@@ -59,7 +59,7 @@ def test_config_fast_dev_run(config: Path, tmp_path: Path, monkeypatch: pytest.M
     assert cli.model.hparams.num_classes == cli.datamodule.num_classes
     assert cli.model.hparams.batch_size == 4
     metrics = cli.trainer.callback_metrics
-    assert {"train/loss", "val/online_acc", "val/z_sparsity"} <= set(metrics)
+    assert {"train/loss", "val/online_acc", "val/z/sparsity"} <= set(metrics)
 
 
 @pytest.mark.slow
@@ -92,7 +92,7 @@ def test_fit_one_epoch_on_real_cifar_then_test(cifar_subset: Path, tmp_path: Pat
     assert 0.0 <= float(results["test/online_acc"]) <= 1.0
     # after one epoch on 3,728 real images the online probe beats chance (10 %)
     assert float(results["test/online_acc"]) > 0.12
-    assert float(results["test/z_sparsity"]) > 0.0  # NCL: exact zeros in the features
+    assert float(results["test/z/sparsity"]) > 0.0  # NCL: exact zeros in the features
 
 
 def test_unknown_nonneg_in_config_is_one_clear_error(tmp_path: Path) -> None:
@@ -126,8 +126,10 @@ def test_two_process_ddp_fit_through_the_cli(tmp_path: Path) -> None:
     cli = cli_main(args)
     assert cli.trainer.world_size == 2
     metrics = cli.trainer.callback_metrics
-    assert {"train/objective", "val/knn_acc", "val/online_acc", "val/z_sparsity"} <= set(metrics)
+    assert {"train/objective", "val/knn_acc", "val/online_acc", "val/z/sparsity"} <= set(metrics)
+    assert {"val/z/semantic_consistency", "val/h/effective_rank", "val/z/sepin@all"} <= set(metrics)
     assert list(tmp_path.rglob("last.ckpt"))
+    assert len(list(tmp_path.rglob("pictures/val_z_*.png"))) == 4  # drawn once, by rank 0
 
 
 @pytest.mark.slow

@@ -111,6 +111,7 @@ class TopActivations(L.Callback):
 
     def draw(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> dict[str, Path]:
         """Encode the split, save the four pictures and hand them to image loggers."""
+        out = run_dir(trainer) / "pictures"  # on every rank: trainer.log_dir is a collective
         if not trainer.is_global_zero:
             return {}
         datamodule = trainer.datamodule
@@ -127,7 +128,6 @@ class TopActivations(L.Callback):
         pixels = pixels.reshape(len(dims), k, *pixels.shape[1:])
         labels = [f"dim {int(i)}\nEA {float(ea[i]):.3f}" for i in dims]
 
-        out = run_dir(trainer) / "pictures"
         out.mkdir(parents=True, exist_ok=True)
         tag = f"{stage}_{self.space}_epoch{trainer.current_epoch:03d}"
         order = ea.argsort(descending=True)
