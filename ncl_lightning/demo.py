@@ -1,5 +1,8 @@
 """``make demo``: CL vs NCL on scikit-learn's bundled digits, side by side, on CPU.
 
+``--configs`` compares any configs the same way (e.g. ``configs/subset/`` on the real
+CIFAR-10 images).
+
 Trains both methods with the configs in ``configs/demo/`` through the real ``ncl-cli``
 entry point (Lightning progress bar, CSV logs, checkpoints, feature statistics and
 pictures), then prints one table of the final validation numbers, writes it to
@@ -13,11 +16,15 @@ import argparse
 import time
 from pathlib import Path
 
+import torch
+import yaml
+
 from ncl_lightning.callbacks import TopActivations
 from ncl_lightning.callbacks.pictures import side_by_side
 from ncl_lightning.cli import cli_main
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "demo"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+DEFAULT = [CONFIGS / "demo" / "digits_cl.yaml", CONFIGS / "demo" / "digits_ncl.yaml"]
 COLUMNS = {
     "online linear acc": ("val/online_acc", "{:.1%}"),
     "kNN acc": ("val/knn_acc", "{:.1%}"),
@@ -27,14 +34,16 @@ COLUMNS = {
 }
 
 
-def run(method: str, out: Path, extra: list[str]) -> tuple[dict[str, float], Path | None]:
-    """Fit one demo config; return its final logged metrics and its top-activation PNG."""
-    config = CONFIGS / f"digits_{method}.yaml"
+def method_name(config: Path) -> str:
+    """Row name of a config: its model class (``CL``, ``NCL``, ...)."""
+    return yaml.safe_load(config.read_text())["model"]["class_path"].rsplit(".", 1)[-1]
+
+
+def run(config: Path, out: Path, extra: list[str]) -> tuple[dict[str, float], Path | None]:
+    """Fit one config; return its final logged metrics and its top-activation PNG."""
     if not config.is_file():
-        raise FileNotFoundError(
-            f"demo config not found: {config} (run the demo from a clone of the repository)"
-        )
-    run_dir = str(out / method)
+        raise FileNotFoundError(f"config not found: {config} (run from a clone of the repository)")
+    run_dir = str(out / config.stem)
     args = ["fit", "--config", str(config), "--trainer.default_root_dir", run_dir]
     args += ["--trainer.logger.init_args.save_dir", run_dir, *extra]
     cli = cli_main(args)
@@ -53,44 +62,39 @@ def table(results: dict[str, dict[str, float]], dims: dict[str, int]) -> str:
             if key == "val/z/active_dims" and key in metrics:
                 cell += f" / {dims[method]}"
             cells.append(cell)
-        lines.append(f"| {method.upper()} | " + " | ".join(cells) + " |")
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> str:
-    """Run the demo; unrecognised arguments are passed to every ``ncl-cli fit`` call."""
+    """Run the comparison; unrecognised arguments go to every ``ncl-cli fit`` call."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="run directory")
-    parser.add_argument("--methods", nargs="+", default=["cl", "ncl"], help="demo configs to run")
+    parser.add_argument(
+        "--configs", type=Path, nargs="+", default=DEFAULT, help="configs to compare"
+    )
     args, extra = parser.parse_known_args(argv)  # the rest goes to every `ncl-cli fit`
     results, dims, pics = {}, {}, {}
     start = time.perf_counter()
-    for method in args.methods:
-        results[method], pics[method] = run(method, args.out, extra)
-        dims[method] = _feature_dim(method)
-    text = table(results, dims)
+    for config in args.configs:
+        name = method_name(config)
+        results[name], pics[name] = run(config, args.out, extra)
+        dims[name] = int(
+            yaml.safe_load(config.read_text())["model"]["init_args"]["proj_output_dim"]
+        )
     minutes = (time.perf_counter() - start) / 60
-    report = (
-        f"{text}\n\nDigits (scikit-learn, 1797 images), validation split; "
-        f"{minutes:.1f} min on CPU.\n"
-    )
+    configs = ", ".join(str(c) for c in args.configs)
+    report = f"{table(results, dims)}\n\nValidation split after the last epoch ({configs}); "
+    report += f"{minutes:.1f} min on {torch.get_num_threads()} CPU threads.\n"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.md").write_text(report)
     written = [args.out / "results.md"]
     if all(pics.values()):
-        names = list(pics)
-        out = args.out / f"top_activations_{'_vs_'.join(names)}.png"
-        side_by_side([pics[m] for m in names], [m.upper() for m in names], out)
+        out = args.out / f"top_activations_{'_vs_'.join(n.lower() for n in pics)}.png"
+        side_by_side(list(pics.values()), list(pics), out)
         written.append(out)
     print("\n" + report + "Written: " + ", ".join(map(str, written)))
     return report
-
-
-def _feature_dim(method: str) -> int:
-    import yaml
-
-    config = yaml.safe_load((CONFIGS / f"digits_{method}.yaml").read_text())
-    return int(config["model"]["init_args"]["proj_output_dim"])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,6 @@ def test_demo_writes_side_by_side_table(tmp_path: Path) -> None:
     cl_sparsity = rows["CL"].split("|")[4].strip()
     assert cl_sparsity == "0.0%"  # CL features are dense
     assert "/ 64" in rows["NCL"]
-    assert list((tmp_path / "cl").rglob("last.ckpt")) and list(
-        (tmp_path / "ncl").rglob("last.ckpt")
-    )
+    for run in ("digits_cl", "digits_ncl"):
+        assert list((tmp_path / run).rglob("last.ckpt")), run
+    assert (tmp_path / "top_activations_cl_vs_ncl.png").is_file()
