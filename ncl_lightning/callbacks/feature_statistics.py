@@ -16,7 +16,7 @@ Values are synchronised across ranks by the metrics themselves (sum / cat reduct
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -24,6 +24,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics import Metric
 
+from ncl_lightning.callbacks.schedule import epoch_due
 from ncl_lightning.metrics import (
     SEPIN,
     ActiveDimensions,
@@ -133,7 +134,7 @@ class FeatureStatistics(L.Callback):
     def __init__(
         self,
         every_n_epochs: int = 1,
-        spaces: list[str] | None = None,
+        spaces: list[Literal["z", "h"]] | None = None,
         eps: float = 1e-5,
         top_k: int = 100,
         retrieval_k: int = 10,
@@ -147,8 +148,12 @@ class FeatureStatistics(L.Callback):
         unknown = [s for s in spaces if s not in SPACES]
         if unknown or not spaces:
             raise ValueError(f"spaces must be a non-empty subset of {list(SPACES)}, got {spaces}")
-        if sepin_max_batches is not None and sepin_max_batches < 1:
-            raise ValueError(f"sepin_max_batches must be >= 1, got {sepin_max_batches}")
+        for name, value in (("top_k", top_k), ("retrieval_k", retrieval_k),
+                            ("retrieval_dims", retrieval_dims), ("sepin_max_batches", sepin_max_batches)):  # fmt: skip  # noqa: E501
+            if value is not None and value < 1:
+                raise ValueError(f"FeatureStatistics {name} must be >= 1, got {value}")
+        if eps < 0:
+            raise ValueError(f"FeatureStatistics eps must be >= 0, got {eps}")
         self.every_n_epochs = every_n_epochs
         self.spaces = spaces
         self.eps = eps
@@ -160,16 +165,8 @@ class FeatureStatistics(L.Callback):
         self._metrics: dict[str, FeatureMetricSet] = {}
         self._active = False
 
-    # -- when ---------------------------------------------------------------------------
-    def _due(self, trainer: L.Trainer) -> bool:
-        if trainer.sanity_checking:
-            return False
-        epoch = trainer.current_epoch + 1
-        last = trainer.max_epochs is not None and epoch >= trainer.max_epochs
-        return epoch % self.every_n_epochs == 0 or last
-
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start(self._due(trainer))
+        self._start(epoch_due(trainer, self.every_n_epochs))
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start(True)

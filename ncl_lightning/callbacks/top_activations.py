@@ -15,29 +15,15 @@ from typing import Literal
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor
 
 from ncl_lightning.callbacks import pictures
+from ncl_lightning.callbacks.schedule import epoch_due, run_dir
 from ncl_lightning.metrics.functional import (
     expected_activation,
     l2_normalize_rows,
     select_by_expected_activation,
 )
-
-
-def run_dir(trainer: L.Trainer) -> Path:
-    """The run's own folder: the logger's version folder, else ``default_root_dir``."""
-    logger = trainer.logger
-    if logger is None:
-        return Path(trainer.default_root_dir)
-    if isinstance(logger, WandbLogger):  # checkpoints live in save_dir/project/run-id
-        return (
-            Path(logger.save_dir or trainer.default_root_dir)
-            / str(logger.name)
-            / str(logger.version)
-        )
-    return Path(trainer.log_dir or trainer.default_root_dir)
 
 
 class TopActivations(L.Callback):
@@ -87,9 +73,7 @@ class TopActivations(L.Callback):
         self.last_paths: dict[str, Path] = {}
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        epoch = trainer.current_epoch + 1
-        last = trainer.max_epochs is not None and epoch >= trainer.max_epochs
-        if not trainer.sanity_checking and (epoch % self.every_n_epochs == 0 or last):
+        if epoch_due(trainer, self.every_n_epochs):
             self.draw(trainer, pl_module, "val")
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

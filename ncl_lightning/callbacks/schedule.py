@@ -1,0 +1,31 @@
+"""When and where callbacks act: the epoch schedule and the run's folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.loggers import WandbLogger
+
+
+def epoch_due(trainer: L.Trainer, every_n_epochs: int) -> bool:
+    """True at the validation of every n-th epoch and of the last one (never in sanity check)."""
+    if trainer.sanity_checking:
+        return False
+    epoch = trainer.current_epoch + 1
+    last = trainer.max_epochs is not None and epoch >= trainer.max_epochs
+    return epoch % every_n_epochs == 0 or last
+
+
+def run_dir(trainer: L.Trainer) -> Path:
+    """The run's own folder: the logger's version folder, else ``default_root_dir``.
+
+    Call it on every rank: ``trainer.log_dir`` is a collective under DDP.
+    """
+    logger = trainer.logger
+    if logger is None:
+        return Path(trainer.default_root_dir)
+    if isinstance(logger, WandbLogger):  # checkpoints live in save_dir/project/run-id
+        root = Path(logger.save_dir or trainer.default_root_dir)
+        return root / str(logger.name) / str(logger.version)
+    return Path(trainer.log_dir or trainer.default_root_dir)

@@ -1,0 +1,37 @@
+"""Callback arguments are checked when the callback is built, before any training."""
+
+from __future__ import annotations
+
+import pytest
+
+from ncl_lightning.callbacks import FeatureStatistics, TopActivations
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"every_n_epochs": 0}, "every_n_epochs must be >= 1"),
+        ({"spaces": ["q"]}, r"spaces must be a non-empty subset of \['z', 'h'\]"),
+        ({"spaces": []}, "spaces must be a non-empty subset"),
+        ({"top_k": 0}, "top_k must be >= 1"),
+        ({"retrieval_dims": 0}, "retrieval_dims must be >= 1"),
+        ({"sepin_max_batches": 0}, "sepin_max_batches must be >= 1"),
+        ({"eps": -1.0}, "eps must be >= 0"),
+    ],
+)
+def test_feature_statistics_rejects_bad_arguments(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        FeatureStatistics(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_dims": 0}, "num_dims must be >= 1"),
+        ({"cell": 0}, "cell must be >= 1"),
+        ({"space": "p"}, "space must be 'z' or 'h'"),
+    ],
+)
+def test_top_activations_rejects_bad_arguments(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TopActivations(**kwargs)
