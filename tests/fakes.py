@@ -66,8 +66,15 @@ def write_images(folder: Path, n: int, size: tuple[int, int] = (12, 10), seed: i
         Image.fromarray(pixels).save(folder / f"img_{i}.png")
 
 
-def make_image_folder(root: Path, classes: list[str], n: int, splits=("train", "val")) -> Path:
+def make_image_folder(
+    root: Path,
+    classes: list[str],
+    n: int,
+    splits: tuple[str, ...] = ("train", "val"),
+    size: tuple[int, int] = (12, 10),
+) -> Path:
+    """An ImageFolder tree ``root/<split>/<class>/img_<i>.png`` of random RGB PNGs."""
     for s, split in enumerate(splits):
         for c, name in enumerate(classes):
-            write_images(root / split / name, n, seed=100 * s + c)
+            write_images(root / split / name, n, size=size, seed=100 * s + c)
     return root

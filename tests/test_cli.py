@@ -35,6 +35,9 @@ def _data_root(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         root = tmp_path / "cifar"
     elif data_class == "ImageNet100DataModule":
         root = make_image_folder(tmp_path / "imagenet", load_imagenet100_classes(), n=1)
+    elif data_class == "ImageFolderDataModule":
+        classes = [f"class{i}" for i in range(10)]
+        root = make_image_folder(tmp_path / "folder", classes, n=1, size=(32, 32))
     else:
         raise AssertionError(f"no test data for {data_class}; add it here")
     return ["--data.init_args.root", str(root), "--data.init_args.num_workers", "0"]
