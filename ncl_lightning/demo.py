@@ -24,13 +24,15 @@ from ncl_lightning.callbacks.pictures import side_by_side
 from ncl_lightning.cli import cli_main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-DEFAULT = [CONFIGS / "demo" / "digits_cl.yaml", CONFIGS / "demo" / "digits_ncl.yaml"]
+DEFAULT = [CONFIGS / "demo" / f"digits_{m}.yaml" for m in ("cl", "ncl", "bayesncl")]
 COLUMNS = {
     "online linear acc": ("val/online_acc", "{:.1%}"),
     "kNN acc": ("val/knn_acc", "{:.1%}"),
     "z sparsity": ("val/z/sparsity", "{:.1%}"),
     "active dims": ("val/z/active_dims", "{:.0f}"),
     "semantic consistency": ("val/z/semantic_consistency", "{:.1f}"),
+    "H_s (nats)": ("val/z/semantic_entropy", "{:.2f}"),
+    "gate open rate": ("val/gate/open_rate", "{:.1%}"),
 }
 
 

@@ -16,7 +16,7 @@ Values are synchronised across ranks by the metrics themselves (sum / cat reduct
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
 import torch
@@ -120,8 +120,8 @@ class FeatureStatistics(L.Callback):
 
     Args:
         every_n_epochs: Measure at the validation of every n-th epoch (and the last one).
-        spaces: Which features to measure: ``z`` (objective features) and/or ``h``
-            (backbone output).
+        spaces: Fields of the eval steps' output to measure: ``z`` (objective features),
+            ``h`` (backbone output), and for BayesNCL ``mask`` (the gate itself).
         eps: Activation threshold on ``|ẑ|`` (DESIGN.md §6).
         top_k: Samples per dimension of the top-k semantic consistency.
         retrieval_k: Neighbours of the retrieval precision ("mAP@10" of the NCL paper).
@@ -134,7 +134,7 @@ class FeatureStatistics(L.Callback):
     def __init__(
         self,
         every_n_epochs: int = 1,
-        spaces: list[Literal["z", "h"]] | None = None,
+        spaces: list[str] | None = None,
         eps: float = 1e-5,
         top_k: int = 100,
         retrieval_k: int = 10,
@@ -145,9 +145,8 @@ class FeatureStatistics(L.Callback):
         spaces = list(SPACES) if spaces is None else spaces
         if every_n_epochs < 1:
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
-        unknown = [s for s in spaces if s not in SPACES]
-        if unknown or not spaces:
-            raise ValueError(f"spaces must be a non-empty subset of {list(SPACES)}, got {spaces}")
+        if not spaces or not all(isinstance(s, str) and s.isidentifier() for s in spaces):
+            raise ValueError(f"spaces must be a non-empty list of feature names, got {spaces}")
         for name, value in (("top_k", top_k), ("retrieval_k", retrieval_k),
                             ("retrieval_dims", retrieval_dims), ("sepin_max_batches", sepin_max_batches)):  # fmt: skip  # noqa: E501
             if value is not None and value < 1:
@@ -189,10 +188,11 @@ class FeatureStatistics(L.Callback):
     ) -> None:
         if not self._active:
             return
-        if not hasattr(outputs, "z") or not hasattr(outputs, "h"):
+        missing = [s for s in self.spaces if not hasattr(outputs, s)]
+        if missing:
             raise TypeError(
-                f"FeatureStatistics needs {type(pl_module).__name__}'s eval steps to return "
-                f"Encoded(h, z), got {type(outputs).__name__}"
+                f"FeatureStatistics(spaces={self.spaces}): {type(pl_module).__name__}'s eval "
+                f"steps return {type(outputs).__name__} without {missing}"
             )
         for space in self.spaces:
             features = getattr(outputs, space).detach().float()

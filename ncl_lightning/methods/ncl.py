@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from ncl_lightning.methods.cl import CL
@@ -31,3 +32,24 @@ class NCL(CL):
 
     def features(self, p: Tensor) -> Tensor:
         return self.nonneg(p)
+
+
+class NCLTopK(NCL):
+    """NCL + TopK baseline of BayesNCL: keep the ``k`` largest activations of each sample.
+
+    Args:
+        backbone: Encoder exposing ``out_dim``.
+        topk: Activations kept per sample (``1 <= topk <= proj_output_dim``).
+        **kwargs: Everything :class:`NCL` takes.
+    """
+
+    def __init__(self, backbone: nn.Module, topk: int = 32, **kwargs: Any) -> None:
+        super().__init__(backbone, **kwargs)
+        if not 1 <= topk <= self.projector.out_dim:
+            raise ValueError(f"topk must be in [1, {self.projector.out_dim}], got {topk}")
+        self.topk = topk
+
+    def features(self, p: Tensor) -> Tensor:
+        z = super().features(p)
+        keep = torch.zeros_like(z).scatter_(1, z.topk(self.topk, dim=1).indices, 1.0)
+        return z * keep

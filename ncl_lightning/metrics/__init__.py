@@ -2,6 +2,7 @@
 
 from ncl_lightning.metrics import functional
 from ncl_lightning.metrics.activation import ExpectedActivation
+from ncl_lightning.metrics.gate import OpenFrequency
 from ncl_lightning.metrics.orthogonality import OrthogonalityError
 from ncl_lightning.metrics.rank import EffectiveRank
 from ncl_lightning.metrics.retrieval import RetrievalPrecision
@@ -18,6 +19,7 @@ __all__ = [
     "ActiveDimensions",
     "EffectiveRank",
     "ExpectedActivation",
+    "OpenFrequency",
     "OrthogonalityError",
     "RetrievalPrecision",
     "SemanticConsistency",

@@ -11,8 +11,8 @@ from ncl_lightning.callbacks import FeatureStatistics, TopActivations
     ("kwargs", "match"),
     [
         ({"every_n_epochs": 0}, "every_n_epochs must be >= 1"),
-        ({"spaces": ["q"]}, r"spaces must be a non-empty subset of \['z', 'h'\]"),
-        ({"spaces": []}, "spaces must be a non-empty subset"),
+        ({"spaces": ["a b"]}, "spaces must be a non-empty list of feature names"),
+        ({"spaces": []}, "spaces must be a non-empty list"),
         ({"top_k": 0}, "top_k must be >= 1"),
         ({"retrieval_dims": 0}, "retrieval_dims must be >= 1"),
         ({"sepin_max_batches": 0}, "sepin_max_batches must be >= 1"),

@@ -4,6 +4,7 @@ from ncl_lightning.metrics.functional.activation import (
     expected_activation,
     select_by_expected_activation,
 )
+from ncl_lightning.metrics.functional.gate import open_frequency, open_frequency_summary
 from ncl_lightning.metrics.functional.knn import weighted_knn_predict
 from ncl_lightning.metrics.functional.orthogonality import (
     feature_gram,
@@ -50,6 +51,8 @@ __all__ = [
     "expected_activation",
     "feature_gram",
     "l2_normalize_rows",
+    "open_frequency",
+    "open_frequency_summary",
     "orthogonality_error",
     "orthogonality_error_from_gram",
     "retrieval_precision",

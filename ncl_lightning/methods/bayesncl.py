@@ -1,0 +1,140 @@
+"""BayesNCL: Bayesian gated Non-negative Contrastive Learning (ICML 2026)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from torch import Tensor, nn
+
+from ncl_lightning.methods.ncl import NCL
+from ncl_lightning.metrics import OpenFrequency
+from ncl_lightning.nn.gates import GATES, bernoulli_kl
+from ncl_lightning.nn.heads import MLP
+
+
+class GatedEncoded(NamedTuple):
+    """What :meth:`BayesNCL.encode` returns for ``B`` images (an ``Encoded`` plus the gate)."""
+
+    h: Tensor
+    """Backbone features ``[B, D]``."""
+    z: Tensor
+    """Gated features ``z⁺ ⊙ m`` ``[B, d]`` (what the loss and the metrics read)."""
+    alpha: Tensor
+    """Gate open probabilities ``α`` ``[B, d]``."""
+    mask: Tensor
+    """Gate ``m`` ``[B, d]`` (hard 0/1 in the forward pass except for the soft gate)."""
+
+
+class BayesNCL(NCL):
+    """NCL whose features are multiplied by a learned per-sample Bernoulli gate.
+
+    A gating head (an MLP on the *detached* backbone features) gives logits ``g``;
+    ``α = σ(g / temperature)`` are Bernoulli open probabilities and the gate turns them into
+    a mask ``m``. The loss is the NCL objective on ``z⁺ ⊙ m`` plus
+    ``λ · mean_x Σ_i KL(Bern(α_i) || Bern(ρ))``. Because the gating head reads detached
+    features, the KL term trains the gating head only; the backbone and projector learn only
+    from the gated contrastive loss (which also reaches the gating head through the gate's
+    straight-through gradient). ``detach_gate_input=False`` is the paper's ablation.
+
+    Args:
+        backbone: Encoder exposing ``out_dim``.
+        gate: ``ste`` (paper), ``gumbel`` or ``soft``, or a gate module.
+        prior: Prior open probability ``ρ`` (paper: 0.8).
+        kl_weight: ``λ`` (paper: 3e-5).
+        gate_temperature: Sigmoid temperature of ``α`` (paper: 1.0).
+        threshold: Open when ``α > threshold`` (paper: 0.5).
+        gate_layers: Linear layers of the gating head (1, 2 or 3; paper: 2).
+        gate_hidden_dim: Hidden width of the gating head (None: the projector's).
+        gate_lr: Learning rate of the gating head (paper: 0.1; scaled by batch like all).
+        detach_gate_input: Feed the gating head detached backbone features.
+        **kwargs: Everything :class:`~ncl_lightning.methods.NCL` takes.
+    """
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        gate: str | nn.Module = "ste",
+        prior: float = 0.8,
+        kl_weight: float = 3e-5,
+        gate_temperature: float = 1.0,
+        threshold: float = 0.5,
+        gate_layers: int = 2,
+        gate_hidden_dim: int | None = None,
+        gate_lr: float = 0.1,
+        detach_gate_input: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(backbone, **kwargs)
+        if not 0.0 < prior < 1.0:
+            raise ValueError(f"prior must be in (0, 1), got {prior}")
+        if kl_weight < 0:
+            raise ValueError(f"kl_weight must be >= 0, got {kl_weight}")
+        if not gate_temperature > 0:
+            raise ValueError(f"gate_temperature must be > 0, got {gate_temperature}")
+        if gate_layers not in (1, 2, 3):
+            raise ValueError(f"gate_layers must be 1, 2 or 3, got {gate_layers}")
+        if gate_lr < 0:
+            raise ValueError(f"gate_lr must be >= 0, got {gate_lr}")
+        hidden = gate_hidden_dim or self.hparams.get("proj_hidden_dim", backbone.out_dim)
+        self.gating_head = MLP(backbone.out_dim, hidden, self.projector.out_dim, gate_layers)
+        self.gate = GATES.build(gate, threshold=threshold)
+        d = self.projector.out_dim
+        self.open_frequency = nn.ModuleDict({s: OpenFrequency(d) for s in ("val", "test")})
+
+    def gate_probs(self, h: Tensor) -> Tensor:
+        """Open probabilities ``α = σ(g(h) / temperature)`` ``[B, d]``."""
+        h = h.detach() if self.hparams.detach_gate_input else h
+        return (self.gating_head(h) / self.hparams.gate_temperature).sigmoid()
+
+    def encode(self, x: Tensor) -> GatedEncoded:
+        h = self.backbone(x)
+        z = self.features(self.projector(h))
+        alpha = self.gate_probs(h)
+        mask = self.gate(alpha)
+        return GatedEncoded(h=h, z=z * mask, alpha=alpha, mask=mask)
+
+    def kl(self, views: list[GatedEncoded]) -> Tensor:
+        """``mean_x Σ_i KL(Bern(α_i(x)) || Bern(ρ))`` over the views."""
+        prior = self.hparams.prior
+        return sum(bernoulli_kl(v.alpha, prior).sum(dim=1).mean() for v in views) / len(views)
+
+    def objective(self, views: list[GatedEncoded]) -> Tensor:  # type: ignore[override]
+        contrastive = super().objective(views)
+        kl = self.kl(views)
+        open_rate = sum(v.mask.detach().mean() for v in views) / len(views)
+        self.log_dict(
+            {"train/contrastive": contrastive, "train/kl": kl, "train/gate/open_rate": open_rate},
+            sync_dist=True,
+        )
+        return contrastive + self.hparams.kl_weight * kl
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The base groups without the gating head, plus its own group (``gate_lr``)."""
+        gate_ids = {id(p) for p in self.gating_head.parameters()}
+        groups = []
+        for group in super().param_groups():
+            params = [p for p in group["params"] if id(p) not in gate_ids]
+            if params:
+                groups.append({**group, "params": params})
+        gate = {"params": list(self.gating_head.parameters()), "lr": self.hparams.gate_lr,
+                "lars_exclude": True}  # fmt: skip
+        return [*groups, gate]
+
+    def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str) -> GatedEncoded:
+        out = super()._eval_step(batch, stage)
+        self.open_frequency[stage].update(out.mask)
+        return out
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_gate("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_gate("test")
+
+    def _log_gate(self, stage: str) -> None:
+        """Log ``{stage}/gate/open_rate`` and the per-dimension open-frequency summary."""
+        metric = self.open_frequency[stage]
+        if metric.update_called:
+            for key, value in metric.compute().items():  # synchronised across ranks
+                self.log(f"{stage}/gate/{key}", value)
+            metric.reset()

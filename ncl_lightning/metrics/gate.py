@@ -1,0 +1,52 @@
+"""Streaming per-dimension open frequency of a gate (BayesNCL, ICML 2026)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from ncl_lightning.metrics.functional.gate import open_frequency, open_frequency_summary
+
+
+class OpenFrequency(Metric):
+    """How often each dimension's gate is open; ``compute`` returns summary scalars.
+
+    Args:
+        num_features: Gate width ``d``.
+
+    Update:
+        ``mask``: gate ``[N, d]`` (0/1 at inference).
+    """
+
+    higher_is_better = None
+    is_differentiable = False
+    full_state_update = False
+
+    open_count: Tensor
+    num_samples: Tensor
+
+    def __init__(self, num_features: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if num_features < 1:
+            raise ValueError(f"num_features must be >= 1, got {num_features}")
+        self.num_features = num_features
+        self.add_state("open_count", torch.zeros(num_features, dtype=torch.float64), "sum")
+        self.add_state("num_samples", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, mask: Tensor) -> None:
+        """Add a batch of masks ``[N, d]``."""
+        if mask.ndim != 2 or mask.shape[1] != self.num_features:
+            raise ValueError(f"expected mask [N, {self.num_features}], got {tuple(mask.shape)}")
+        self.open_count += open_frequency(mask.detach()).double() * mask.shape[0]
+        self.num_samples += mask.shape[0]
+
+    def frequency(self) -> Tensor:
+        """Per-dimension open frequency ``[d]`` of the samples seen (this rank's until synced)."""
+        return (self.open_count / self.num_samples).float()
+
+    def compute(self) -> dict[str, Tensor]:
+        """``open_rate``, ``open_freq_{min,median,max}`` and ``never_open_dims``."""
+        return open_frequency_summary(self.frequency())

@@ -1,0 +1,34 @@
+"""Real 2-process gloo DDP: BayesNCL's loss and every gradient equal one process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from tests.methods.ddp_bayes_worker import loss_and_grads, make_problem, run_rank
+
+
+@pytest.mark.ddp
+def test_bayesncl_two_ranks_equal_one_process(tmp_path) -> None:
+    ctx = mp.get_context("spawn")
+    procs = [
+        ctx.Process(target=run_rank, args=(r, 2, f"{tmp_path}/init", f"{tmp_path}/out{r}.pt"))
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0, f"rank process failed with exit code {p.exitcode}"
+    model, x1, x2 = make_problem()
+    loss = loss_and_grads(model, x1, x2, model)
+    loss.backward()
+    expected = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    assert any(k.startswith("gating_head") for k in expected)
+    for r in range(2):
+        got = torch.load(tmp_path / f"out{r}.pt", weights_only=True)
+        torch.testing.assert_close(got["loss"], loss.detach(), rtol=1e-5, atol=1e-6)
+        assert set(got["grads"]) == set(expected)
+        for k, g in expected.items():
+            torch.testing.assert_close(got["grads"][k], g, rtol=1e-4, atol=1e-6, msg=k)
