@@ -7,7 +7,7 @@ Trains both methods with the configs in ``configs/demo/`` through the real ``ncl
 entry point (Lightning progress bar, CSV logs, checkpoints, feature statistics and
 pictures), then prints one table of the final validation numbers, writes it to
 ``<out>/results.md`` and puts the two top-activation pictures side by side in
-``<out>/top_activations_cl_vs_ncl.png``.
+``<out>/top_activations_<methods>.png``.
 """
 
 from __future__ import annotations

@@ -19,10 +19,11 @@ def test_demo_writes_side_by_side_table(tmp_path: Path) -> None:
     rows = {
         line.split("|")[1].strip(): line for line in written.splitlines() if line.startswith("| ")
     }
-    assert set(rows) == {"method", "CL", "NCL"}
+    assert set(rows) == {"method", "CL", "NCL", "BayesNCL"}
     cl_sparsity = rows["CL"].split("|")[4].strip()
     assert cl_sparsity == "0.0%"  # CL features are dense
     assert "/ 64" in rows["NCL"]
-    for run in ("digits_cl", "digits_ncl"):
+    assert "%" in rows["BayesNCL"].split("|")[-2]  # the gate open rate column
+    for run in ("digits_cl", "digits_ncl", "digits_bayesncl"):
         assert list((tmp_path / run).rglob("last.ckpt")), run
-    assert (tmp_path / "top_activations_cl_vs_ncl.png").is_file()
+    assert (tmp_path / "top_activations_cl_vs_ncl_vs_bayesncl.png").is_file()

@@ -58,6 +58,7 @@ def _lazy(module: str) -> Benchmark:
 
 
 BENCHMARKS.add("metrics", _lazy("metrics"))
+BENCHMARKS.add("step", _lazy("step"))
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:

@@ -22,3 +22,11 @@ def test_unknown_benchmark_name_is_refused_before_work(capsys: pytest.CaptureFix
         main(["nonesuch"])
     assert err.value.code == 2
     assert "valid names: " + ", ".join(BENCHMARKS.names) in capsys.readouterr().err
+
+
+def test_step_benchmark_times_ncl_and_bayesncl_on_small_batches() -> None:
+    from ncl_lightning.bench.step import run as run_step
+
+    ncl, bayes = run_step(repeats=1, batch_size=4, image_size=8)
+    assert ncl.what.startswith("NCL") and bayes.what.startswith("BayesNCL")
+    assert bayes.goal == 1.10 * ncl.seconds and "ratio" in bayes.note
