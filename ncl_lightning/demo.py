@@ -1,12 +1,12 @@
-"""``make demo``: CL vs NCL on scikit-learn's bundled digits, side by side, on CPU.
+"""``make demo``: CL, NCL and BayesNCL on scikit-learn's bundled digits, side by side, on CPU.
 
 ``--configs`` compares any configs the same way (e.g. ``configs/subset/`` on the real
 CIFAR-10 images).
 
-Trains both methods with the configs in ``configs/demo/`` through the real ``ncl-cli``
+Trains the methods with the configs in ``configs/demo/`` through the real ``ncl-cli``
 entry point (Lightning progress bar, CSV logs, checkpoints, feature statistics and
 pictures), then prints one table of the final validation numbers, writes it to
-``<out>/results.md`` and puts the two top-activation pictures side by side in
+``<out>/results.md`` and puts the top-activation pictures side by side in
 ``<out>/top_activations_<methods>.png``.
 """
 

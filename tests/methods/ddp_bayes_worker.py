@@ -43,7 +43,8 @@ def make_problem(n_total: int = 8) -> tuple[BayesNCL, torch.Tensor, torch.Tensor
     )
 
 
-def loss_and_grads(model: BayesNCL, x1: torch.Tensor, x2: torch.Tensor, encode) -> torch.Tensor:
+def gated_loss(model: BayesNCL, x1: torch.Tensor, x2: torch.Tensor, encode) -> torch.Tensor:
+    """BayesNCL's objective on two views encoded by ``encode`` (the DDP wrapper or the model)."""
     views = [encode(x1), encode(x2)]
     return model.objective(views)
 
@@ -56,7 +57,7 @@ def run_rank(rank: int, world: int, init_file: str, out_file: str) -> None:
         ddp = DistributedDataParallel(model)
         n = x1.shape[0] // world
         sl = slice(rank * n, (rank + 1) * n)
-        loss = loss_and_grads(model, x1[sl], x2[sl], ddp)
+        loss = gated_loss(model, x1[sl], x2[sl], ddp)
         loss.backward()
         mean = loss.detach().clone()
         dist.all_reduce(mean)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tests.methods.ddp_bayes_worker import loss_and_grads, make_problem, run_rank
+from tests.methods.ddp_bayes_worker import gated_loss, make_problem, run_rank
 
 
 @pytest.mark.ddp
@@ -22,7 +22,7 @@ def test_bayesncl_two_ranks_equal_one_process(tmp_path) -> None:
         p.join(timeout=120)
         assert p.exitcode == 0, f"rank process failed with exit code {p.exitcode}"
     model, x1, x2 = make_problem()
-    loss = loss_and_grads(model, x1, x2, model)
+    loss = gated_loss(model, x1, x2, model)
     loss.backward()
     expected = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
     assert any(k.startswith("gating_head") for k in expected)
