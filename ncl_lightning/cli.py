@@ -5,18 +5,18 @@ Usage::
     ncl-cli fit --config configs/cifar10_ncl.yaml
     ncl-cli test --config configs/cifar10_ncl.yaml --ckpt_path runs/.../last.ckpt
 
-Model and data are chosen by ``class_path`` (subclass mode), so a researcher's own
-subclass in their own module works the same way. The DataModule's ``num_classes`` and
+Model and data are chosen by ``class_path`` (subclass mode): pre-training methods
+(``ncl_lightning.methods``), evaluation protocols (``ncl_lightning.evaluation``) and a
+researcher's own LightningModule in their own package work the same way. Every model
+takes ``num_classes`` and ``batch_size``. The DataModule's ``num_classes`` and
 ``batch_size`` are linked into the model when both are instantiated, so a config states
 them once.
 """
 
 from __future__ import annotations
 
-from lightning.pytorch import LightningDataModule
+from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-
-from ncl_lightning.methods import SSLMethod
 
 
 class NCLCLI(LightningCLI):
@@ -38,7 +38,7 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
         args: Replaces ``sys.argv[1:]``, e.g. ``["fit", "--config", "configs/cifar10_ncl.yaml"]``.
     """
     return NCLCLI(
-        model_class=SSLMethod,
+        model_class=LightningModule,
         datamodule_class=LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,

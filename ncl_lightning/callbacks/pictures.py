@@ -115,3 +115,18 @@ def side_by_side(paths: Sequence[Path], titles: Sequence[str], out: Path) -> Pat
         x += picture.width + PAD
     canvas.save(out)
     return out
+
+
+def accuracy_vs_k(
+    curves: dict[str, tuple[Sequence[int], Sequence[float]]], path: Path, title: str
+) -> Path:
+    """Save accuracy against the number of kept dimensions, one line per selection
+    rule (NCL paper, Figure 10); ``curves[name] = (ks, accuracies in [0, 1])``."""
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    for name, (ks, accs) in curves.items():
+        ax.plot(list(ks), [100 * a for a in accs], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set(title=title, xlabel="selected dimensions k", ylabel="linear accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return _save(fig, path)

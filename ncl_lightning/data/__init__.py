@@ -10,6 +10,12 @@ from ncl_lightning.data.cifar import CIFAR10DataModule, CIFAR100DataModule
 from ncl_lightning.data.digits import DigitsDataModule, TensorImageDataset
 from ncl_lightning.data.folder import ImageFolderDataModule, ImageListDataset
 from ncl_lightning.data.imagenet100 import ImageNet100DataModule, load_imagenet100_classes
+from ncl_lightning.data.ood import (
+    IMAGENET_C_CORRUPTIONS,
+    IMAGENET_C_EXTRA_CORRUPTIONS,
+    IMAGENET_C_SEVERITIES,
+    ImageNetOODDataModule,
+)
 from ncl_lightning.data.transforms import (
     AUGMENTATIONS,
     CIFAR_MEAN,
@@ -32,6 +38,9 @@ __all__ = [
     "CIFAR_STD",
     "DIGITS_MEAN",
     "DIGITS_STD",
+    "IMAGENET_C_CORRUPTIONS",
+    "IMAGENET_C_EXTRA_CORRUPTIONS",
+    "IMAGENET_C_SEVERITIES",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "CIFAR10DataModule",
@@ -40,6 +49,7 @@ __all__ = [
     "ImageFolderDataModule",
     "ImageListDataset",
     "ImageNet100DataModule",
+    "ImageNetOODDataModule",
     "MultiView",
     "MultiViewDataModule",
     "SimCLRAugmentation",

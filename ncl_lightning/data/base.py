@@ -9,6 +9,8 @@ Batches:
     * ``train_dataloader``: ``(views, labels)``, ``views`` a list of ``n_views`` float
       tensors ``[B, C, H, W]`` (independent augmentations of the same images),
       ``labels`` a LongTensor ``[B]``; shuffled, last incomplete batch dropped.
+      Supervised runs (probes, fine-tuning, NCE) use ``n_views: 1`` and
+      ``train_transform: crop_flip``.
     * ``val_dataloader`` / ``test_dataloader`` / ``predict_dataloader``: ``(images,
       labels)`` with ``images`` ``[B, C, H, W]`` through the clean (non-augmented)
       transform; in order, no batch dropped.
@@ -17,7 +19,7 @@ Batches:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import lightning as L
 import torch
@@ -26,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from ncl_lightning.data.transforms import MultiView, SimCLRAugmentation
 
 Split = Literal["train", "val", "test"]
+TrainTransform = Literal["simclr", "crop_flip", "none"]
 
 # Which base datasets each Lightning stage needs (None: all of them).
 _STAGE_SPLITS: dict[str | None, tuple[Split, ...]] = {
@@ -68,8 +71,12 @@ class MultiViewDataModule(L.LightningDataModule):
     Args:
         batch_size: Images per batch (per device).
         num_workers: DataLoader worker processes (0 loads in the main process).
-        n_views: Augmented views per training image (>= 2 for contrastive learning).
+        n_views: Augmented views per training image (>= 2 for contrastive learning,
+            1 for supervised training).
         augmentation: View augmentation; ``None`` uses the subclass's preset.
+        train_transform: Training transform: ``simclr`` (the full ``augmentation``),
+            ``crop_flip`` (its crop, rotation and flip only: probes, fine-tuning,
+            supervised training) or ``none`` (the clean evaluation transform).
         pin_memory: Pin host memory; only effective when CUDA is available.
         persistent_workers: Keep workers alive between epochs; only when
             ``num_workers > 0``.
@@ -92,6 +99,7 @@ class MultiViewDataModule(L.LightningDataModule):
         num_workers: int = 2,
         n_views: int = 2,
         augmentation: SimCLRAugmentation | None = None,
+        train_transform: TrainTransform = "simclr",
         pin_memory: bool = True,
         persistent_workers: bool = True,
         drop_last: bool = True,
@@ -101,12 +109,18 @@ class MultiViewDataModule(L.LightningDataModule):
             raise ValueError(f"batch_size must be > 0, got {batch_size}")
         if num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        if n_views < 2:
-            raise ValueError(f"n_views must be >= 2 for contrastive views, got {n_views}")
+        if n_views < 1:
+            raise ValueError(f"n_views must be >= 1, got {n_views}")
+        if train_transform not in get_args(TrainTransform):
+            raise ValueError(
+                f"train_transform must be one of {list(get_args(TrainTransform))}, "
+                f"got {train_transform!r}"
+            )
         self.save_hyperparameters()
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.n_views = n_views
+        self.train_transform = train_transform
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers
         self.drop_last = drop_last
@@ -149,13 +163,20 @@ class MultiViewDataModule(L.LightningDataModule):
         self._check_augmentation()
         clean = self.augmentation.clean(resize=self.eval_resize)
         if "train" in splits and self.train_dataset is None:
-            views = MultiView(self.augmentation.build(), self.n_views)
+            views = MultiView(self._train_view_transform(), self.n_views)
             self.train_dataset = TransformedDataset(self.base_dataset("train"), views)
             self._check_train_size(len(self.train_dataset))
         if "val" in splits and self.val_dataset is None:
             self.val_dataset = TransformedDataset(self.base_dataset("val"), clean)
         if "test" in splits and self.test_dataset is None:
             self.test_dataset = TransformedDataset(self.base_dataset("test"), clean)
+
+    def _train_view_transform(self) -> Callable[[Any], Any]:
+        if self.train_transform == "crop_flip":
+            return self.augmentation.crop_flip().build()
+        if self.train_transform == "none":
+            return self.augmentation.clean(resize=self.eval_resize)
+        return self.augmentation.build()
 
     def _check_augmentation(self) -> None:
         # A config that sets one augmentation field gets the dataclass defaults (CIFAR)
@@ -212,11 +233,20 @@ class MultiViewDataModule(L.LightningDataModule):
         """Same as ``test_dataloader``."""
         return self._loader(self.test_dataset, "test", train=False)
 
-    def clean_train_dataloader(self) -> DataLoader:
-        """Clean, non-augmented ``(images [B, C, H, W], labels [B])`` of the training
-        split, in order, no batch dropped (e.g. expected activation, kNN banks)."""
+    def clean_dataloader(self, split: Split, rank: int = 0, world_size: int = 1) -> DataLoader:
+        """Clean, non-augmented ``(images [B, C, H, W], labels [B])`` of ``split``, in
+        order, no batch dropped, without ``setup`` (expected activation, kNN banks,
+        feature selection, transfer probes). Rank ``rank`` of ``world_size`` gets samples
+        ``rank::world_size``."""
         clean = self.augmentation.clean(resize=self.eval_resize)
-        return self._loader(TransformedDataset(self.base_dataset("train"), clean), "", False)
+        base = self.base_dataset(split)
+        if world_size > 1:
+            base = Subset(base, range(rank, len(base), world_size))  # type: ignore[arg-type]
+        return self._loader(TransformedDataset(base, clean), split, False)
+
+    def clean_train_dataloader(self, rank: int = 0, world_size: int = 1) -> DataLoader:
+        """:meth:`clean_dataloader` of the training split."""
+        return self.clean_dataloader("train", rank, world_size)
 
     def view_dataloader(self, split: Split, rank: int = 0, world_size: int = 1) -> DataLoader:
         """Augmented ``(views, labels)`` batches of an evaluation split, in order.

@@ -166,6 +166,12 @@ class SimCLRAugmentation:
         ops.append(v2.Normalize(self.mean, self.std))
         return v2.Compose(ops)
 
+    def crop_flip(self) -> SimCLRAugmentation:
+        """The same crop, rotation and flip without colour jitter, grayscale, blur or
+        solarisation: the training augmentation of linear probes, fine-tuning and
+        supervised (NCE) training."""
+        return replace(self, jitter_p=0.0, grayscale_p=0.0, blur_p=0.0, solarize_p=0.0)
+
     def clean(self, resize: int | None = None) -> Callable[[Any], Tensor]:
         """The deterministic evaluation transform with this pipeline's normalisation.
 

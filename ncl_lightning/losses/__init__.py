@@ -2,7 +2,8 @@
 
 ``OBJECTIVES`` maps a config name to a factory called with the method's
 ``temperature`` and ``gather_distributed``; register a new objective with
-``OBJECTIVES.register("name")`` on such a factory.
+``OBJECTIVES.register("name")`` on such a factory. The supervised contrastive loss
+(``supcon``) also takes labels, so it is used by the SupCon methods directly.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from torch import nn
 
 from ncl_lightning.losses.info_nce import InfoNCELoss, info_nce
 from ncl_lightning.losses.spectral import SpectralContrastiveLoss, spectral_contrastive
+from ncl_lightning.losses.supcon import SupConLoss, supcon
 from ncl_lightning.registry import Registry
 
 OBJECTIVES: Registry[nn.Module] = Registry("objective")
@@ -31,6 +33,8 @@ __all__ = [
     "OBJECTIVES",
     "InfoNCELoss",
     "SpectralContrastiveLoss",
+    "SupConLoss",
     "info_nce",
     "spectral_contrastive",
+    "supcon",
 ]

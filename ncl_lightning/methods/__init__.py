@@ -1,8 +1,24 @@
-"""Self-supervised methods (LightningModules)."""
+"""LightningModules: self-supervised methods (CL, NCL, BayesNCL) and supervised
+classifiers (CE/NCE)."""
 
 from ncl_lightning.methods.base import Encoded, SSLMethod
 from ncl_lightning.methods.bayesncl import BayesNCL, GatedEncoded
 from ncl_lightning.methods.cl import CL
+from ncl_lightning.methods.classifier import Classifier
+from ncl_lightning.methods.nce import NCEClassifier
 from ncl_lightning.methods.ncl import NCL, NCLTopK
+from ncl_lightning.methods.supcon import SupConCL, SupConNCL
 
-__all__ = ["CL", "NCL", "BayesNCL", "Encoded", "GatedEncoded", "NCLTopK", "SSLMethod"]
+__all__ = [
+    "CL",
+    "NCL",
+    "BayesNCL",
+    "Classifier",
+    "Encoded",
+    "GatedEncoded",
+    "NCEClassifier",
+    "NCLTopK",
+    "SSLMethod",
+    "SupConCL",
+    "SupConNCL",
+]

@@ -4,7 +4,8 @@ A method subclasses :class:`SSLMethod` and implements two hooks:
 
 * ``encode(x) -> Encoded``: backbone features ``h`` and the features ``z`` that enter the
   objective (and that the interpretability metrics read);
-* ``objective(views) -> Tensor``: the self-supervised loss over the encoded views.
+* ``objective(views) -> Tensor``: the self-supervised loss over the encoded views
+  (``objective(views, labels)`` for methods that set ``needs_labels = True``, e.g. SupCon).
 
 Everything else (online linear probe and kNN, optimiser groups with
 bias/norm exclusion, learning-rate scaling by global batch / 256, warmup-cosine schedule)
@@ -15,7 +16,7 @@ is here, once. The module never sees which dataset it is trained on: batches are
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import lightning as L
 import torch
@@ -25,8 +26,10 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from ncl_lightning.checkpoint import RecordsBackbone
 from ncl_lightning.methods.online import OnlineEvaluator
-from ncl_lightning.optim import LARS, scale_lr, split_decay_params, warmup_cosine
+from ncl_lightning.methods.optimization import configure_warmup_cosine
+from ncl_lightning.optim import LARS, split_decay_params
 
 
 class Encoded(NamedTuple):
@@ -43,7 +46,7 @@ def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
     return LARS(params, lr=0.3, momentum=0.9, weight_decay=1e-4, eta=0.02, clip_lr=True)
 
 
-class SSLMethod(L.LightningModule):
+class SSLMethod(RecordsBackbone, L.LightningModule):
     """Shared training loop of every self-supervised method.
 
     Args:
@@ -59,7 +62,13 @@ class SSLMethod(L.LightningModule):
         probe_lr: Learning rate of the online linear probe.
         knn_k: Neighbours of the online kNN classifier.
         knn_temperature: Temperature of the kNN weights.
+
+    Attributes:
+        needs_labels: Class flag: ``objective`` also receives the batch labels ``[B]``
+            (supervised contrastive variants); ``False`` for self-supervised methods.
     """
+
+    needs_labels: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -119,7 +128,10 @@ class SSLMethod(L.LightningModule):
         raise NotImplementedError
 
     def objective(self, views: list[Encoded]) -> Tensor:
-        """Self-supervised loss (scalar) over the encoded views of one batch."""
+        """Self-supervised loss (scalar) over the encoded views of one batch.
+
+        Methods with ``needs_labels = True`` get a second argument, the labels ``[B]``.
+        """
         raise NotImplementedError
 
     def param_groups(self) -> list[dict[str, Any]]:
@@ -153,7 +165,7 @@ class SSLMethod(L.LightningModule):
     def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
         views, y = batch
         encoded = [self.encode(v) for v in views]
-        objective = self.objective(encoded)
+        objective = self.objective(encoded, y) if self.needs_labels else self.objective(encoded)
         loss = objective
         self.log("train/objective", objective, prog_bar=True, sync_dist=True)
         if self.online is not None:
@@ -200,22 +212,11 @@ class SSLMethod(L.LightningModule):
 
     # -- optimisation -----------------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = self.optimizer_factory(self.param_groups())
-        if self.hparams.scale_lr:
-            if self.hparams.batch_size is None:
-                raise ValueError(
-                    "scale_lr=True needs the per-device batch_size (ncl-cli links it from the data)"
-                )
-            world = self.trainer.world_size * self.trainer.accumulate_grad_batches
-            for group in optimizer.param_groups:
-                group["lr"] = scale_lr(group["lr"], self.hparams.batch_size * world)
-        total = int(self.trainer.estimated_stepping_batches)
-        epochs = self.trainer.max_epochs
-        if not epochs or epochs < 1:
-            raise ValueError("the warmup-cosine schedule needs trainer.max_epochs >= 1")
-        warmup = round(self.hparams.warmup_epochs * total / epochs)
-        scheduler = warmup_cosine(optimizer, warmup, total, self.hparams.min_lr_ratio)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
-        }
+        return configure_warmup_cosine(
+            self,
+            self.optimizer_factory(self.param_groups()),
+            scale_lr=self.hparams.scale_lr,
+            batch_size=self.hparams.batch_size,
+            warmup_epochs=self.hparams.warmup_epochs,
+            min_lr_ratio=self.hparams.min_lr_ratio,
+        )

@@ -1,7 +1,7 @@
 """Building blocks: backbones, projector heads, non-negative maps, cross-rank gathering."""
 
 from ncl_lightning.nn.backbones import BACKBONES, ResNet, SmallCNN, build_backbone
-from ncl_lightning.nn.heads import MLP
+from ncl_lightning.nn.heads import MLP, LinearClassifier
 from ncl_lightning.nn.nonneg import NONNEG, Exp, ReLU, RepReLU, Sigmoid, Softplus, rep_relu
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "MLP",
     "NONNEG",
     "Exp",
+    "LinearClassifier",
     "ReLU",
     "RepReLU",
     "ResNet",

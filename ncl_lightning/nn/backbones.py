@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torchvision
@@ -23,6 +23,12 @@ _RESNETS: dict[int, tuple[Callable[..., torchvision.models.ResNet], int]] = {
     50: (torchvision.models.resnet50, 2048),
 }
 _STEMS = ("cifar", "imagenet")
+
+
+def backbone_spec(cls: type, **init_args: Any) -> dict[str, Any]:
+    """``{"class_path", "init_args"}`` that rebuilds a backbone: written into checkpoints
+    so :func:`ncl_lightning.load_backbone` can rebuild a module made from Python."""
+    return {"class_path": f"ncl_lightning.nn.{cls.__name__}", "init_args": init_args}
 
 
 class ResNet(nn.Module):
@@ -41,6 +47,7 @@ class ResNet(nn.Module):
 
     Attributes:
         out_dim: Representation size (512 for depth 18/34, 2048 for 50).
+        spec: ``{"class_path", "init_args"}`` rebuilding this architecture.
 
     Shapes:
         ``x``: ``[B, in_channels, H, W]`` -> ``[B, out_dim]``.
@@ -61,6 +68,10 @@ class ResNet(nn.Module):
         if in_channels < 1:
             raise ValueError(f"in_channels must be >= 1, got {in_channels}")
         factory, self.out_dim = _RESNETS[depth]
+        self.spec = backbone_spec(
+            ResNet, depth=depth, stem=stem, in_channels=in_channels,
+            zero_init_residual=zero_init_residual,
+        )  # fmt: skip
         # weights=None: random init, never a download.
         net = factory(weights=None, zero_init_residual=zero_init_residual)
         if stem == "cifar":
@@ -100,6 +111,10 @@ class SmallCNN(nn.Module):
         width: Channels of the first two layers; the last two use ``2 * width`` (>= 1).
         out_dim: Representation size (>= 1).
 
+    Attributes:
+        out_dim: Representation size.
+        spec: ``{"class_path", "init_args"}`` rebuilding this architecture.
+
     Shapes:
         ``x``: ``[B, in_channels, H, W]`` -> ``[B, out_dim]``.
     """
@@ -110,6 +125,7 @@ class SmallCNN(nn.Module):
             if value < 1:
                 raise ValueError(f"SmallCNN {name} must be >= 1, got {value}")
         self.out_dim = out_dim
+        self.spec = backbone_spec(SmallCNN, in_channels=in_channels, width=width, out_dim=out_dim)
         self.features = nn.Sequential(
             _conv_bn_relu(in_channels, width),
             _conv_bn_relu(width, width),

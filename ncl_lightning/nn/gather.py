@@ -66,3 +66,17 @@ def gather_no_grad(x: Tensor) -> Tensor:
     parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
     dist.all_gather(parts, x.contiguous())
     return torch.cat(parts, dim=0)
+
+
+def gather_uneven(x: Tensor) -> Tensor:
+    """Like :func:`gather_no_grad` for per-rank tensors of different lengths along dim 0
+    (shards ``rank::world`` of a dataset): pad to the longest, gather, drop the padding."""
+    if not is_distributed():
+        return x
+    size = torch.tensor([x.shape[0]], device=x.device)
+    sizes = gather_no_grad(size).tolist()
+    longest = max(sizes)
+    padded = x.new_zeros((longest, *x.shape[1:]))
+    padded[: x.shape[0]] = x
+    parts = gather_no_grad(padded).split(longest)
+    return torch.cat([part[:n] for part, n in zip(parts, sizes, strict=True)])

@@ -47,3 +47,31 @@ class MLP(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``[B, in_dim] -> [B, out_dim]``."""
         return self.net(x)
+
+
+class LinearClassifier(nn.Linear):
+    """Linear classifier whose weights can be constrained to be non-negative.
+
+    With ``nonneg_weights`` the forward pass uses ``ReLU(W)`` (the stored ``W`` is free):
+    the classifier of Non-negative Cross Entropy (NCE; Wang et al., ICLR 2024, Sec. 6),
+    where every class is a non-negative combination of non-negative features.
+
+    Args:
+        in_dim: Feature width ``d``.
+        num_classes: Number of classes ``C``.
+        nonneg_weights: Use ``ReLU(W)`` in the forward pass.
+
+    Shapes:
+        ``[B, d] -> [B, C]``.
+    """
+
+    def __init__(self, in_dim: int, num_classes: int, nonneg_weights: bool = False) -> None:
+        super().__init__(in_dim, num_classes)
+        self.nonneg_weights = nonneg_weights
+
+    def effective_weight(self) -> Tensor:
+        """The weight matrix ``[C, d]`` used in the forward pass."""
+        return self.weight.clamp(min=0) if self.nonneg_weights else self.weight
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn.functional.linear(x, self.effective_weight(), self.bias)

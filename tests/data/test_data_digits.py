@@ -47,13 +47,28 @@ def test_digits_clean_val_is_deterministic_and_normalised() -> None:
     [
         ({"batch_size": 0}, r"batch_size must be > 0, got 0"),
         ({"num_workers": -1}, r"num_workers must be >= 0"),
-        ({"n_views": 1}, r"n_views must be >= 2"),
+        ({"n_views": 0}, r"n_views must be >= 1"),
+        ({"train_transform": "randaug"}, r"train_transform must be one of \['simclr'"),
         ({"val_fraction": 1.0}, r"val_fraction must be in \(0, 1\)"),
     ],
 )
 def test_bad_arguments(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         DigitsDataModule(**kwargs)
+
+
+def test_single_view_supervised_transforms() -> None:
+    """``n_views=1`` with ``crop_flip`` or ``none`` gives one view per image; ``none`` is
+    the clean transform, so it is deterministic and equals the validation transform."""
+    clean = DigitsDataModule(batch_size=16, num_workers=0, n_views=1, train_transform="none")
+    clean.setup("fit")
+    (view,), _ = clean.train_dataset[3]
+    image, _ = clean.base_dataset("train")[3]
+    assert torch.equal(view, clean.augmentation.clean()(image))
+    crop = DigitsDataModule(batch_size=16, num_workers=0, n_views=1, train_transform="crop_flip")
+    crop.setup("fit")
+    views, y = next(iter(crop.train_dataloader()))
+    assert len(views) == 1 and views[0].shape == (16, 1, 8, 8) and y.shape == (16,)
 
 
 def test_too_few_samples_for_one_batch() -> None:

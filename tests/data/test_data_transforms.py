@@ -10,6 +10,7 @@ from PIL import Image
 
 from ncl_lightning.data import (
     AUGMENTATIONS,
+    IMAGENET_MEAN,
     DigitsDataModule,
     MultiView,
     MultiViewDataModule,
@@ -148,3 +149,11 @@ def test_jsonargparse_round_trip() -> None:
     dm = parser.instantiate_classes(cfg).data
     assert isinstance(dm, DigitsDataModule) and dm.batch_size == 32
     assert dm.augmentation.rotation == 5.0 and dm.augmentation.mean == (0.3,)
+
+
+def test_crop_flip_keeps_geometry_and_drops_photometric_ops() -> None:
+    aug = imagenet_augmentation().crop_flip()
+    names = [type(op).__name__ for op in aug.build().transforms]
+    assert "RandomResizedCrop" in names and "RandomHorizontalFlip" in names
+    assert not {"RandomApply", "RandomGrayscale", "RandomSolarize"} & set(names)
+    assert aug.crop_scale == imagenet_augmentation().crop_scale and aug.mean == IMAGENET_MEAN

@@ -1,0 +1,226 @@
+"""Safe checkpoint reading: backbones and whole methods from any checkpoint we write.
+
+Every LightningModule of the package adds a small record to its checkpoints
+(``checkpoint["ncl_lightning"]``): the method's class path and how to build its backbone
+(``{"class_path", "init_args"}``). With it, :func:`load_backbone` rebuilds the encoder of
+a CL, NCL, BayesNCL, NCE or probe checkpoint from the file alone.
+
+Files are read with ``torch.load(weights_only=True)``: only tensors and plain containers
+are unpickled, so a checkpoint carrying a pickled object that would run code is refused
+before anything in it executes. Class paths named in the record are imported only if
+they resolve to ``nn.Module`` (backbone) or ``LightningModule`` (method) subclasses.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch import nn
+
+RECORD_KEY = "ncl_lightning"
+RECORD_FORMAT = 1
+BACKBONE_PREFIX = "backbone."
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is unsafe, foreign or does not fit the module asked for."""
+
+
+def class_path(obj: type) -> str:
+    """``module.QualName`` of a class, as LightningCLI writes it."""
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def make_record(module: nn.Module, backbone_spec: dict[str, Any] | None) -> dict[str, Any]:
+    """The record a module writes into its checkpoint (``on_save_checkpoint``).
+
+    Args:
+        module: The LightningModule being saved.
+        backbone_spec: ``{"class_path", "init_args"}`` rebuilding ``module.backbone``, or
+            ``None`` when unknown (a user backbone built from Python without ``spec``).
+    """
+    return {
+        "format": RECORD_FORMAT,
+        "method": class_path(type(module)),
+        "backbone": backbone_spec,
+    }
+
+
+def spec_of(backbone: nn.Module, configured: Any = None) -> dict[str, Any] | None:
+    """How to rebuild ``backbone``: the config's ``class_path`` dict, else its ``spec``."""
+    if isinstance(configured, dict) and "class_path" in configured:
+        return {
+            "class_path": configured["class_path"],
+            "init_args": configured.get("init_args", {}),
+        }
+    spec = getattr(backbone, "spec", None)
+    return spec if isinstance(spec, dict) else None
+
+
+class RecordsBackbone:
+    """LightningModule mixin: write the record (method class, backbone spec) on save.
+
+    The backbone is ``self.backbone``; its spec comes from the configured
+    ``hparams["backbone"]`` (ncl-cli) or the module's ``spec`` attribute. Subclasses that
+    load a pretrained backbone override :meth:`backbone_spec`.
+    """
+
+    def backbone_spec(self) -> dict[str, Any] | None:
+        """``{"class_path", "init_args"}`` of ``self.backbone``, or ``None`` if unknown."""
+        return spec_of(self.backbone, self.hparams.get("backbone"))  # type: ignore[attr-defined]
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[RECORD_KEY] = make_record(self, self.backbone_spec())  # type: ignore[arg-type]
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read one of our checkpoints with tensor-only unpickling.
+
+    Args:
+        path: Checkpoint file.
+
+    Returns:
+        The checkpoint dict (``state_dict``, ``hyper_parameters``, the record, ...).
+
+    Raises:
+        FileNotFoundError: No such file.
+        CheckpointError: The file holds executable pickled objects (refused, nothing run),
+            is not a torch checkpoint, or was not written by ncl-lightning.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"refusing to load {path}: it holds pickled objects other than tensors, which "
+            f"could execute code ({reason[:200]})"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as err:
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from None
+    if not isinstance(ckpt, dict) or RECORD_KEY not in ckpt or "state_dict" not in ckpt:
+        keys = sorted(ckpt)[:8] if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise CheckpointError(
+            f"{path} is not an ncl-lightning checkpoint (no '{RECORD_KEY}' record; found "
+            f"{keys}); train with ncl-cli or an ncl_lightning module"
+        )
+    return ckpt
+
+
+def _import_class(path: str, base: type, what: str, source: Path | str) -> type:
+    module_name, _, name = str(path).rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        raise CheckpointError(f"{source}: {what} class {path!r} cannot be imported") from None
+    if not (isinstance(obj, type) and issubclass(obj, base)):
+        raise CheckpointError(f"{source}: {what} {path!r} is not a {base.__name__} subclass")
+    return obj
+
+
+def build_backbone_from_spec(spec: dict[str, Any], source: Path | str = "checkpoint") -> nn.Module:
+    """Instantiate ``{"class_path", "init_args"}`` after checking it names an ``nn.Module``."""
+    if not isinstance(spec, dict) or "class_path" not in spec:
+        raise CheckpointError(f"{source}: malformed backbone record {spec!r}")
+    cls = _import_class(spec["class_path"], nn.Module, "backbone", source)
+    init_args = spec.get("init_args") or {}
+    if not isinstance(init_args, dict):
+        raise CheckpointError(f"{source}: backbone init_args must be a mapping, got {init_args!r}")
+    return cls(**init_args)
+
+
+def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Module:
+    """The pretrained backbone of any ncl-lightning checkpoint, as a plain ``nn.Module``.
+
+    Reads tensors only (``weights_only=True``), rebuilds the architecture from the
+    checkpoint's record (or uses ``backbone``) and loads its ``backbone.*`` weights
+    strictly. The module is returned in training mode on the CPU.
+
+    Args:
+        path: Checkpoint of CL, NCL, BayesNCL, NCE, a linear probe or a fine-tune.
+        backbone: An architecture to load the weights into, for checkpoints of modules
+            built from Python around a backbone without a ``spec``.
+
+    Returns:
+        The backbone ``[B, C, H, W] -> [B, out_dim]`` with the checkpoint's weights.
+
+    Raises:
+        CheckpointError: Unsafe, foreign or tampered file, or weights that do not fit
+            (missing and unexpected keys listed).
+
+    Example:
+        >>> encoder = load_backbone("runs/cifar10_ncl/last.ckpt").eval()
+        >>> h = encoder(images)  # [B, 512]
+    """
+    ckpt = read_checkpoint(path)
+    if backbone is None:
+        spec = ckpt[RECORD_KEY].get("backbone")
+        if spec is None:
+            raise CheckpointError(
+                f"{path} does not record how to build its backbone (a Python-built backbone "
+                "without `spec`); pass load_backbone(path, backbone=<architecture>)"
+            )
+        backbone = build_backbone_from_spec(spec, path)
+    state = {
+        k[len(BACKBONE_PREFIX) :]: v
+        for k, v in ckpt["state_dict"].items()
+        if k.startswith(BACKBONE_PREFIX)
+    }
+    if not state:
+        raise CheckpointError(f"{path} holds no '{BACKBONE_PREFIX}*' weights")
+    missing, unexpected = backbone.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path}: weights do not fit {type(backbone).__name__}: missing keys "
+            f"{missing[:5]}{'...' if len(missing) > 5 else ''}, unexpected keys "
+            f"{unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
+        )
+    return backbone
+
+
+def load_method(path: str | Path) -> L.LightningModule:
+    """The whole module (backbone, projector, non-negative map, gate) of a checkpoint.
+
+    Used where the projector features ``z`` are needed (feature selection). The method
+    class comes from the record and must be a ``LightningModule``; loading is
+    tensor-only. Returned on the CPU in eval mode.
+
+    Raises:
+        CheckpointError: As :func:`load_backbone`, or the module's state does not fit.
+    """
+    ckpt = read_checkpoint(path)
+    record = ckpt[RECORD_KEY]
+    cls = _import_class(record.get("method", ""), L.LightningModule, "method", path)
+    kwargs: dict[str, Any] = {}
+    if not isinstance(ckpt.get("hyper_parameters", {}).get("backbone"), dict):
+        if record.get("backbone") is None:
+            raise CheckpointError(f"{path} does not record how to build its backbone")
+        kwargs["backbone"] = build_backbone_from_spec(record["backbone"], path)
+    try:
+        module = cls.load_from_checkpoint(path, map_location="cpu", weights_only=True, **kwargs)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0]
+        raise CheckpointError(f"{path}: state does not fit {cls.__name__}: {first}") from None
+    return module.eval()
+
+
+__all__ = [
+    "BACKBONE_PREFIX",
+    "RECORD_KEY",
+    "CheckpointError",
+    "RecordsBackbone",
+    "build_backbone_from_spec",
+    "load_backbone",
+    "load_method",
+    "make_record",
+    "read_checkpoint",
+    "spec_of",
+]

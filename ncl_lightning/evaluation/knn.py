@@ -1,0 +1,114 @@
+"""Offline weighted kNN classification with a pretrained encoder (Wu et al., 2018).
+
+The bank holds the clean (non-augmented) training-split features of the encoder output
+``h``, computed once per evaluation from every rank's shard and gathered; queries are
+the evaluated split. Run with ``ncl-cli test`` (or ``validate``); nothing is trained.
+Metrics: ``{stage}/offline_knn/acc_top1`` and ``.../acc_top5``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ncl_lightning.checkpoint import RecordsBackbone, load_backbone, read_checkpoint
+from ncl_lightning.evaluation.features import extract_features
+from ncl_lightning.methods.base import Encoded
+from ncl_lightning.methods.classifier import accuracy_metrics, first_view
+from ncl_lightning.metrics.functional import weighted_knn_predict
+
+
+class KNNClassifier(RecordsBackbone, L.LightningModule):
+    """Cosine-similarity weighted kNN on the frozen encoder of a checkpoint.
+
+    Args:
+        checkpoint: Pretrained checkpoint (any method of the package).
+        num_classes: Number of classes (CLI-linked from the DataModule).
+        batch_size: Unused (CLI-linked; kept so every module takes the same links).
+        k: Neighbours (NCL/solo-learn: 200; clipped to the bank size).
+        temperature: Temperature of the neighbour weights ``exp(cos / T)``.
+
+    Example:
+        ``ncl-cli test --config configs/eval/cifar10_knn.yaml --model.checkpoint last.ckpt``
+    """
+
+    label = "offline_knn"
+
+    def __init__(
+        self,
+        checkpoint: str,
+        num_classes: int = 0,
+        batch_size: int | None = None,
+        k: int = 200,
+        temperature: float = 0.07,
+    ) -> None:
+        super().__init__()
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.save_hyperparameters()
+        self.backbone = load_backbone(checkpoint).eval().requires_grad_(False)
+        self._spec = read_checkpoint(checkpoint)["ncl_lightning"].get("backbone")
+        self.metrics = torch.nn.ModuleDict(
+            {
+                s: accuracy_metrics(num_classes).clone(prefix=f"{s}/{self.label}/")
+                for s in ("val", "test")
+            }
+        )
+        self._bank: tuple[Tensor, Tensor] | None = None
+
+    def backbone_spec(self) -> dict[str, Any] | None:
+        return self._spec
+
+    def train(self, mode: bool = True) -> KNNClassifier:
+        super().train(mode)
+        self.backbone.eval()
+        return self
+
+    def encode(self, x: Tensor) -> Tensor:
+        """L2-normalised encoder features ``[B, D]``."""
+        return F.normalize(self.backbone(x).float(), dim=1)
+
+    def build_bank(self) -> None:
+        """Encode the clean training split (sharded over ranks) into the bank."""
+        dm = self.trainer.datamodule
+        if not hasattr(dm, "clean_train_dataloader"):
+            raise TypeError(f"{type(dm).__name__} has no clean_train_dataloader for the kNN bank")
+        loader = dm.clean_train_dataloader(self.global_rank, self.trainer.world_size)
+        self._bank = extract_features(self.encode, loader, self.device)
+
+    def on_validation_start(self) -> None:
+        self.build_bank()
+
+    def on_test_start(self) -> None:
+        self.build_bank()
+
+    def _evaluate(self, batch: Any, stage: str) -> Encoded:
+        x, y = first_view(batch)
+        if self._bank is None:
+            raise RuntimeError("kNN bank not built: evaluate with ncl-cli test or validate")
+        h = self.backbone(x)
+        bank, labels = self._bank
+        scores = weighted_knn_predict(
+            F.normalize(h.float(), dim=1), bank, labels, self.hparams.num_classes, self.hparams.k,
+            self.hparams.temperature,
+        )  # fmt: skip
+        self.metrics[stage].update(scores, y)
+        self.log_dict(self.metrics[stage], on_epoch=True)
+        return Encoded(h=h, z=h)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Encoded:
+        return self._evaluate(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> Encoded:
+        return self._evaluate(batch, "test")
+
+    def configure_optimizers(self) -> None:
+        return None

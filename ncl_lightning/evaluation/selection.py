@@ -1,0 +1,203 @@
+"""Feature selection by expected activation (NCL paper, Table 1 and Figure 10).
+
+NCL features are sparse and each dimension is used by a few semantic clusters, so the
+dimensions with the largest expected activation ``EA_i = mean_x ẑ_i(x)`` on the training
+set carry most of the information: keeping the top-k of them loses little accuracy,
+while for dense CL features the ranking means little (Wang et al., ICLR 2024, Sec. 5.3).
+
+For every ``k`` in ``ks`` and two rules, EA top-k and a seeded random k, this module
+reports on the selected dims of the projector features ``z``:
+
+* ``linear_acc``: a linear probe trained on the training features, tested on the test split;
+* ``retrieval_p@10``: cosine retrieval precision@10 on the test split ("mAP@10");
+* ``transfer_acc``: a linear probe on another labelled dataset (``transfer``).
+
+Run with ``ncl-cli test``. Keys: ``test/selection/{ea,random}/k{k}/{metric}``; files in the
+run folder: ``feature_selection.json``, ``feature_selection.md``, ``accuracy_vs_k.png``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
+
+from ncl_lightning.callbacks.pictures import accuracy_vs_k
+from ncl_lightning.callbacks.schedule import run_dir
+from ncl_lightning.checkpoint import RecordsBackbone, load_method
+from ncl_lightning.data.base import MultiViewDataModule
+from ncl_lightning.evaluation.features import extract_features, probe_accuracy
+from ncl_lightning.methods.classifier import first_view
+from ncl_lightning.metrics.functional import (
+    expected_activation,
+    retrieval_precision,
+    select_by_expected_activation,
+)
+from ncl_lightning.nn.gather import gather_uneven
+
+RULES = ("ea", "random")
+
+
+def default_ks(d: int) -> list[int]:
+    """Powers of two from 8 up to ``d``, and ``d`` itself."""
+    ks = [2**i for i in range(3, d.bit_length()) if 2**i < d]
+    return [*ks, d]
+
+
+def select_dims(ea: Tensor, k: int, rule: str, seed: int) -> Tensor:
+    """Indices ``[k]`` of the kept dims: EA top-k, or a random k (seeded)."""
+    if rule == "ea":
+        return select_by_expected_activation(ea, k)
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randperm(ea.shape[0], generator=gen)[:k].to(ea.device)
+
+
+class FeatureSelection(RecordsBackbone, L.LightningModule):
+    """Expected-activation feature selection of a pretrained method's features.
+
+    Args:
+        checkpoint: Pretrained CL/NCL/BayesNCL checkpoint (the whole method is rebuilt).
+        num_classes: Classes of the evaluated data (CLI-linked).
+        batch_size: Unused (CLI-linked).
+        ks: Numbers of kept dims to sweep (default: powers of two up to ``d``, and ``d``).
+        space: Features to select from: ``z`` (projector, paper) or ``h`` (encoder).
+        seed: Seed of the random-k baseline.
+        probe_epochs: Epochs of each linear probe on fixed features.
+        probe_lr: Peak learning rate of those probes.
+        retrieval_k: Neighbours of the retrieval precision.
+        transfer: A labelled DataModule (train/val splits) for the transfer probe.
+    """
+
+    def __init__(
+        self,
+        checkpoint: str,
+        num_classes: int = 0,
+        batch_size: int | None = None,
+        ks: list[int] | None = None,
+        space: Literal["z", "h"] = "z",
+        seed: int = 0,
+        probe_epochs: int = 100,
+        probe_lr: float = 0.1,
+        retrieval_k: int = 10,
+        transfer: MultiViewDataModule | None = None,
+    ) -> None:
+        super().__init__()
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        if space not in ("z", "h"):
+            raise ValueError(f"space must be 'z' or 'h', got {space!r}")
+        self.save_hyperparameters(ignore=["transfer"])
+        self.method = load_method(checkpoint).requires_grad_(False)
+        self.transfer = transfer
+        self._train: tuple[Tensor, Tensor] | None = None
+        self._test: list[tuple[Tensor, Tensor]] = []
+        self.results: dict[str, dict[int, dict[str, float]]] = {}
+
+    def backbone_spec(self) -> dict[str, Any] | None:
+        return self.method.backbone_spec()
+
+    def train(self, mode: bool = True) -> FeatureSelection:
+        super().train(mode)
+        self.method.eval()
+        return self
+
+    def encode(self, x: Tensor) -> Tensor:
+        """The selected space's features ``[B, d]`` of images ``[B, C, H, W]``."""
+        return getattr(self.method.encode(x), self.hparams.space)
+
+    def _clean(self, dm: MultiViewDataModule, split: str) -> tuple[Tensor, Tensor]:
+        loader = dm.clean_dataloader(split, self.global_rank, self.trainer.world_size)
+        return extract_features(self.encode, loader, self.device)
+
+    def on_test_start(self) -> None:
+        self._train = self._clean(self.trainer.datamodule, "train")
+        self._test = []
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = first_view(batch)
+        self._test.append((self.encode(x).float(), y))
+
+    def on_test_epoch_end(self) -> None:
+        if self._train is None:
+            raise RuntimeError("training features missing: run FeatureSelection with ncl-cli test")
+        test = (
+            gather_uneven(torch.cat([z for z, _ in self._test])),
+            gather_uneven(torch.cat([y for _, y in self._test])),
+        )
+        transfer = None
+        if self.transfer is not None:
+            transfer = (self._clean(self.transfer, "train"), self._clean(self.transfer, "val"))
+        d = self._train[0].shape[1]
+        ks = self.hparams.ks or default_ks(d)
+        if any(not 1 <= k <= d for k in ks):
+            raise ValueError(f"every k in ks must be in [1, {d}], got {ks}")
+        ea = expected_activation(self._train[0])
+        fit = {"epochs": self.hparams.probe_epochs, "lr": self.hparams.probe_lr}
+        self.results = {rule: {} for rule in RULES}
+        for rule in RULES:
+            for k in ks:
+                dims = select_dims(ea, k, rule, self.hparams.seed)
+                row = self.evaluate_dims(dims, test, transfer, fit)
+                self.results[rule][k] = row
+                for name, value in row.items():
+                    self.log(f"test/selection/{rule}/k{k}/{name}", value, sync_dist=False)
+        self._write()
+
+    def evaluate_dims(
+        self,
+        dims: Tensor,
+        test: tuple[Tensor, Tensor],
+        transfer: tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]] | None,
+        fit: dict[str, Any],
+    ) -> dict[str, float]:
+        """Linear accuracy, retrieval precision and transfer accuracy on ``dims``."""
+        train_x, train_y = self._train
+        row = {
+            "linear_acc": probe_accuracy(
+                (train_x[:, dims], train_y), (test[0][:, dims], test[1]),
+                self.hparams.num_classes, **fit,
+            ),
+            f"retrieval_p@{self.hparams.retrieval_k}": retrieval_precision(
+                test[0], test[1], k=self.hparams.retrieval_k, dims=dims
+            ).item(),
+        }  # fmt: skip
+        if transfer is not None:
+            (tx, ty), (vx, vy) = transfer
+            classes = int(max(ty.max(), vy.max()).item()) + 1
+            row["transfer_acc"] = probe_accuracy(
+                (tx[:, dims], ty), (vx[:, dims], vy), classes, **fit
+            )
+        return row
+
+    def _write(self) -> None:
+        folder = run_dir(self.trainer)
+        if not self.trainer.is_global_zero:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "feature_selection.json").write_text(json.dumps(self.results, indent=2))
+        table = selection_table(self.results)
+        (folder / "feature_selection.md").write_text(table + "\n")
+        curves = {
+            f"{rule} top-k": (list(rows), [r["linear_acc"] for r in rows.values()])
+            for rule, rows in self.results.items()
+        }
+        accuracy_vs_k(curves, folder / "accuracy_vs_k.png", "Linear accuracy vs selected dims")
+        rank_zero_info(f"Feature selection ({folder}):\n{table}")
+
+    def configure_optimizers(self) -> None:
+        return None
+
+
+def selection_table(results: dict[str, dict[int, dict[str, float]]]) -> str:
+    """Markdown table: one row per (rule, k), one column per metric (percent)."""
+    metrics = sorted({m for rows in results.values() for row in rows.values() for m in row})
+    lines = ["| rule | k | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    for rule, rows in results.items():
+        for k, row in rows.items():
+            cells = " | ".join(f"{100 * row[m]:.2f}" if m in row else "" for m in metrics)
+            lines.append(f"| {rule} | {k} | {cells} |")
+    return "\n".join(lines)

@@ -1,0 +1,180 @@
+"""Base LightningModule of every supervised classifier: probes, fine-tuning, NCE.
+
+A subclass builds ``self.backbone`` and implements :meth:`Classifier.represent` (images
+to the representation the head reads) and :meth:`Classifier.head` (representation to
+logits). The base trains with cross entropy on the first view of ``(views, labels)``
+batches (DataModules with ``n_views: 1``; plain ``(images, labels)`` also work), logs
+top-1/top-5 accuracy under ``{stage}/{label}/acc_top1`` and ``.../acc_top5`` and returns
+:class:`~ncl_lightning.methods.Encoded` from evaluation steps so the interpretability
+callbacks read the representation like they do for pre-training.
+
+A DataModule with several test sets exposes ``test_names`` (e.g.
+:class:`~ncl_lightning.data.ImageNetOODDataModule`); each set is then logged as
+``test/<name>/{label}/acc_top1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+from torch import Tensor, nn
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy
+
+from ncl_lightning.checkpoint import RecordsBackbone
+from ncl_lightning.methods.base import Encoded
+from ncl_lightning.methods.optimization import configure_warmup_cosine
+from ncl_lightning.optim import split_decay_params
+
+
+def default_sgd(params: Iterable) -> torch.optim.Optimizer:
+    """SGD with momentum 0.9, lr 0.1 (before batch scaling), no weight decay."""
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.0)
+
+
+def accuracy_metrics(num_classes: int) -> MetricCollection:
+    """Top-1 and top-5 (top-``C`` when ``C < 5``) micro accuracy."""
+    return MetricCollection(
+        {
+            "acc_top1": MulticlassAccuracy(num_classes, average="micro"),
+            "acc_top5": MulticlassAccuracy(num_classes, top_k=min(5, num_classes), average="micro"),
+        }
+    )
+
+
+def first_view(batch: tuple[Any, Tensor]) -> tuple[Tensor, Tensor]:
+    """``(x [B, C, H, W], y [B])`` from ``(views, y)`` or ``(images, y)`` batches."""
+    x, y = batch
+    return (x[0] if isinstance(x, list | tuple) else x), y
+
+
+class Classifier(RecordsBackbone, L.LightningModule):
+    """Supervised training and evaluation loop shared by probes, fine-tuning and NCE.
+
+    Args:
+        num_classes: Number of classes (> 0; the CLI links it from the DataModule).
+        batch_size: Per-device batch size, for learning-rate scaling (CLI-linked).
+        optimizer: Callable building the optimiser from parameter groups (default SGD).
+        warmup_epochs: Linear warmup length in epochs.
+        min_lr_ratio: Final learning rate of the cosine schedule, relative to the peak.
+        scale_lr: Multiply learning rates by ``global batch / 256``.
+        weight_decay_bias_norm: Apply weight decay to biases and norm parameters too.
+        label_smoothing: Cross-entropy label smoothing.
+
+    Attributes:
+        label: Class attribute naming the protocol in metric keys (``offline_linear``).
+    """
+
+    label: ClassVar[str] = "classifier"
+
+    def __init__(
+        self,
+        num_classes: int = 0,
+        batch_size: int | None = None,
+        optimizer: OptimizerCallable | None = None,
+        warmup_epochs: float = 0.0,
+        min_lr_ratio: float = 0.0,
+        scale_lr: bool = True,
+        weight_decay_bias_norm: bool = False,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1 for a classifier, got {num_classes}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if warmup_epochs < 0:
+            raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        from_cli = _given_hyperparameters.get() is not None
+        self.save_hyperparameters(ignore=[] if from_cli else ["backbone", "optimizer"])
+        self.optimizer_factory = optimizer or default_sgd
+        self.train_metrics = accuracy_metrics(num_classes).clone(prefix=f"train/{self.label}/")
+        self.eval_metrics = nn.ModuleDict(
+            {s: accuracy_metrics(num_classes).clone(prefix=f"{s}/{self.label}/") for s in ("val",)}
+        )
+        self.test_metrics = nn.ModuleList()
+
+    # -- hooks for subclasses ---------------------------------------------------------
+    def represent(self, x: Tensor) -> Encoded:
+        """Images ``[B, C, H, W]`` to ``Encoded(h, z)``: backbone features and the
+        representation the head classifies (``z``)."""
+        raise NotImplementedError
+
+    def head(self, z: Tensor) -> Tensor:
+        """Representation ``[B, d]`` to logits ``[B, num_classes]``."""
+        raise NotImplementedError
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Trainable parameters; biases and norms without weight decay by default."""
+        decay, no_decay = split_decay_params(self)
+        decay = [p for p in decay if p.requires_grad]
+        no_decay = [p for p in no_decay if p.requires_grad]
+        if self.hparams.weight_decay_bias_norm:
+            return [{"params": decay + no_decay}]
+        groups = [
+            {"params": decay},
+            {"params": no_decay, "weight_decay": 0.0, "lars_exclude": True},
+        ]
+        return [g for g in groups if g["params"]]
+
+    # -- steps ------------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        """Logits ``[B, num_classes]`` of images ``[B, C, H, W]``."""
+        return self.head(self.represent(x).z)
+
+    def training_step(self, batch: tuple[Any, Tensor], batch_idx: int) -> Tensor:
+        x, y = first_view(batch)
+        logits = self(x)
+        loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
+        self.train_metrics(logits.detach(), y)
+        self.log(f"train/{self.label}/loss", loss, prog_bar=True, sync_dist=True)
+        self.log_dict(self.train_metrics, on_step=True, on_epoch=True)
+        return loss
+
+    def _evaluate(self, batch: tuple[Any, Tensor], metrics: MetricCollection) -> Encoded:
+        x, y = first_view(batch)
+        out = self.represent(x)
+        metrics.update(self.head(out.z), y)
+        self.log_dict(metrics, on_epoch=True, add_dataloader_idx=False)
+        return out
+
+    def validation_step(self, batch: tuple[Any, Tensor], batch_idx: int) -> Encoded:
+        return self._evaluate(batch, self.eval_metrics["val"])
+
+    def on_test_start(self) -> None:
+        """One metric collection per test set (``datamodule.test_names`` when present)."""
+        names = getattr(self.trainer.datamodule, "test_names", None) or [None]
+        c = self.hparams.num_classes
+        prefixes = [
+            f"test/{self.label}/" if n is None else f"test/{n}/{self.label}/" for n in names
+        ]
+        self.test_metrics = nn.ModuleList(
+            [accuracy_metrics(c).clone(prefix=p) for p in prefixes]
+        ).to(self.device)
+
+    def test_step(
+        self, batch: tuple[Any, Tensor], batch_idx: int, dataloader_idx: int = 0
+    ) -> Encoded:
+        return self._evaluate(batch, self.test_metrics[dataloader_idx])
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
+        x = batch[0] if isinstance(batch, list | tuple) else batch
+        return self(x[0] if isinstance(x, list | tuple) else x)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        return configure_warmup_cosine(
+            self,
+            self.optimizer_factory(self.param_groups()),
+            scale_lr=self.hparams.scale_lr,
+            batch_size=self.hparams.batch_size,
+            warmup_epochs=self.hparams.warmup_epochs,
+            min_lr_ratio=self.hparams.min_lr_ratio,
+        )

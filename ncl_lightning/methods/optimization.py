@@ -1,0 +1,54 @@
+"""Optimiser set-up shared by every LightningModule of the package.
+
+Learning rates are scaled by ``global batch / 256`` (Goyal et al., 2017; SimCLR) and
+follow a per-step linear warmup then cosine decay (SimCLR, NCL).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+
+from ncl_lightning.optim import scale_lr as scaled
+from ncl_lightning.optim import warmup_cosine
+
+
+def configure_warmup_cosine(
+    module: L.LightningModule,
+    optimizer: torch.optim.Optimizer,
+    scale_lr: bool,
+    batch_size: int | None,
+    warmup_epochs: float,
+    min_lr_ratio: float,
+) -> dict[str, Any]:
+    """Scale the optimiser's learning rates and attach a per-step warmup-cosine schedule.
+
+    Args:
+        module: The module being trained (its trainer gives world size and step count).
+        optimizer: Optimiser over the module's parameter groups (peak rates at batch 256).
+        scale_lr: Multiply every group's rate by ``batch_size * world * accumulation / 256``.
+        batch_size: Per-device batch size (needed when ``scale_lr``).
+        warmup_epochs: Linear warmup length in epochs (fractions allowed).
+        min_lr_ratio: Final rate of the cosine, relative to the peak.
+
+    Returns:
+        What ``configure_optimizers`` returns: optimiser and a step-interval scheduler.
+    """
+    trainer = module.trainer
+    if scale_lr:
+        if batch_size is None:
+            raise ValueError(
+                "scale_lr=True needs the per-device batch_size (ncl-cli links it from the data)"
+            )
+        world = trainer.world_size * trainer.accumulate_grad_batches
+        for group in optimizer.param_groups:
+            group["lr"] = scaled(group["lr"], batch_size * world)
+    total = int(trainer.estimated_stepping_batches)
+    epochs = trainer.max_epochs
+    if not epochs or epochs < 1:
+        raise ValueError("the warmup-cosine schedule needs trainer.max_epochs >= 1")
+    warmup = round(warmup_epochs * total / epochs)
+    scheduler = warmup_cosine(optimizer, warmup, total, min_lr_ratio)
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,83 @@
+"""Supervised contrastive variants of CL and NCL (Khosla et al., NeurIPS 2020).
+
+The positives of an anchor are all other samples of the (global) batch with its label,
+across both views; see :func:`~ncl_lightning.losses.supcon.supcon`. Features are those of
+the parent method (CL's projector output, NCL's non-negative map); only the loss changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from torch import Tensor, nn
+
+from ncl_lightning.losses.supcon import SupConLoss
+from ncl_lightning.methods.base import Encoded
+from ncl_lightning.methods.cl import CL
+from ncl_lightning.methods.ncl import NCL
+
+
+class _SupConMixin:
+    """Replaces the objective of :class:`CL` (or a subclass) by :class:`SupConLoss`.
+
+    Args:
+        backbone: Encoder exposing ``out_dim``.
+        objective: Must be ``info_nce``: SupCon is the supervised InfoNCE loss.
+        temperature: SupCon temperature (CIFAR: 0.2).
+        gather_distributed: Take candidates and their labels from every rank under DDP.
+        **kwargs: Everything the parent method takes.
+    """
+
+    needs_labels: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        objective: str = "info_nce",
+        temperature: float = 0.2,
+        gather_distributed: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        if objective != "info_nce":
+            raise ValueError(
+                f"{type(self).__name__} uses the supervised InfoNCE loss (SupCon); objective "
+                f"must be 'info_nce', got {objective!r}"
+            )
+        super().__init__(
+            backbone,
+            objective=objective,
+            temperature=temperature,
+            gather_distributed=gather_distributed,
+            **kwargs,
+        )
+        self.loss_fn = SupConLoss(temperature, gather_distributed)
+
+    def objective(self, views: list[Encoded], labels: Tensor) -> Tensor:
+        """SupCon over the two views' features ``[B, d]`` and the labels ``[B]``."""
+        if len(views) != 2:
+            raise ValueError(f"{type(self).__name__} expects 2 views per image, got {len(views)}")
+        return self.loss_fn(views[0].z, views[1].z, labels)
+
+
+class SupConCL(_SupConMixin, CL):
+    """CL trained with the supervised contrastive loss: same-label samples are positives.
+
+    Args:
+        backbone: Encoder exposing ``out_dim``.
+        objective: Must be ``info_nce`` (kept for config compatibility with :class:`CL`).
+        temperature: SupCon temperature (CIFAR: 0.2).
+        gather_distributed: Take candidates and their labels from every rank under DDP.
+        **kwargs: Everything :class:`CL` takes.
+    """
+
+
+class SupConNCL(_SupConMixin, NCL):
+    """NCL (non-negative features) trained with the supervised contrastive loss.
+
+    Args:
+        backbone: Encoder exposing ``out_dim``.
+        objective: Must be ``info_nce`` (kept for config compatibility with :class:`NCL`).
+        temperature: SupCon temperature (CIFAR: 0.2).
+        gather_distributed: Take candidates and their labels from every rank under DDP.
+        **kwargs: Everything :class:`NCL` takes (``nonneg``, projector sizes, ...).
+    """
