@@ -96,10 +96,16 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(f"cannot read checkpoint {path}: not a torch.save zip archive")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        reason = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        reason = next(
+            (line for line in lines if "GLOBAL" in line or "Unsupported" in line),
+            lines[0] if lines else "",
+        )
         raise CheckpointError(
             f"refusing to load {path}: it holds pickled objects other than tensors, which "
             f"could execute code ({reason[:200]})"

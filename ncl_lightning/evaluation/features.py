@@ -75,10 +75,11 @@ def fit_linear_probe(
         )
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
-    x = x.float()
-    mean, std = x.mean(0), x.std(0).clamp_min(1e-6)
-    xs = (x - mean) / std
-    with torch.enable_grad():
+    # Lightning evaluates under inference mode; the fit needs autograd on ordinary tensors.
+    with torch.inference_mode(False), torch.enable_grad():
+        x, y = x.float().clone(), y.clone()
+        mean, std = x.mean(0), x.std(0).clamp_min(1e-6)
+        xs = (x - mean) / std
         weight = torch.zeros(num_classes, x.shape[1], device=x.device, requires_grad=True)
         bias = torch.zeros(num_classes, device=x.device, requires_grad=True)
         opt = torch.optim.SGD([weight, bias], lr=lr, momentum=0.9)

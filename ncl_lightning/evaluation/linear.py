@@ -52,14 +52,11 @@ class LinearProbe(Classifier):
     def backbone_spec(self) -> dict[str, Any] | None:
         return self._spec
 
-    def train(self, mode: bool = True) -> LinearProbe:
-        """Keep a frozen backbone in eval mode (BatchNorm statistics untouched)."""
-        super().train(mode)
-        if not self.trains_backbone:
-            self.backbone.eval()
-        return self
-
     def represent(self, x: Tensor) -> Encoded:
+        if not self.trains_backbone and self.backbone.training:
+            # Lightning restores per-module train modes around validation, so enforce the
+            # frozen backbone's eval mode here: BatchNorm statistics must not move.
+            self.backbone.eval()
         with torch.set_grad_enabled(self.trains_backbone and torch.is_grad_enabled()):
             h = self.backbone(x)
         return Encoded(h=h, z=h)

@@ -1,0 +1,68 @@
+"""Offline linear probe and fine-tuning from a pretrained checkpoint."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+
+from ncl_lightning.data import DigitsDataModule
+from ncl_lightning.evaluation import FineTune, LinearProbe
+from tests.test_checkpoint import FACTORIES, _fit_and_save
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """NCL pre-trained for 3 epochs on digits (BatchNorm statistics settled)."""
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("pre") / "ncl.ckpt"
+    return _fit_and_save(FACTORIES["ncl"](), path, epochs=3, batches=22)
+
+
+def _train(module: L.LightningModule, root: Path, epochs: int = 2) -> L.Trainer:
+    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=root)  # fmt: skip
+    data = DigitsDataModule(batch_size=64, num_workers=0, n_views=1, train_transform="crop_flip")
+    trainer.fit(module, data)
+    return trainer
+
+
+def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def test_linear_probe_leaves_the_backbone_bit_identical(pretrained: Path, tmp_path: Path) -> None:
+    sgd = partial(torch.optim.SGD, lr=2.0, momentum=0.9)
+    probe = LinearProbe(str(pretrained), num_classes=10, batch_size=64, optimizer=sgd)
+    before, head_before = _snapshot(probe.backbone), probe.classifier.weight.clone()
+    trainer = _train(probe, tmp_path)
+    after = probe.backbone.state_dict()
+    # weights *and* BatchNorm running statistics (the backbone stays in eval mode)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert not torch.equal(head_before, probe.classifier.weight)
+    assert not probe.backbone.training and probe.classifier.training
+    assert trainer.callback_metrics["val/offline_linear/acc_top1"] > 0.5  # chance: 0.1
+    assert "val/offline_linear/acc_top5" in trainer.callback_metrics
+    assert not any(p.requires_grad for p in probe.backbone.parameters())
+
+
+def test_fine_tuning_trains_the_backbone(pretrained: Path, tmp_path: Path) -> None:
+    tune = FineTune(str(pretrained), num_classes=10, batch_size=64)
+    before = _snapshot(tune.backbone)
+    trainer = _train(tune, tmp_path, epochs=1)
+    after = tune.backbone.state_dict()
+    assert not all(torch.equal(before[k], after[k]) for k in before)
+    assert "val/offline_finetune/acc_top1" in trainer.callback_metrics
+
+
+def test_bad_arguments(pretrained: Path) -> None:
+    with pytest.raises(ValueError, match="num_classes must be >= 1"):
+        LinearProbe(str(pretrained), num_classes=0)
+    with pytest.raises(ValueError, match="label_smoothing must be in"):
+        LinearProbe(str(pretrained), num_classes=10, label_smoothing=1.5)
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):
+        LinearProbe("nowhere.ckpt", num_classes=10)
