@@ -21,6 +21,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import nn
 
 RECORD_KEY = "ncl_lightning"
@@ -210,11 +211,17 @@ def load_method(path: str | Path) -> L.LightningModule:
         if record.get("backbone") is None:
             raise CheckpointError(f"{path} does not record how to build its backbone")
         kwargs["backbone"] = build_backbone_from_spec(record["backbone"], path)
+    # Called while ncl-cli instantiates an evaluation module, the CLI's "given
+    # hyper-parameters" context is set; it belongs to that module, not to this one.
+    token = _given_hyperparameters.set(None)
     try:
         module = cls.load_from_checkpoint(path, map_location="cpu", weights_only=True, **kwargs)
     except RuntimeError as err:
-        first = str(err).strip().splitlines()[0]
-        raise CheckpointError(f"{path}: state does not fit {cls.__name__}: {first}") from None
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        detail = "; ".join(lines[1:4]) or (lines[0] if lines else "")
+        raise CheckpointError(f"{path}: state does not fit {cls.__name__}: {detail}") from None
+    finally:
+        _given_hyperparameters.reset(token)
     return module.eval()
 
 

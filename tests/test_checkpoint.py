@@ -163,3 +163,16 @@ def test_unrecorded_backbone_needs_an_architecture(checkpoints, tmp_path: Path) 
     with pytest.raises(CheckpointError, match="pass load_backbone"):
         load_backbone(path)
     assert isinstance(load_backbone(path, backbone=SmallCNN(1, 8, 24)), SmallCNN)
+
+
+def test_load_method_inside_a_cli_instantiation(checkpoints) -> None:
+    """ncl-cli builds FeatureSelection inside its "given hyper-parameters" context; the
+    method loaded there must be built from its own checkpoint's hyper-parameters."""
+    from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters_context
+
+    path, model = checkpoints["bayesncl"]
+    with _given_hyperparameters_context({"checkpoint": str(path)}, "x"):
+        method = load_method(path)
+    assert isinstance(method, BayesNCL)
+    x = torch.randn(4, 1, 8, 8)
+    assert torch.equal(method.encode(x).z, model.eval().encode(x).z)

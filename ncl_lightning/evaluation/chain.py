@@ -1,0 +1,164 @@
+"""The whole evaluation chain through ``ncl-cli``, for one table of results.
+
+For each pre-training config: ``fit`` it, then on its ``last.ckpt`` run the offline
+linear probe (``fit``), the kNN classifier (``test``), feature selection (``test``) and
+fine-tuning (``fit``), each from its own config; supervised CE/NCE configs are trained
+too. Prints (and writes) one markdown table::
+
+    python -m ncl_lightning.evaluation.chain \\
+        --pretrain configs/subset/cifar10_subset_cl.yaml configs/subset/cifar10_subset_ncl.yaml \\
+        --linear configs/eval/cifar10_subset_linear.yaml \\
+        --knn configs/eval/cifar10_subset_knn.yaml \\
+        --selection configs/eval/cifar10_subset_feature_selection.yaml \\
+        --finetune configs/eval/cifar10_subset_finetune.yaml \\
+        --supervised configs/subset/cifar10_subset_ce.yaml configs/subset/cifar10_subset_nce.yaml \\
+        --out runs/eval_subset
+
+Every run is an ordinary ``ncl-cli`` run (its logs and checkpoints are under ``--out``);
+``--pretrain-arg`` / ``--eval-arg`` forward extra CLI arguments (e.g. shorter runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ncl_lightning.cli import cli_main
+
+# Column -> (protocol, metric key); selection keys get the reported k filled in.
+COLUMNS: dict[str, tuple[str, str]] = {
+    "online linear": ("pretrain", "val/online_acc"),
+    "z sparsity": ("pretrain", "val/z/sparsity"),
+    "z consistency": ("pretrain", "val/z/semantic_consistency"),
+    "linear top-1": ("linear", "val/offline_linear/acc_top1"),
+    "linear top-5": ("linear", "val/offline_linear/acc_top5"),
+    "kNN top-1": ("knn", "test/offline_knn/acc_top1"),
+    "fine-tune top-1": ("finetune", "val/offline_finetune/acc_top1"),
+    "EA@k linear": ("selection", "test/selection/ea/k{k}/linear_acc"),
+    "random@k linear": ("selection", "test/selection/random/k{k}/linear_acc"),
+    "EA@k P@10": ("selection", "test/selection/ea/k{k}/retrieval_p@10"),
+    "random@k P@10": ("selection", "test/selection/random/k{k}/retrieval_p@10"),
+    "supervised top-1": ("supervised", "val/classifier/acc_top1"),
+}
+# Scaled x100 in the table except these (already on a 0-100 scale).
+UNSCALED = {"z consistency"}
+
+
+def _run(subcommand: str, config: Path, root: Path, extra: Sequence[str]) -> dict[str, float]:
+    args = [
+        subcommand, "--config", str(config),
+        "--trainer.default_root_dir", str(root),
+        "--trainer.logger.init_args.save_dir", str(root),
+        *extra,
+    ]  # fmt: skip
+    cli = cli_main(args)
+    metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
+    if subcommand == "fit" and cli.trainer.checkpoint_callback is not None:
+        metrics["_last_ckpt"] = cli.trainer.checkpoint_callback.last_model_path  # type: ignore[assignment]
+    return metrics
+
+
+def _selection_k(metrics: dict[str, float]) -> int | None:
+    """The reported k: the largest swept k below d (the paper keeps 256 of 512)."""
+    ks = sorted({int(k.split("/")[3][1:]) for k in metrics if k.startswith("test/selection/ea/")})
+    return ks[-2] if len(ks) > 1 else (ks[0] if ks else None)
+
+
+def run_chain(
+    pretrain: Path,
+    protocols: dict[str, Path | None],
+    out: Path,
+    pretrain_args: Sequence[str] = (),
+    eval_args: Sequence[str] = (),
+    protocol_args: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, dict[str, float]]:
+    """Pre-train with ``pretrain`` and evaluate its last checkpoint with each protocol.
+
+    Args:
+        pretrain: Pre-training config.
+        protocols: ``linear``, ``knn``, ``selection``, ``finetune`` -> config (or None).
+        out: Folder for all runs (``<out>/<config stem>/<protocol>``).
+        pretrain_args: Extra ``ncl-cli fit`` arguments for pre-training.
+        eval_args: Extra arguments for every evaluation run.
+        protocol_args: Extra arguments of one protocol's run, by protocol name.
+
+    Returns:
+        ``{protocol: {metric key: value}}`` including ``pretrain``.
+    """
+    root = out / pretrain.stem
+    results = {"pretrain": _run("fit", pretrain, root / "pretrain", pretrain_args)}
+    ckpt = results["pretrain"].pop("_last_ckpt", "")
+    if not ckpt or not Path(str(ckpt)).is_file():
+        raise FileNotFoundError(f"{pretrain} wrote no last.ckpt (ModelCheckpoint save_last?)")
+    subcommands = {"linear": "fit", "knn": "test", "selection": "test", "finetune": "fit"}
+    for name, config in protocols.items():
+        if config is not None:
+            own = (protocol_args or {}).get(name, ())
+            extra = ["--model.init_args.checkpoint", str(ckpt), *eval_args, *own]
+            results[name] = _run(subcommands[name], config, root / name, extra)
+            results[name].pop("_last_ckpt", None)
+    return results
+
+
+def table_row(results: dict[str, dict[str, float]]) -> dict[str, str]:
+    """Format one run's results as the table's cells (percentages, 1 decimal)."""
+    k = _selection_k(results.get("selection", {}))
+    row = {}
+    for column, (protocol, key) in COLUMNS.items():
+        value = results.get(protocol, {}).get(key.format(k=k))
+        scale = 1 if column in UNSCALED else 100
+        row[column.replace("@k", f"@{k}") if k else column] = (
+            "" if value is None else f"{scale * value:.1f}"
+        )
+    return row
+
+
+def markdown(rows: dict[str, dict[str, str]]) -> str:
+    """Rows with at least one value, columns with at least one value."""
+    columns = [c for c in dict.fromkeys(c for r in rows.values() for c in r)
+               if any(r.get(c) for r in rows.values())]  # fmt: skip
+    lines = ["| run | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    lines += [f"| {name} | " + " | ".join(r.get(c, "") for c in columns) + " |"
+              for name, r in rows.items()]  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pretrain", nargs="*", type=Path, default=[])
+    for name in ("linear", "knn", "selection", "finetune"):
+        parser.add_argument(f"--{name}", type=Path, default=None)
+    parser.add_argument("--supervised", nargs="*", type=Path, default=[])
+    parser.add_argument("--out", type=Path, default=Path("runs/eval_chain"))
+    parser.add_argument("--pretrain-arg", action="append", default=[], dest="pretrain_args")
+    parser.add_argument("--eval-arg", action="append", default=[], dest="eval_args")
+    args = parser.parse_args(argv)
+    protocols = {n: getattr(args, n) for n in ("linear", "knn", "selection", "finetune")}
+    args.out.mkdir(parents=True, exist_ok=True)
+    done = args.out / "results.json"
+    # Results are saved after every config; a rerun skips the configs already done.
+    all_results: dict[str, dict[str, dict[str, float]]] = (
+        json.loads(done.read_text()) if done.is_file() else {}
+    )
+    for config in [*args.pretrain, *args.supervised]:
+        if config.stem in all_results:
+            continue
+        if config in args.pretrain:
+            result = run_chain(config, protocols, args.out, args.pretrain_args, args.eval_args)
+        else:
+            result = {"supervised": _run("fit", config, args.out / config.stem, args.pretrain_args)}
+            result["supervised"].pop("_last_ckpt", None)
+            stats = {k: v for k, v in result["supervised"].items() if k.startswith("val/z/")}
+            result["pretrain"] = stats  # representation statistics share the columns
+        all_results[config.stem] = result
+        done.write_text(json.dumps(all_results, indent=2))
+    table = markdown({name: table_row(res) for name, res in all_results.items()})
+    (args.out / "results.md").write_text(table + "\n")
+    print(table)
+    return all_results
+
+
+if __name__ == "__main__":
+    main()

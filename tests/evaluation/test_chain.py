@@ -1,0 +1,57 @@
+"""The whole evaluation chain on the real CIFAR-10 subset, through ncl-cli."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ncl_lightning.evaluation.chain import markdown, run_chain, table_row
+from tests.conftest import ROOT
+
+EVAL = ROOT / "configs" / "eval"
+
+
+@pytest.mark.slow
+def test_pretrain_probe_knn_selection_on_real_cifar(cifar_subset: Path, tmp_path: Path) -> None:
+    data = ["--data.init_args.root", str(cifar_subset), "--data.init_args.num_workers", "0"]
+    quiet = ["--trainer.enable_progress_bar", "false"]
+    results = run_chain(
+        ROOT / "configs" / "subset" / "cifar10_subset_ncl.yaml",
+        {
+            "linear": EVAL / "cifar10_subset_linear.yaml",
+            "knn": EVAL / "cifar10_subset_knn.yaml",
+            "selection": EVAL / "cifar10_subset_feature_selection.yaml",
+        },
+        tmp_path,
+        pretrain_args=["--trainer.max_epochs", "1", *data, *quiet],
+        eval_args=[*data, *quiet],
+        protocol_args={
+            "linear": ["--trainer.max_epochs", "1"],
+            "selection": [
+                "--model.init_args.ks",
+                "[16, 256]",
+                "--model.init_args.probe_epochs",
+                "3",
+            ],
+        },
+    )
+    assert results["pretrain"]["val/z/sparsity"] > 0  # NCL features after one epoch
+    for key in ("val/offline_linear/acc_top1", "val/offline_linear/acc_top5"):
+        assert 0.0 <= results["linear"][key] <= 1.0
+    assert results["knn"]["test/offline_knn/acc_top1"] > 0.15  # chance: 0.10
+    sel = results["selection"]
+    # keeping every dim, the EA and random rules keep the same set: same probe
+    all_ea, all_rand = (
+        sel["test/selection/ea/k256/linear_acc"],
+        sel["test/selection/random/k256/linear_acc"],
+    )
+    assert abs(all_ea - all_rand) < 0.01
+    assert "test/selection/ea/k16/retrieval_p@10" in sel
+    run = next((tmp_path / "cifar10_subset_ncl" / "selection").rglob("feature_selection.json"))
+    assert set(json.loads(run.read_text())) == {"ea", "random"}
+    assert (run.parent / "accuracy_vs_k.png").stat().st_size > 0
+    row = table_row(results)
+    assert row["EA@16 linear"] and row["linear top-1"]
+    assert "| cifar10_subset_ncl |" in markdown({"cifar10_subset_ncl": row})
