@@ -18,9 +18,23 @@ from __future__ import annotations
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+# Model arguments naming files: what this run says wins over the paths recorded in a
+# ``--ckpt_path`` checkpoint's hyper-parameters (files move between machines).
+PATH_ARGUMENTS = ("checkpoint", "pretrained")
+
 
 class NCLCLI(LightningCLI):
     """LightningCLI with the data -> model links of this package."""
+
+    def _parse_ckpt_path(self) -> None:
+        """Lightning re-applies the ``--ckpt_path`` checkpoint's hyper-parameters over the
+        config; keep the run's own file paths (``--model.checkpoint`` of the OOD test)."""
+        sub = self.config.get("subcommand")
+        init_args = self.config.get(f"{sub}.model.init_args") if sub else None
+        given = {k: init_args.get(k) for k in PATH_ARGUMENTS if init_args and init_args.get(k)}
+        super()._parse_ckpt_path()
+        for key, value in given.items():
+            self.config[f"{sub}.model.init_args.{key}"] = value
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments(

@@ -78,3 +78,16 @@ def make_image_folder(
         for c, name in enumerate(classes):
             write_images(root / split / name, n, size=size, seed=100 * s + c)
     return root
+
+
+def make_superclass_folder(source: Path, target: Path, groups: dict[str, list[str]]) -> Path:
+    """A new labelled ImageFolder whose classes group ``source``'s classes (symlinked
+    images), e.g. CIFAR-10 as "animal" vs "vehicle": a different task on real images."""
+    for split in ("train", "val"):
+        for group, members in groups.items():
+            folder = target / split / group
+            folder.mkdir(parents=True, exist_ok=True)
+            for member in members:
+                for image in sorted((source / split / member).iterdir()):
+                    (folder / f"{member}_{image.name}").symlink_to(image)
+    return target

@@ -21,7 +21,13 @@ from ncl_lightning.methods import NCL
 from tests.conftest import ROOT
 from tests.fakes import make_fake_cifar, make_image_folder
 
-CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
+CONFIGS = sorted(  # pre-training configs only: tests/test_cli_eval.py runs eval and NCE/CE
+    c
+    for c in (ROOT / "configs").rglob("*.yaml")
+    if (ROOT / "configs" / "eval") not in c.parents
+    and yaml.safe_load(c.read_text())["model"]["class_path"]
+    != "ncl_lightning.methods.NCEClassifier"
+)
 
 
 def _data_root(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:

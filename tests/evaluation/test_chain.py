@@ -9,6 +9,7 @@ import pytest
 
 from ncl_lightning.evaluation.chain import markdown, run_chain, table_row
 from tests.conftest import ROOT
+from tests.fakes import make_superclass_folder
 
 EVAL = ROOT / "configs" / "eval"
 
@@ -16,6 +17,15 @@ EVAL = ROOT / "configs" / "eval"
 @pytest.mark.slow
 def test_pretrain_probe_knn_selection_on_real_cifar(cifar_subset: Path, tmp_path: Path) -> None:
     data = ["--data.init_args.root", str(cifar_subset), "--data.init_args.num_workers", "0"]
+    vehicles = ["airplane", "automobile", "ship", "truck"]
+    animals = ["bird", "cat", "deer", "dog", "frog", "horse"]
+    transfer_root = make_superclass_folder(
+        cifar_subset, tmp_path / "transfer", {"animal": animals, "vehicle": vehicles}
+    )
+    transfer = json.dumps({
+        "class_path": "ncl_lightning.data.ImageFolderDataModule",
+        "init_args": {"root": str(transfer_root), "image_size": 32, "num_workers": 0},
+    })  # fmt: skip
     quiet = ["--trainer.enable_progress_bar", "false"]
     results = run_chain(
         ROOT / "configs" / "subset" / "cifar10_subset_ncl.yaml",
@@ -34,6 +44,8 @@ def test_pretrain_probe_knn_selection_on_real_cifar(cifar_subset: Path, tmp_path
                 "[16, 256]",
                 "--model.init_args.probe_epochs",
                 "3",
+                "--model.init_args.transfer",
+                transfer,
             ],
         },
     )
@@ -49,6 +61,8 @@ def test_pretrain_probe_knn_selection_on_real_cifar(cifar_subset: Path, tmp_path
     )
     assert abs(all_ea - all_rand) < 0.01
     assert "test/selection/ea/k16/retrieval_p@10" in sel
+    # animal vs vehicle on the same real images: a second task the features transfer to
+    assert sel["test/selection/ea/k256/transfer_acc"] > 0.6  # majority class: 0.6
     run = next((tmp_path / "cifar10_subset_ncl" / "selection").rglob("feature_selection.json"))
     assert set(json.loads(run.read_text())) == {"ea", "random"}
     assert (run.parent / "accuracy_vs_k.png").stat().st_size > 0
