@@ -35,10 +35,17 @@ def test_pretrain_probe_knn_selection_on_real_cifar(cifar_subset: Path, tmp_path
             "selection": EVAL / "cifar10_subset_feature_selection.yaml",
         },
         tmp_path,
-        pretrain_args=["--trainer.max_epochs", "1", *data, *quiet],
+        pretrain_args=[
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.check_val_every_n_epoch",
+            "1",
+            *data,
+            *quiet,
+        ],
         eval_args=[*data, *quiet],
         protocol_args={
-            "linear": ["--trainer.max_epochs", "1"],
+            "linear": ["--trainer.max_epochs", "1", "--trainer.check_val_every_n_epoch", "1"],
             "selection": [
                 "--model.init_args.ks",
                 "[16, 256]",
