@@ -25,6 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ncl_lightning.callbacks.pictures import accuracy_vs_k
 from ncl_lightning.cli import cli_main
 
 # Column -> (protocol, metric key); selection keys get the reported k filled in.
@@ -115,6 +116,25 @@ def table_row(results: dict[str, dict[str, float]]) -> dict[str, str]:
     return row
 
 
+def selection_curves(
+    all_results: dict[str, dict[str, dict[str, float]]],
+) -> dict[str, tuple[list[int], list[float]]]:
+    """Linear accuracy against k for every run and rule (NCL paper, Figure 10)."""
+    curves = {}
+    for name, results in all_results.items():
+        selection = results.get("selection", {})
+        for rule in ("ea", "random"):
+            prefix = f"test/selection/{rule}/k"
+            points = sorted(
+                (int(key[len(prefix) :].split("/")[0]), value)
+                for key, value in selection.items()
+                if key.startswith(prefix) and key.endswith("/linear_acc")
+            )
+            if points:
+                curves[f"{name} {rule}"] = ([k for k, _ in points], [v for _, v in points])
+    return curves
+
+
 def markdown(rows: dict[str, dict[str, str]]) -> str:
     """Rows with at least one value, columns with at least one value."""
     columns = [c for c in dict.fromkeys(c for r in rows.values() for c in r)
@@ -156,6 +176,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, flo
         done.write_text(json.dumps(all_results, indent=2))
     table = markdown({name: table_row(res) for name, res in all_results.items()})
     (args.out / "results.md").write_text(table + "\n")
+    curves = selection_curves(all_results)
+    if curves:
+        accuracy_vs_k(curves, args.out / "accuracy_vs_k.png", "Linear accuracy vs selected dims")
     print(table)
     return all_results
 
