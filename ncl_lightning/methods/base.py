@@ -28,7 +28,10 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.checkpoint import RecordsBackbone
 from ncl_lightning.methods.online import OnlineEvaluator
-from ncl_lightning.methods.optimization import configure_warmup_cosine
+from ncl_lightning.methods.optimization import (
+    WarmupCosineOptimization,
+    check_common_arguments,
+)
 from ncl_lightning.optim import LARS, split_decay_params
 
 
@@ -46,7 +49,7 @@ def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
     return LARS(params, lr=0.3, momentum=0.9, weight_decay=1e-4, eta=0.02, clip_lr=True)
 
 
-class SSLMethod(RecordsBackbone, L.LightningModule):
+class SSLMethod(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
     """Shared training loop of every self-supervised method.
 
     Args:
@@ -89,11 +92,9 @@ class SSLMethod(RecordsBackbone, L.LightningModule):
             raise ValueError(
                 f"backbone {type(backbone).__name__} must expose an `out_dim` attribute"
             )
-        for name, value in (("warmup_epochs", warmup_epochs), ("probe_lr", probe_lr)):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        check_common_arguments(batch_size, warmup_epochs)
+        if probe_lr < 0:
+            raise ValueError(f"probe_lr must be >= 0, got {probe_lr}")
         # Under ncl-cli the stored hparams are the parsed config (backbone and optimizer as
         # class_path dicts), so `load_from_checkpoint` rebuilds the module from the file alone.
         # Built from Python, the module objects are not put into the checkpoint's hparams.
@@ -211,12 +212,3 @@ class SSLMethod(RecordsBackbone, L.LightningModule):
         return self.encode(x)
 
     # -- optimisation -----------------------------------------------------------------
-    def configure_optimizers(self) -> dict[str, Any]:
-        return configure_warmup_cosine(
-            self,
-            self.optimizer_factory(self.param_groups()),
-            scale_lr=self.hparams.scale_lr,
-            batch_size=self.hparams.batch_size,
-            warmup_epochs=self.hparams.warmup_epochs,
-            min_lr_ratio=self.hparams.min_lr_ratio,
-        )

@@ -29,7 +29,10 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.checkpoint import RecordsBackbone
 from ncl_lightning.methods.base import Encoded
-from ncl_lightning.methods.optimization import configure_warmup_cosine
+from ncl_lightning.methods.optimization import (
+    WarmupCosineOptimization,
+    check_common_arguments,
+)
 from ncl_lightning.optim import split_decay_params
 
 
@@ -54,7 +57,7 @@ def first_view(batch: tuple[Any, Tensor]) -> tuple[Tensor, Tensor]:
     return (x[0] if isinstance(x, list | tuple) else x), y
 
 
-class Classifier(RecordsBackbone, L.LightningModule):
+class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
     """Supervised training and evaluation loop shared by probes, fine-tuning and NCE.
 
     Args:
@@ -87,10 +90,7 @@ class Classifier(RecordsBackbone, L.LightningModule):
         super().__init__()
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1 for a classifier, got {num_classes}")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if warmup_epochs < 0:
-            raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
+        check_common_arguments(batch_size, warmup_epochs)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         from_cli = _given_hyperparameters.get() is not None
@@ -168,13 +168,3 @@ class Classifier(RecordsBackbone, L.LightningModule):
     def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
         x = batch[0] if isinstance(batch, list | tuple) else batch
         return self(x[0] if isinstance(x, list | tuple) else x)
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        return configure_warmup_cosine(
-            self,
-            self.optimizer_factory(self.param_groups()),
-            scale_lr=self.hparams.scale_lr,
-            batch_size=self.hparams.batch_size,
-            warmup_epochs=self.hparams.warmup_epochs,
-            min_lr_ratio=self.hparams.min_lr_ratio,
-        )

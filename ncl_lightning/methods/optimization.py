@@ -52,3 +52,28 @@ def configure_warmup_cosine(
     warmup = round(warmup_epochs * total / epochs)
     scheduler = warmup_cosine(optimizer, warmup, total, min_lr_ratio)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class WarmupCosineOptimization:
+    """LightningModule mixin: ``configure_optimizers`` from ``self.optimizer_factory``,
+    ``self.param_groups()`` and the ``scale_lr``, ``batch_size``, ``warmup_epochs`` and
+    ``min_lr_ratio`` hyper-parameters (shared by every trainable module of the package)."""
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams  # type: ignore[attr-defined]
+        return configure_warmup_cosine(
+            self,  # type: ignore[arg-type]
+            self.optimizer_factory(self.param_groups()),  # type: ignore[attr-defined]
+            scale_lr=hp.scale_lr,
+            batch_size=hp.batch_size,
+            warmup_epochs=hp.warmup_epochs,
+            min_lr_ratio=hp.min_lr_ratio,
+        )
+
+
+def check_common_arguments(batch_size: int | None, warmup_epochs: float) -> None:
+    """One-line errors for the optimisation arguments every module takes."""
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if warmup_epochs < 0:
+        raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")

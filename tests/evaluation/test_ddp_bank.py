@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.evaluation import extract_features
+from tests.ddp import spawn_ranks
 from tests.evaluation.ddp_bank_worker import encoder, run_rank
 
 WORLD = 2
@@ -20,16 +20,7 @@ def _rows_sorted(x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.ddp
 def test_uneven_shards_gather_to_the_whole_split(tmp_path) -> None:
-    ctx = mp.get_context("spawn")
-    procs = [
-        ctx.Process(target=run_rank, args=(r, WORLD, f"{tmp_path}/init", f"{tmp_path}/out{r}.pt"))
-        for r in range(WORLD)
-    ]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        assert p.exitcode == 0, f"rank process failed with exit code {p.exitcode}"
+    spawn_ranks(run_rank, tmp_path, WORLD)
     data = DigitsDataModule(batch_size=100, num_workers=0)
     with torch.no_grad():
         feats, labels = extract_features(encoder(), data.clean_train_dataloader())

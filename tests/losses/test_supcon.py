@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from ncl_lightning.losses import info_nce
 from ncl_lightning.losses.supcon import SupConLoss, supcon
+from tests.ddp import spawn_ranks
 from tests.losses.ddp_supcon_worker import TEMPERATURE, make_labels, run_rank
 from tests.losses.ddp_worker import make_problem
 
@@ -83,16 +83,7 @@ def test_bad_temperature_and_shapes_are_clear_errors() -> None:
 
 @pytest.mark.ddp
 def test_two_rank_gloo_equals_single_process(tmp_path) -> None:
-    ctx = mp.get_context("spawn")
-    procs = [
-        ctx.Process(target=run_rank, args=(r, WORLD, f"{tmp_path}/init", f"{tmp_path}/out{r}.pt"))
-        for r in range(WORLD)
-    ]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        assert p.exitcode == 0, f"rank process failed with exit code {p.exitcode}"
+    spawn_ranks(run_rank, tmp_path, WORLD)
     model, x1, x2 = make_problem()
     labels = make_labels(x1.shape[0])
     loss = SupConLoss(TEMPERATURE, gather_distributed=False)(model(x1), model(x2), labels)

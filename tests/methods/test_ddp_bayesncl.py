@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
+from tests.ddp import spawn_ranks
 from tests.methods.ddp_bayes_worker import gated_loss, make_problem, run_rank
 
 
 @pytest.mark.ddp
 def test_bayesncl_two_ranks_equal_one_process(tmp_path) -> None:
-    ctx = mp.get_context("spawn")
-    procs = [
-        ctx.Process(target=run_rank, args=(r, 2, f"{tmp_path}/init", f"{tmp_path}/out{r}.pt"))
-        for r in range(2)
-    ]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        assert p.exitcode == 0, f"rank process failed with exit code {p.exitcode}"
+    spawn_ranks(run_rank, tmp_path, 2)
     model, x1, x2 = make_problem()
     loss = gated_loss(model, x1, x2, model)
     loss.backward()
