@@ -56,6 +56,15 @@ def select_dims(ea: Tensor, k: int, rule: str, seed: int) -> Tensor:
     return torch.randperm(ea.shape[0], generator=gen)[:k].to(ea.device)
 
 
+def _feature_width(method: L.LightningModule, space: str) -> int:
+    """Width ``d`` of the selected space: projector ``out_dim`` (z) or backbone (h)."""
+    head = method.projector if space == "z" else method.backbone
+    width = getattr(head, "out_dim", None)
+    if not isinstance(width, int):
+        raise ValueError(f"{type(method).__name__} has no {space} width (out_dim) to select from")
+    return width
+
+
 class FeatureSelection(RecordsBackbone, L.LightningModule):
     """Expected-activation feature selection of a pretrained method's features.
 
@@ -92,6 +101,10 @@ class FeatureSelection(RecordsBackbone, L.LightningModule):
             raise ValueError(f"space must be 'z' or 'h', got {space!r}")
         self.save_hyperparameters(ignore=["transfer"])
         self.method = load_method(checkpoint).requires_grad_(False)
+        # Check ks against the feature width now, before any image is encoded.
+        width = _feature_width(self.method, space)
+        if ks is not None and (not ks or any(not 1 <= k <= width for k in ks)):
+            raise ValueError(f"every k in ks must be in [1, {width}] ({space} width), got {ks}")
         self.transfer = transfer
         self._train: tuple[Tensor, Tensor] | None = None
         self._test: list[tuple[Tensor, Tensor]] = []

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from ncl_lightning.evaluation import default_ks, fit_linear_probe, probe_accuracy, selection_table
+from ncl_lightning.evaluation import (
+    FeatureSelection,
+    default_ks,
+    fit_linear_probe,
+    probe_accuracy,
+    selection_table,
+)
 from ncl_lightning.evaluation.selection import select_dims
 from ncl_lightning.metrics.functional import expected_activation, retrieval_precision
+from tests.test_checkpoint import FACTORIES, _fit_and_save
 
 
 def _constructed(n: int = 600, d: int = 64, classes: int = 6, seed: int = 0):
@@ -57,3 +65,14 @@ def test_default_ks_and_table() -> None:
     table = selection_table({"ea": {8: {"linear_acc": 0.5}}, "random": {8: {"linear_acc": 0.25}}})
     assert table.splitlines()[2] == "| ea | 8 | 50.00 |"
     assert table.splitlines()[3] == "| random | 8 | 25.00 |"
+
+
+def test_bad_ks_fail_before_any_encoding(tmp_path) -> None:
+    path = _fit_and_save(FACTORIES["ncl"](), tmp_path / "ncl.ckpt")  # projector width 16
+    with pytest.raises(
+        ValueError, match=r"every k in ks must be in \[1, 16\] \(z width\), got \[8, 32\]"
+    ):
+        FeatureSelection(str(path), num_classes=10, ks=[8, 32])
+    with pytest.raises(ValueError, match=r"\[1, 24\] \(h width\)"):
+        FeatureSelection(str(path), num_classes=10, ks=[0], space="h")
+    assert FeatureSelection(str(path), num_classes=10, ks=[4, 16]).hparams.ks == [4, 16]
