@@ -8,6 +8,11 @@ tensors ``[B, C, H, W]``) and clean ``(images, labels)`` for validation/test, an
 from ncl_lightning.data.base import MultiViewDataModule, Split, TransformedDataset
 from ncl_lightning.data.cifar import CIFAR10DataModule, CIFAR100DataModule
 from ncl_lightning.data.digits import DigitsDataModule, TensorImageDataset
+from ncl_lightning.data.dsprites import (
+    DSPRITES_FACTOR_NAMES,
+    DSPRITES_FACTOR_SIZES,
+    DSpritesDataset,
+)
 from ncl_lightning.data.folder import ImageFolderDataModule, ImageListDataset
 from ncl_lightning.data.imagenet100 import ImageNet100DataModule, load_imagenet100_classes
 from ncl_lightning.data.ood import (
@@ -16,6 +21,7 @@ from ncl_lightning.data.ood import (
     IMAGENET_C_SEVERITIES,
     ImageNetOODDataModule,
 )
+from ncl_lightning.data.sparse_coding import SparseCodingDataModule, SparseCodingModel, mask_views
 from ncl_lightning.data.transforms import (
     AUGMENTATIONS,
     CIFAR_MEAN,
@@ -38,6 +44,8 @@ __all__ = [
     "CIFAR_STD",
     "DIGITS_MEAN",
     "DIGITS_STD",
+    "DSPRITES_FACTOR_NAMES",
+    "DSPRITES_FACTOR_SIZES",
     "IMAGENET_C_CORRUPTIONS",
     "IMAGENET_C_EXTRA_CORRUPTIONS",
     "IMAGENET_C_SEVERITIES",
@@ -45,6 +53,7 @@ __all__ = [
     "IMAGENET_STD",
     "CIFAR10DataModule",
     "CIFAR100DataModule",
+    "DSpritesDataset",
     "DigitsDataModule",
     "ImageFolderDataModule",
     "ImageListDataset",
@@ -53,6 +62,8 @@ __all__ = [
     "MultiView",
     "MultiViewDataModule",
     "SimCLRAugmentation",
+    "SparseCodingDataModule",
+    "SparseCodingModel",
     "Split",
     "TensorImageDataset",
     "TransformedDataset",
@@ -60,5 +71,6 @@ __all__ = [
     "digits_augmentation",
     "imagenet_augmentation",
     "load_imagenet100_classes",
+    "mask_views",
     "scaled_augmentation",
 ]

@@ -2,7 +2,9 @@
 
 from ncl_lightning.metrics import functional
 from ncl_lightning.metrics.activation import ExpectedActivation
+from ncl_lightning.metrics.dictionary import DictionaryRecovery
 from ncl_lightning.metrics.gate import OpenFrequency
+from ncl_lightning.metrics.mig import MutualInformationGap
 from ncl_lightning.metrics.orthogonality import OrthogonalityError
 from ncl_lightning.metrics.rank import EffectiveRank
 from ncl_lightning.metrics.retrieval import RetrievalPrecision
@@ -17,8 +19,10 @@ from ncl_lightning.metrics.sparsity import ActiveDimensions, Sparsity
 __all__ = [
     "SEPIN",
     "ActiveDimensions",
+    "DictionaryRecovery",
     "EffectiveRank",
     "ExpectedActivation",
+    "MutualInformationGap",
     "OpenFrequency",
     "OrthogonalityError",
     "RetrievalPrecision",

@@ -4,8 +4,14 @@ from ncl_lightning.metrics.functional.activation import (
     expected_activation,
     select_by_expected_activation,
 )
+from ncl_lightning.metrics.functional.dictionary import (
+    dictionary_atom_scores,
+    dictionary_cosines,
+    dictionary_recovery,
+)
 from ncl_lightning.metrics.functional.gate import open_frequency, open_frequency_summary
 from ncl_lightning.metrics.functional.knn import weighted_knn_predict
+from ncl_lightning.metrics.functional.mig import discrete_mutual_info, mutual_information_gap
 from ncl_lightning.metrics.functional.orthogonality import (
     feature_gram,
     orthogonality_error,
@@ -46,11 +52,16 @@ __all__ = [
     "active_dimensions",
     "class_activation_counts",
     "class_activation_mass",
+    "dictionary_atom_scores",
+    "dictionary_cosines",
+    "dictionary_recovery",
+    "discrete_mutual_info",
     "effective_rank",
     "effective_rank_from_gram",
     "expected_activation",
     "feature_gram",
     "l2_normalize_rows",
+    "mutual_information_gap",
     "open_frequency",
     "open_frequency_summary",
     "orthogonality_error",

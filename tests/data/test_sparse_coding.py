@@ -1,0 +1,176 @@
+"""Sparse-coding data (Pokle et al., AISTATS 2022): model, masks, DataModule contract."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ncl_lightning.data.sparse_coding import (
+    SparseCodingDataModule,
+    SparseCodingModel,
+    mask_views,
+)
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize(("p", "d"), [(50, 10), (20, 20), (5, 1)])
+def test_dictionary_is_column_orthonormal(p, d):
+    m = SparseCodingModel(p=p, d=d, seed=3).dictionary
+    assert m.shape == (p, d) and m.dtype == torch.float32
+    assert torch.allclose(m.T @ m, torch.eye(d), atol=1e-5)
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.3, 1.0])
+def test_symmetric_latents(beta):
+    model = SparseCodingModel(nonzero_prob=beta)
+    z = model.sample_latents(20000, _gen())
+    assert z.shape == (20000, 10)
+    assert set(z.unique().tolist()) <= {-1.0, 0.0, 1.0}
+    assert ((z != 0).sum(dim=1) >= 1).all()
+    frac = (z != 0).float().mean().item()
+    assert frac == pytest.approx(model.expected_nonzero_fraction(), abs=0.01)
+    assert (z == 1).sum().item() / (z != 0).sum().item() == pytest.approx(0.5, abs=0.01)
+
+
+def test_binary_latents():
+    model = SparseCodingModel(latent="binary", nonzero_prob=0.2, d=12)
+    z = model.sample_latents(20000, _gen())
+    assert set(z.unique().tolist()) == {0.0, 1.0}
+    assert ((z != 0).sum(dim=1) >= 1).all()
+    expected = 0.2 / (1 - 0.8**12)
+    assert model.expected_nonzero_fraction() == pytest.approx(expected)
+    assert (z != 0).float().mean().item() == pytest.approx(expected, abs=0.01)
+    # P(z_j != 0 | z != 0) = β / P(z != 0) is the same for every coordinate j.
+    per_coord = (z != 0).float().mean(dim=0)
+    assert torch.allclose(per_coord, torch.full((12,), expected), atol=0.02)
+
+
+def test_default_noise_variance():
+    model = SparseCodingModel()
+    assert model.sigma2 == pytest.approx(math.log(10) / 10)
+    x, z = model.sample(20000, _gen(1))
+    noise = x - z @ model.dictionary.T
+    assert noise.var().item() == pytest.approx(math.log(10) / 10, rel=0.02)
+    assert abs(noise.mean().item()) < 0.01
+
+
+def test_zero_noise():
+    model = SparseCodingModel(noise_var=0.0)
+    x, z = model.sample(100, _gen())
+    assert torch.allclose(x, z @ model.dictionary.T)
+
+
+def test_independent_masks():
+    x = torch.ones(4000, 50)
+    v1, v2 = mask_views(x, 0.5, "independent", _gen())
+    assert set(v1.unique().tolist()) == {0.0, 1.0}
+    assert v1.mean().item() == pytest.approx(0.5, abs=0.01)
+    assert v2.mean().item() == pytest.approx(0.5, abs=0.01)
+    assert (v1 * v2).mean().item() == pytest.approx(0.25, abs=0.01)
+    v1, v2 = mask_views(x, 0.3, "independent", _gen(1))
+    assert v1.mean().item() == pytest.approx(0.3, abs=0.01)
+    assert (v1 * v2).mean().item() == pytest.approx(0.09, abs=0.01)
+
+
+def test_dependent_masks_are_complementary():
+    x = torch.randn(1000, 50, generator=_gen(2))
+    v1, v2 = mask_views(x, 0.5, "dependent", _gen())
+    assert torch.allclose(v1 + v2, 2 * x)
+    kept1, kept2 = v1 != 0, v2 != 0
+    assert not (kept1 & kept2).any()
+    assert torch.equal(v1[kept1], 2 * x[kept1])
+    assert kept1.float().mean().item() == pytest.approx(0.5, abs=0.01)
+
+
+def test_datamodule_batches():
+    dm = SparseCodingDataModule(n=300, val_n=250, batch_size=100)
+    assert dm.num_classes == 0 and dm.in_dim == 50
+    assert dm.dictionary.shape == (50, 10)
+    assert dm.train_latents.shape == (300, 10) and dm.val_latents.shape == (250, 10)
+    dm.setup("fit")
+    batches = list(dm.train_dataloader())
+    assert len(batches) == 3
+    views, z = batches[0]
+    assert isinstance(views, list) and len(views) == 2
+    for v in views:
+        assert v.shape == (100, 50) and v.dtype == torch.float32
+    assert z.shape == (100, 10)
+    assert not torch.equal(views[0], views[1])
+    val = list(dm.val_dataloader())
+    assert [b[0].shape[0] for b in val] == [100, 100, 50]
+    assert torch.equal(torch.cat([b[0] for b in val]), dm.val_inputs)
+    assert torch.equal(torch.cat([b[1] for b in val]), dm.val_latents)
+
+
+def test_dependent_datamodule_views():
+    dm = SparseCodingDataModule(n=200, val_n=10, views="dependent", noise_var=0.0)
+    dm.setup("fit")
+    (v1, v2), z = next(iter(dm.train_dataloader()))
+    assert torch.allclose(v1 + v2, 2 * z @ dm.dictionary.T, atol=1e-6)
+
+
+def test_masks_are_redrawn_every_batch():
+    dm = SparseCodingDataModule(n=100, val_n=10, batch_size=100)
+    dm.setup("fit")
+    items = [(dm.train_inputs[i], dm.train_latents[i]) for i in range(100)]
+    (a, _), za = dm._collate_views(items)
+    (b, _), zb = dm._collate_views(items)
+    assert torch.equal(za, zb) and not torch.equal(a != 0, b != 0)
+    assert 0.4 < (a != 0).float().mean().item() < 0.6
+
+
+def test_determinism_under_seed():
+    dms = [SparseCodingDataModule(n=200, val_n=50, seed=7) for _ in range(2)]
+    for dm in dms:
+        dm.setup("fit")
+    assert torch.equal(dms[0].dictionary, dms[1].dictionary)
+    assert torch.equal(dms[0].train_inputs, dms[1].train_inputs)
+    assert torch.equal(dms[0].val_latents, dms[1].val_latents)
+    (a1, a2), za = next(iter(dms[0].train_dataloader()))
+    (b1, b2), zb = next(iter(dms[1].train_dataloader()))
+    assert torch.equal(a1, b1) and torch.equal(a2, b2) and torch.equal(za, zb)
+    other = SparseCodingDataModule(n=200, val_n=50, seed=8)
+    assert not torch.equal(other.dictionary, dms[0].dictionary)
+    assert not torch.equal(dms[0].train_inputs[:50], dms[0].val_inputs)
+
+
+def test_train_loader_needs_setup():
+    with pytest.raises(RuntimeError, match="setup"):
+        SparseCodingDataModule(n=100, val_n=10).train_dataloader()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"nonzero_prob": 0.0}, "nonzero_prob"),
+        ({"nonzero_prob": 1.5}, "nonzero_prob"),
+        ({"alpha": 0.0}, "alpha"),
+        ({"alpha": 1.0}, "alpha"),
+        ({"d": 60}, "p must be >= d"),
+        ({"d": 0}, "d must be"),
+        ({"n": 0}, "n must be"),
+        ({"val_n": 0}, "val_n"),
+        ({"batch_size": 2000}, "batch_size"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"noise_var": -1.0}, "noise_var"),
+        ({"latent": "gaussian"}, "latent"),
+        ({"views": "shared"}, "views"),
+        ({"seed": -1}, "seed"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SparseCodingDataModule(**kwargs)
+
+
+def test_mask_views_bad_arguments():
+    x = torch.ones(2, 3)
+    with pytest.raises(ValueError, match="alpha"):
+        mask_views(x, 1.0)
+    with pytest.raises(ValueError, match="scheme"):
+        mask_views(x, 0.5, "shared")  # type: ignore[arg-type]
