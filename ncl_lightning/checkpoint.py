@@ -149,7 +149,8 @@ def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Mod
 
     Reads tensors only (``weights_only=True``), rebuilds the architecture from the
     checkpoint's record (or uses ``backbone``) and loads its ``backbone.*`` weights
-    strictly. The module is returned in training mode on the CPU.
+    strictly. The module is returned in training mode on the CPU; a backbone rebuilt from
+    the record carries it as ``spec``, so a module holding it writes the same record.
 
     Args:
         path: Checkpoint of CL, NCL, BayesNCL, NCE, a linear probe or a fine-tune.
@@ -176,6 +177,8 @@ def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Mod
                 "without `spec`); pass load_backbone(path, backbone=<architecture>)"
             )
         backbone = build_backbone_from_spec(spec, path)
+        if not isinstance(getattr(backbone, "spec", None), dict):
+            backbone.spec = spec  # modules that load it record the same architecture
     state = {
         k[len(BACKBONE_PREFIX) :]: v
         for k, v in ckpt["state_dict"].items()

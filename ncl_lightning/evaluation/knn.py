@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ncl_lightning.checkpoint import RecordsBackbone, load_backbone, read_checkpoint
+from ncl_lightning.checkpoint import RecordsBackbone, load_backbone
 from ncl_lightning.evaluation.features import extract_features
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.classifier import accuracy_metrics, first_view
-from ncl_lightning.metrics.functional import weighted_knn_predict
+from ncl_lightning.metrics.functional.knn import check_knn_arguments, weighted_knn_predict
 
 
 class KNNClassifier(RecordsBackbone, L.LightningModule):
@@ -49,13 +49,9 @@ class KNNClassifier(RecordsBackbone, L.LightningModule):
         super().__init__()
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        check_knn_arguments(k, temperature)
         self.save_hyperparameters()
         self.backbone = load_backbone(checkpoint).eval().requires_grad_(False)
-        self._spec = read_checkpoint(checkpoint)["ncl_lightning"].get("backbone")
         self.metrics = torch.nn.ModuleDict(
             {
                 s: accuracy_metrics(num_classes).clone(prefix=f"{s}/{self.label}/")
@@ -63,14 +59,6 @@ class KNNClassifier(RecordsBackbone, L.LightningModule):
             }
         )
         self._bank: tuple[Tensor, Tensor] | None = None
-
-    def backbone_spec(self) -> dict[str, Any] | None:
-        return self._spec
-
-    def train(self, mode: bool = True) -> KNNClassifier:
-        super().train(mode)
-        self.backbone.eval()
-        return self
 
     def encode(self, x: Tensor) -> Tensor:
         """L2-normalised encoder features ``[B, D]``."""

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ncl_lightning.checkpoint import load_backbone, read_checkpoint, spec_of
+from ncl_lightning.checkpoint import load_backbone
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.classifier import Classifier
 from ncl_lightning.nn.heads import LinearClassifier
@@ -43,14 +43,8 @@ class LinearProbe(Classifier):
     def __init__(self, checkpoint: str, num_classes: int = 0, **kwargs: Any) -> None:
         super().__init__(num_classes=num_classes, **kwargs)
         self.backbone = load_backbone(checkpoint)
-        self._spec = spec_of(self.backbone)
-        if self._spec is None:  # a user backbone: keep the pretrained record's spec
-            self._spec = read_checkpoint(checkpoint)["ncl_lightning"].get("backbone")
         self.backbone.requires_grad_(self.trains_backbone)
         self.classifier = LinearClassifier(self.backbone.out_dim, num_classes)
-
-    def backbone_spec(self) -> dict[str, Any] | None:
-        return self._spec
 
     def represent(self, x: Tensor) -> Encoded:
         if not self.trains_backbone and self.backbone.training:

@@ -113,11 +113,6 @@ class FeatureSelection(RecordsBackbone, L.LightningModule):
     def backbone_spec(self) -> dict[str, Any] | None:
         return self.method.backbone_spec()
 
-    def train(self, mode: bool = True) -> FeatureSelection:
-        super().train(mode)
-        self.method.eval()
-        return self
-
     def encode(self, x: Tensor) -> Tensor:
         """The selected space's features ``[B, d]`` of images ``[B, C, H, W]``."""
         return getattr(self.method.encode(x), self.hparams.space)
@@ -180,9 +175,8 @@ class FeatureSelection(RecordsBackbone, L.LightningModule):
         }  # fmt: skip
         if transfer is not None:
             (tx, ty), (vx, vy) = transfer
-            classes = int(max(ty.max(), vy.max()).item()) + 1
             row["transfer_acc"] = probe_accuracy(
-                (tx[:, dims], ty), (vx[:, dims], vy), classes, **fit
+                (tx[:, dims], ty), (vx[:, dims], vy), self.transfer.num_classes, **fit
             )
         return row
 

@@ -32,7 +32,7 @@ from ncl_lightning.methods.optimization import (
     WarmupCosineOptimization,
     check_common_arguments,
 )
-from ncl_lightning.optim import LARS, split_decay_params
+from ncl_lightning.optim import LARS, decay_param_groups
 
 
 class Encoded(NamedTuple):
@@ -138,16 +138,7 @@ class SSLMethod(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
     def param_groups(self) -> list[dict[str, Any]]:
         """Optimiser parameter groups; override to give new heads their own settings."""
         probe = {id(p) for p in self.online.parameters()} if self.online is not None else set()
-        decay, no_decay = split_decay_params(self)
-        decay = [p for p in decay if id(p) not in probe]
-        no_decay = [p for p in no_decay if id(p) not in probe]
-        if self.hparams.exclude_bias_n_norm:
-            groups = [
-                {"params": decay},
-                {"params": no_decay, "weight_decay": 0.0, "lars_exclude": True},
-            ]
-        else:
-            groups = [{"params": decay + no_decay}]
+        groups = decay_param_groups(self, self.hparams.exclude_bias_n_norm, skip=probe)
         if self.online is not None:
             groups.append(
                 {

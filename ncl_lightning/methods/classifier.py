@@ -33,7 +33,7 @@ from ncl_lightning.methods.optimization import (
     WarmupCosineOptimization,
     check_common_arguments,
 )
-from ncl_lightning.optim import split_decay_params
+from ncl_lightning.optim import decay_param_groups
 
 
 def default_sgd(params: Iterable) -> torch.optim.Optimizer:
@@ -67,7 +67,7 @@ class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
         warmup_epochs: Linear warmup length in epochs.
         min_lr_ratio: Final learning rate of the cosine schedule, relative to the peak.
         scale_lr: Multiply learning rates by ``global batch / 256``.
-        weight_decay_bias_norm: Apply weight decay to biases and norm parameters too.
+        exclude_bias_n_norm: No weight decay and no LARS adaptation for biases and norms.
         label_smoothing: Cross-entropy label smoothing.
 
     Attributes:
@@ -84,7 +84,7 @@ class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
         warmup_epochs: float = 0.0,
         min_lr_ratio: float = 0.0,
         scale_lr: bool = True,
-        weight_decay_bias_norm: bool = False,
+        exclude_bias_n_norm: bool = True,
         label_smoothing: float = 0.0,
     ) -> None:
         super().__init__()
@@ -97,9 +97,7 @@ class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
         self.save_hyperparameters(ignore=[] if from_cli else ["backbone", "optimizer"])
         self.optimizer_factory = optimizer or default_sgd
         self.train_metrics = accuracy_metrics(num_classes).clone(prefix=f"train/{self.label}/")
-        self.eval_metrics = nn.ModuleDict(
-            {s: accuracy_metrics(num_classes).clone(prefix=f"{s}/{self.label}/") for s in ("val",)}
-        )
+        self.val_metrics = accuracy_metrics(num_classes).clone(prefix=f"val/{self.label}/")
         self.test_metrics = nn.ModuleList()
 
     # -- hooks for subclasses ---------------------------------------------------------
@@ -114,16 +112,7 @@ class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
 
     def param_groups(self) -> list[dict[str, Any]]:
         """Trainable parameters; biases and norms without weight decay by default."""
-        decay, no_decay = split_decay_params(self)
-        decay = [p for p in decay if p.requires_grad]
-        no_decay = [p for p in no_decay if p.requires_grad]
-        if self.hparams.weight_decay_bias_norm:
-            return [{"params": decay + no_decay}]
-        groups = [
-            {"params": decay},
-            {"params": no_decay, "weight_decay": 0.0, "lars_exclude": True},
-        ]
-        return [g for g in groups if g["params"]]
+        return decay_param_groups(self, self.hparams.exclude_bias_n_norm)
 
     # -- steps ------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
@@ -147,7 +136,7 @@ class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
         return out
 
     def validation_step(self, batch: tuple[Any, Tensor], batch_idx: int) -> Encoded:
-        return self._evaluate(batch, self.eval_metrics["val"])
+        return self._evaluate(batch, self.val_metrics)
 
     def on_test_start(self) -> None:
         """One metric collection per test set (``datamodule.test_names`` when present)."""

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ncl_lightning.metrics.functional import weighted_knn_predict
+from ncl_lightning.metrics.functional.knn import check_knn_arguments, weighted_knn_predict
 from ncl_lightning.nn.gather import gather_no_grad
 
 
@@ -31,10 +31,7 @@ class OnlineEvaluator(nn.Module):
         super().__init__()
         if num_classes < 1:
             raise ValueError(f"online evaluation needs num_classes >= 1, got {num_classes}")
-        if knn_k < 1:
-            raise ValueError(f"knn_k must be >= 1, got {knn_k}")
-        if not knn_temperature > 0:
-            raise ValueError(f"knn_temperature must be > 0, got {knn_temperature}")
+        check_knn_arguments(knn_k, knn_temperature, prefix="knn_")
         self.probe = nn.Linear(in_dim, num_classes)
         self.num_classes = num_classes
         self.knn_k = knn_k

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ncl_lightning.optim.lars import LARS
-from ncl_lightning.optim.param_groups import NORM_LAYERS, split_decay_params
+from ncl_lightning.optim.param_groups import NORM_LAYERS, decay_param_groups, split_decay_params
 from ncl_lightning.optim.schedulers import warmup_cosine
 from ncl_lightning.registry import Registry
 
@@ -38,6 +38,7 @@ __all__ = [
     "LARS",
     "NORM_LAYERS",
     "OPTIMIZERS",
+    "decay_param_groups",
     "scale_lr",
     "split_decay_params",
     "warmup_cosine",

@@ -49,3 +49,31 @@ def split_decay_params(
             continue
         (no_decay if id(param) in no_decay_ids else decay).append(param)
     return decay, no_decay
+
+
+def decay_param_groups(
+    module: nn.Module, exclude_bias_n_norm: bool = True, skip: set[int] | None = None
+) -> list[dict]:
+    """Optimiser groups of ``module``'s trainable parameters.
+
+    Args:
+        module: The model.
+        exclude_bias_n_norm: Put biases and norm parameters in their own group without
+            weight decay and without LARS adaptation (``lars_exclude``).
+        skip: ``id``s of parameters that another group owns (e.g. a probe head).
+
+    Returns:
+        Non-empty groups: ``[{"params": decay}, {"params": no_decay, ...}]`` or one group.
+    """
+    skip = skip or set()
+    decay, no_decay = (
+        [p for p in group if id(p) not in skip] for group in split_decay_params(module)
+    )
+    if exclude_bias_n_norm:
+        groups = [
+            {"params": decay},
+            {"params": no_decay, "weight_decay": 0.0, "lars_exclude": True},
+        ]
+    else:
+        groups = [{"params": decay + no_decay}]
+    return [g for g in groups if g["params"]]

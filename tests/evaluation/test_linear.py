@@ -66,3 +66,13 @@ def test_bad_arguments(pretrained: Path) -> None:
         LinearProbe(str(pretrained), num_classes=10, label_smoothing=1.5)
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         LinearProbe("nowhere.ckpt", num_classes=10)
+
+
+def test_probe_optimises_only_the_linear_layer(pretrained: Path) -> None:
+    probe = LinearProbe(str(pretrained), num_classes=10, batch_size=64)
+    groups = probe.param_groups()
+    ids = {id(p) for g in groups for p in g["params"]}
+    assert ids == {id(p) for p in probe.classifier.parameters()}
+    bias_group = next(g for g in groups if any(p is probe.classifier.bias for p in g["params"]))
+    assert bias_group["weight_decay"] == 0.0 and bias_group["lars_exclude"]
+    assert probe.backbone.spec["class_path"] == "ncl_lightning.nn.SmallCNN"

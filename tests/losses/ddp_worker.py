@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -20,16 +22,17 @@ def make_problem(n_total: int = 8, in_dim: int = 6, out_dim: int = 5) -> tuple:
     return model, x1, x2
 
 
-def run_rank(rank: int, world: int, init_file: str, objective: str, out_file: str) -> None:
-    """Compute the loss on this rank's half of the batch under DDP and save loss + grads."""
+def run_loss_rank(
+    rank: int, world: int, init_file: str, out_file: str, loss_of: Callable[..., torch.Tensor]
+) -> None:
+    """Under DDP, ``loss_of(ddp_model, x1, x2, rows)`` on this rank's half of the batch;
+    save the rank-averaged loss and the gradients."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         model, x1, x2 = make_problem()
         ddp = DistributedDataParallel(model)
         n = x1.shape[0] // world
-        sl = slice(rank * n, (rank + 1) * n)
-        loss_fn = OBJECTIVES.build(objective, temperature=0.3, gather_distributed=True)
-        loss = loss_fn(ddp(x1[sl]), ddp(x2[sl]))
+        loss = loss_of(ddp, x1, x2, slice(rank * n, (rank + 1) * n))
         loss.backward()
         mean_loss = loss.detach().clone()
         dist.all_reduce(mean_loss)
@@ -39,3 +42,13 @@ def run_rank(rank: int, world: int, init_file: str, objective: str, out_file: st
         )
     finally:
         dist.destroy_process_group()
+
+
+def run_rank(rank: int, world: int, init_file: str, objective: str, out_file: str) -> None:
+    """A registered objective (temperature 0.3, gathering on) on this rank's half."""
+
+    def loss_of(ddp, x1, x2, rows):
+        loss_fn = OBJECTIVES.build(objective, temperature=0.3, gather_distributed=True)
+        return loss_fn(ddp(x1[rows]), ddp(x2[rows]))
+
+    run_loss_rank(rank, world, init_file, out_file, loss_of)

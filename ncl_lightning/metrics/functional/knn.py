@@ -12,6 +12,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def check_knn_arguments(k: int, temperature: float, prefix: str = "") -> None:
+    """One-line errors for the neighbour count (>= 1) and the vote temperature (> 0)."""
+    if k < 1:
+        raise ValueError(f"{prefix}k must be >= 1, got {k}")
+    if not temperature > 0.0:
+        raise ValueError(f"{prefix}temperature must be > 0, got {temperature}")
+
+
 def weighted_knn_predict(
     query: Tensor,
     bank: Tensor,
@@ -52,10 +60,7 @@ def weighted_knn_predict(
         raise ValueError("bank must hold at least one sample")
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if temperature <= 0.0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    check_knn_arguments(k, temperature)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     labels = bank_labels.long()
