@@ -21,10 +21,13 @@ from ncl_lightning.methods import NCL
 from tests.conftest import ROOT
 from tests.fakes import make_fake_cifar, make_image_folder
 
-CONFIGS = sorted(  # pre-training configs only: tests/test_cli_eval.py runs eval and NCE/CE
+# Image pre-training configs only: tests/test_cli_eval.py runs eval and NCE/CE, and
+# tests/test_cli_ground_truth*.py the ground-truth studies.
+CONFIGS = sorted(
     c
     for c in (ROOT / "configs").rglob("*.yaml")
     if (ROOT / "configs" / "eval") not in c.parents
+    and (ROOT / "configs" / "ground_truth") not in c.parents
     and yaml.safe_load(c.read_text())["model"]["class_path"]
     != "ncl_lightning.methods.NCEClassifier"
 )

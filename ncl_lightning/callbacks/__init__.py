@@ -3,6 +3,20 @@ and the OOD results table of evaluation runs."""
 
 from ncl_lightning.callbacks.feature_statistics import FeatureMetricSet, FeatureStatistics
 from ncl_lightning.callbacks.ood_report import OODReport, ood_table
+from ncl_lightning.callbacks.sparse_coding import (
+    DictionaryRecoveryMonitor,
+    EncoderNormalization,
+    WarmStart,
+)
 from ncl_lightning.callbacks.top_activations import TopActivations
 
-__all__ = ["FeatureMetricSet", "FeatureStatistics", "OODReport", "TopActivations", "ood_table"]
+__all__ = [
+    "DictionaryRecoveryMonitor",
+    "EncoderNormalization",
+    "FeatureMetricSet",
+    "FeatureStatistics",
+    "OODReport",
+    "TopActivations",
+    "WarmStart",
+    "ood_table",
+]

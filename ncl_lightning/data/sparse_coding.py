@@ -21,13 +21,21 @@ Batches of ``SparseCodingDataModule``:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+    TensorDataset,
+)
 
 Latent = Literal["symmetric", "binary"]
 ViewScheme = Literal["independent", "dependent"]
@@ -40,6 +48,10 @@ _STREAMS = 8
 def _generator(seed: int, stream: int = 0, rank: int = 0) -> torch.Generator:
     """A CPU generator for ``(seed, stream, rank)``; distinct triples get distinct seeds."""
     return torch.Generator().manual_seed((seed * 1024 + rank) * _STREAMS + stream)
+
+
+def _identity(batch: Any) -> Any:
+    return batch
 
 
 def _check_choice(name: str, value: str, choices: object) -> None:
@@ -268,29 +280,40 @@ class SparseCodingDataModule(L.LightningDataModule):
         self._mask_generator = _generator(self.seed, _MASK_STREAM, rank)
         self._shuffle_generator = _generator(self.seed, _SHUFFLE_STREAM, rank)
 
-    def _collate_views(self, items: list[tuple[Tensor, Tensor]]) -> tuple[list[Tensor], Tensor]:
-        x = torch.stack([item[0] for item in items])
-        z = torch.stack([item[1] for item in items])
+    def _views(self, batch: tuple[Tensor, Tensor]) -> tuple[list[Tensor], Tensor]:
+        x, z = batch
         v1, v2 = mask_views(x, self.alpha, self.views, self._mask_generator)
         return [v1, v2], z
+
+    @staticmethod
+    def _batched(
+        dataset: TensorDataset,
+        sampler: Sampler,
+        batch_size: int,
+        drop_last: bool,
+        collate_fn: Callable[[tuple[Tensor, Tensor]], Any] | None = None,
+        generator: torch.Generator | None = None,
+    ) -> DataLoader:
+        """Index whole batches at once (``dataset[indices]``): no per-sample Python calls."""
+        return DataLoader(
+            dataset,
+            batch_size=None,
+            sampler=BatchSampler(sampler, batch_size, drop_last),
+            collate_fn=collate_fn or _identity,
+            generator=generator,
+        )
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled ``([v_1, v_2], z)``: views ``[B, p]``, latents ``[B, d]``."""
         if self._mask_generator is None:
             raise RuntimeError("mask generator is not seeded; call setup() first")
-        return DataLoader(
-            TensorDataset(self.train_inputs, self.train_latents),
-            batch_size=self.batch_size,
-            shuffle=True,
-            drop_last=True,
-            generator=self._shuffle_generator,
-            collate_fn=self._collate_views,
+        dataset = TensorDataset(self.train_inputs, self.train_latents)
+        sampler = RandomSampler(dataset, generator=self._shuffle_generator)
+        return self._batched(
+            dataset, sampler, self.batch_size, True, self._views, self._shuffle_generator
         )
 
     def val_dataloader(self) -> DataLoader:
         """Clean ``(x [B, p], z [B, d])`` of the validation samples, in order."""
-        return DataLoader(
-            TensorDataset(self.val_inputs, self.val_latents),
-            batch_size=self.batch_size,
-            shuffle=False,
-        )
+        dataset = TensorDataset(self.val_inputs, self.val_latents)
+        return self._batched(dataset, SequentialSampler(dataset), self.batch_size, False)

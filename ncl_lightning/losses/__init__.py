@@ -11,6 +11,7 @@ from __future__ import annotations
 from torch import nn
 
 from ncl_lightning.losses.info_nce import InfoNCELoss, info_nce
+from ncl_lightning.losses.non_contrastive import negative_cosine, symmetric_negative_cosine
 from ncl_lightning.losses.spectral import SpectralContrastiveLoss, spectral_contrastive
 from ncl_lightning.losses.supcon import SupConLoss, supcon
 from ncl_lightning.registry import Registry
@@ -35,6 +36,8 @@ __all__ = [
     "SpectralContrastiveLoss",
     "SupConLoss",
     "info_nce",
+    "negative_cosine",
     "spectral_contrastive",
     "supcon",
+    "symmetric_negative_cosine",
 ]

@@ -3,6 +3,7 @@
 from ncl_lightning.nn.backbones import BACKBONES, ResNet, SmallCNN, build_backbone
 from ncl_lightning.nn.heads import MLP, LinearClassifier
 from ncl_lightning.nn.nonneg import NONNEG, Exp, ReLU, RepReLU, Sigmoid, Softplus, rep_relu
+from ncl_lightning.nn.sparse_coding import SparseCodingEncoder, ThresholdActivation
 
 __all__ = [
     "BACKBONES",
@@ -16,6 +17,8 @@ __all__ = [
     "Sigmoid",
     "SmallCNN",
     "Softplus",
+    "SparseCodingEncoder",
+    "ThresholdActivation",
     "build_backbone",
     "rep_relu",
 ]

@@ -117,9 +117,9 @@ def test_dependent_datamodule_views():
 def test_masks_are_redrawn_every_batch():
     dm = SparseCodingDataModule(n=100, val_n=10, batch_size=100)
     dm.setup("fit")
-    items = [(dm.train_inputs[i], dm.train_latents[i]) for i in range(100)]
-    (a, _), za = dm._collate_views(items)
-    (b, _), zb = dm._collate_views(items)
+    batch = (dm.train_inputs, dm.train_latents)
+    (a, _), za = dm._views(batch)
+    (b, _), zb = dm._views(batch)
     assert torch.equal(za, zb) and not torch.equal(a != 0, b != 0)
     assert 0.4 < (a != 0).float().mean().item() < 0.6
 

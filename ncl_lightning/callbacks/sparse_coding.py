@@ -1,0 +1,156 @@
+"""Callbacks of the sparse-coding study (Pokle et al., AISTATS 2022).
+
+They work with any method whose ``backbone`` exposes ``dictionary_weight`` (the
+``[m, p]`` first-layer weight of :class:`~ncl_lightning.nn.SparseCodingEncoder`) and any
+DataModule exposing the ground-truth ``dictionary`` ``[p, d]``
+(:class:`~ncl_lightning.data.SparseCodingDataModule`):
+
+* :class:`WarmStart` initialises the encoder at the dictionary plus noise;
+* :class:`EncoderNormalization` renormalises the rows or columns of ``W`` after every step;
+* :class:`DictionaryRecoveryMonitor` logs the max / median / min over atoms of the best
+  absolute cosine with any encoder row (``ncl_lightning.metrics.DictionaryRecovery``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from ncl_lightning.metrics import DictionaryRecovery
+from ncl_lightning.nn.sparse_coding import normalize_weight_, warm_start_
+
+
+def encoder_weight(pl_module: L.LightningModule, owner: str) -> Tensor:
+    """The ``dictionary_weight`` of ``pl_module.backbone``; one-line error if it has none."""
+    backbone = getattr(pl_module, "backbone", None)
+    weight = getattr(backbone, "dictionary_weight", None)
+    if not isinstance(weight, Tensor):
+        raise ValueError(
+            f"{owner} needs a backbone exposing `dictionary_weight` (e.g. "
+            f"ncl_lightning.nn.SparseCodingEncoder), got {type(backbone).__name__}"
+        )
+    return weight
+
+
+def ground_truth_dictionary(trainer: L.Trainer, owner: str) -> Tensor:
+    """The DataModule's ground-truth ``dictionary`` ``[p, d]``; one-line error if absent."""
+    datamodule = getattr(trainer, "datamodule", None)
+    dictionary = getattr(datamodule, "dictionary", None)
+    if not isinstance(dictionary, Tensor):
+        raise ValueError(
+            f"{owner} needs a DataModule exposing the ground-truth `dictionary` (e.g. "
+            f"ncl_lightning.data.SparseCodingDataModule), got {type(datamodule).__name__}"
+        )
+    return dictionary
+
+
+class WarmStart(L.Callback):
+    """Start the encoder near the ground truth: ``W_i = M_{j_i} + N(0, p^{-c} I)``.
+
+    Pokle et al. (2022, Sec. 6) show that a non-contrastive method with a predictor
+    recovers the dictionary from such a start while it does not from a random one. The
+    weights are written in ``setup("fit")``, i.e. *before* Lightning restores a checkpoint,
+    so resuming a run keeps its trained weights. Methods with a momentum target
+    (``reset_target()``, e.g. BYOL) get their target re-synchronised.
+
+    Args:
+        c: Noise exponent ``c`` (std ``1 / p^{c/2}``; >= 0).
+        seed: Seed of the atom assignment and the noise.
+    """
+
+    def __init__(self, c: float = 1.0, seed: int = 0) -> None:
+        if c < 0:
+            raise ValueError(f"WarmStart c must be >= 0, got {c}")
+        self.c = c
+        self.seed = seed
+        self.atoms: Tensor | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        weight = encoder_weight(pl_module, "WarmStart")
+        dictionary = ground_truth_dictionary(trainer, "WarmStart")
+        generator = torch.Generator().manual_seed(self.seed)
+        self.atoms = warm_start_(weight, dictionary, self.c, generator)
+        reset_target = getattr(pl_module, "reset_target", None)
+        if callable(reset_target):
+            reset_target()
+
+
+class EncoderNormalization(L.Callback):
+    """Project ``W`` to unit-norm rows or columns after every training batch.
+
+    Pokle et al. (2022) normalise the encoder after each SGD step; with ``"rows"`` every
+    neuron's filter has unit norm, with ``"columns"`` every input coordinate's weights.
+
+    Args:
+        mode: ``"rows"`` or ``"columns"``.
+    """
+
+    def __init__(self, mode: Literal["rows", "columns"] = "rows") -> None:
+        if mode not in ("rows", "columns"):
+            raise ValueError(f"EncoderNormalization mode must be 'rows' or 'columns', got {mode!r}")
+        self.mode = mode
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        encoder_weight(pl_module, "EncoderNormalization")  # fail before training starts
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        normalize_weight_(encoder_weight(pl_module, "EncoderNormalization"), self.mode)
+
+
+class DictionaryRecoveryMonitor(L.Callback):
+    """Log dictionary recovery of the encoder during training and at validation.
+
+    Logs ``train/dictionary/{max,median,min}`` every ``every_n_steps`` optimiser steps and
+    ``val/dictionary/{max,median,min}`` at the end of every validation epoch (the metric
+    describes the weights, so every rank logs the same value).
+
+    Args:
+        every_n_steps: Training-step logging period (>= 1).
+    """
+
+    def __init__(self, every_n_steps: int = 10) -> None:
+        if every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        self.every_n_steps = every_n_steps
+        self.metric: DictionaryRecovery | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        encoder_weight(pl_module, "DictionaryRecoveryMonitor")
+        dictionary = ground_truth_dictionary(trainer, "DictionaryRecoveryMonitor")
+        self.metric = DictionaryRecovery(dictionary, sync_on_compute=False)
+
+    def _log(self, pl_module: L.LightningModule, stage: str) -> None:
+        assert self.metric is not None
+        self.metric.update(encoder_weight(pl_module, "DictionaryRecoveryMonitor"))
+        scores = self.metric.compute()
+        self.metric.reset()
+        when = {"on_step": True, "on_epoch": False} if stage == "train" else {}
+        for name, value in scores.items():
+            pl_module.log(f"{stage}/dictionary/{name}", value, **when)
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if trainer.global_step % self.every_n_steps == 0:
+            self._log(pl_module, "train")
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._log(pl_module, "val")

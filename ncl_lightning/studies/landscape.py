@@ -1,0 +1,283 @@
+"""Sparse-coding landscape study: Table 1 of Pokle et al. (AISTATS 2022) and its ablations.
+
+Every run is an ordinary ``ncl-cli fit`` of a config in ``configs/ground_truth/`` (plus
+overlays), so one cell of the table can be rerun by hand. For each variant, sparsity
+``Pr(non-zero) ∈ {0.1, 0.2, 0.3}`` and seed, the study trains on fresh data (the seed
+draws the dictionary, the samples, the masks and the initialisation) and records the
+dictionary recovery of the final encoder (max / median / min over atoms of
+``max_i |cos(W_i, M_j)|``) and the curves of the min-max-cosine and the loss::
+
+    python -m ncl_lightning.studies.landscape --out runs/landscape
+
+writes ``results.json`` (every run), ``table.md`` (mean ± std over seeds, the paper's
+figures beside ours) and ``min_max_cosine.png`` / ``loss.png`` (mean ± std curves).
+Runs already in ``--out`` are reused, so an interrupted study resumes. Each run uses one
+CPU thread (the model is 50 x 50; threads only add overhead) and ``--workers`` runs go
+in parallel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "ground_truth"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the study: a base config plus overlays."""
+
+    config: str
+    overlays: tuple[str, ...] = ()
+    group: str = "table1"
+    description: str = ""
+
+    def config_args(self, root: Path = CONFIGS) -> list[str]:
+        args = ["--config", str(root / self.config)]
+        for overlay in self.overlays:
+            args += ["--config", str(root / "overlays" / overlay)]
+        return args
+
+
+VARIANTS: dict[str, Variant] = {
+    "SimCLR": Variant("sparse_coding_simclr.yaml", description="linear projector, InfoNCE"),
+    "SimSiam": Variant("sparse_coding_simsiam.yaml", description="no predictor, random init"),
+    "SimSiam + predictor": Variant(
+        "sparse_coding_simsiam.yaml", ("predictor.yaml",), "ablation", "linear predictor"
+    ),
+    "SimSiam + warm start": Variant(
+        "sparse_coding_simsiam.yaml", ("warm_start.yaml",), "ablation", "W = M + N(0, 1/p)"
+    ),
+    "SimSiam + predictor + warm start": Variant(
+        "sparse_coding_simsiam.yaml", ("predictor.yaml", "warm_start.yaml"), "ablation", "both"
+    ),
+    "NCL": Variant("sparse_coding_ncl.yaml", (), "extra", "SimCLR + ReLU on the projector output"),
+    "BYOL": Variant("sparse_coding_byol.yaml", (), "extra", "linear predictor, EMA target"),
+}
+SPARSITIES = (0.1, 0.2, 0.3)
+STATS = ("max", "median", "min")
+
+# What Pokle et al. (2022), Table 1, report (max-cosine summaries over 5 seeds).
+PAPER = {
+    ("SimCLR", "median"): "0.92-0.93",
+    ("SimSiam", "min"): "0.37-0.47",
+}
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
+
+
+def run_dir(out: Path, variant: str, sparsity: float, seed: int) -> Path:
+    return out / "runs" / _slug(variant) / f"sparsity_{sparsity}" / f"seed_{seed}"
+
+
+def _read_curves(metrics_csv: Path) -> dict[str, list[float]]:
+    """``step``, ``min_cos`` and ``loss`` columns of the CSV logger's training rows."""
+    curves: dict[str, list[float]] = {"step": [], "min_cos": [], "loss": []}
+    with metrics_csv.open() as f:
+        for row in csv.DictReader(f):
+            if row.get("train/dictionary/min") and row.get("train/objective"):
+                curves["step"].append(float(row["step"]))
+                curves["min_cos"].append(float(row["train/dictionary/min"]))
+                curves["loss"].append(float(row["train/objective"]))
+    return curves
+
+
+def run_one(variant: str, sparsity: float, seed: int, out: str, extra: Sequence[str] = ()) -> dict:
+    """Train one ``(variant, sparsity, seed)`` through ``ncl-cli``; returns its record."""
+    import warnings
+
+    import torch
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message=".*args parameter is intended.*")
+    from ncl_lightning.cli import cli_main
+    from ncl_lightning.metrics.functional.dictionary import dictionary_recovery
+
+    root = run_dir(Path(out), variant, sparsity, seed)
+    result_file = root / "result.json"
+    if result_file.exists():
+        return json.loads(result_file.read_text())
+    args = [
+        "fit",
+        *VARIANTS[variant].config_args(),
+        "--seed_everything", str(seed),
+        "--data.init_args.seed", str(seed),
+        "--data.init_args.nonzero_prob", str(sparsity),
+        "--trainer.default_root_dir", str(root),
+        "--trainer.logger.init_args.save_dir", str(root),
+        "--trainer.logger.init_args.name", "logs",
+        "--trainer.logger.init_args.version", "0",
+        "--trainer.enable_checkpointing", "false",
+        *extra,
+    ]  # fmt: skip
+    if "warm_start.yaml" in VARIANTS[variant].overlays:
+        # The WarmStart callback is the overlay's last callback: give it the run's seed.
+        args += ["--trainer.callbacks.init_args.seed", str(seed)]
+    cli = cli_main(args)
+    weight = cli.model.backbone.dictionary_weight.detach().cpu()
+    final = dictionary_recovery(weight, cli.datamodule.dictionary)
+    record = {
+        "variant": variant,
+        "sparsity": sparsity,
+        "seed": seed,
+        "steps": cli.trainer.global_step,
+        **{k: float(v) for k, v in final.items()},
+        "curves": _read_curves(root / "logs" / "version_0" / "metrics.csv"),
+    }
+    result_file.write_text(json.dumps(record))
+    return record
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.3f} ± {std:.3f}"
+
+
+def summary_table(records: Sequence[dict], variants: Sequence[str]) -> str:
+    """Markdown: one row per (variant, sparsity), mean ± std over seeds of max/median/min."""
+    lines = [
+        "| variant | Pr(non-zero) | seeds | max | median | min | paper |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for variant in variants:
+        for sparsity in sorted({r["sparsity"] for r in records}):
+            rows = [r for r in records if r["variant"] == variant and r["sparsity"] == sparsity]
+            if not rows:
+                continue
+            cells = [_mean_std([r[s] for r in rows]) for s in STATS]
+            paper = ", ".join(f"{s} {v}" for (v_, s), v in PAPER.items() if v_ == variant)
+            lines.append(
+                f"| {variant} | {sparsity} | {len(rows)} | " + " | ".join(cells) + f" | {paper} |"
+            )
+    return "\n".join(lines)
+
+
+GROUPS = {
+    "table1": "Table 1: simplified SimCLR vs simplified SimSiam",
+    "ablation": "Ablations: predictor and warm start (SimSiam)",
+    "extra": "Beyond the paper: NCL and BYOL",
+}
+
+
+def report(records: Sequence[dict], variants: Sequence[str]) -> str:
+    """``summary_table`` per group of variants, each under a heading."""
+    sections = []
+    for group, title in GROUPS.items():
+        names = [v for v in variants if VARIANTS[v].group == group]
+        if group == "ablation" and "SimSiam" in variants:
+            names = ["SimSiam", *names]
+        if names:
+            sections.append(f"### {title}\n\n{summary_table(records, names)}\n")
+    return "\n".join(sections)
+
+
+def plot_curves(records: Sequence[dict], key: str, ylabel: str, path: Path) -> None:
+    """One panel per sparsity: mean ± std over seeds of ``key`` against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    sparsities = sorted({r["sparsity"] for r in records})
+    variants = list(dict.fromkeys(r["variant"] for r in records))
+    fig, axes = plt.subplots(1, len(sparsities), figsize=(5 * len(sparsities), 3.6), squeeze=False)
+    for ax, sparsity in zip(axes[0], sparsities, strict=True):
+        for variant in variants:
+            runs = [
+                r["curves"]
+                for r in records
+                if r["variant"] == variant and r["sparsity"] == sparsity and r["curves"]["step"]
+            ]
+            if not runs:
+                continue
+            length = min(len(c["step"]) for c in runs)
+            values = np.array([c[key][:length] for c in runs])
+            steps = np.array(runs[0]["step"][:length])
+            mean, std = values.mean(0), values.std(0)
+            ax.plot(steps, mean, label=variant)
+            ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+        ax.set_title(f"Pr(non-zero) = {sparsity}")
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_study(
+    out: Path,
+    variants: Sequence[str],
+    sparsities: Sequence[float] = SPARSITIES,
+    seeds: int = 5,
+    workers: int = 2,
+    extra: Sequence[str] = (),
+) -> list[dict]:
+    """Run every ``(variant, sparsity, seed)`` (``workers`` at a time) and write the report."""
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    for sparsity in sparsities:
+        if not 0.0 < sparsity <= 1.0:
+            raise ValueError(f"sparsity must be in (0, 1], got {sparsity}")
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [
+        (v, s, seed, str(out), tuple(extra))
+        for v in variants
+        for s in sparsities
+        for seed in range(seeds)
+    ]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if workers == 1:
+        records = [run_one(*job) for job in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            records = list(pool.map(run_one, *zip(*jobs, strict=True)))
+    (out / "results.json").write_text(json.dumps(records))
+    (out / "table.md").write_text(report(records, variants))
+    plot_curves(records, "min_cos", "min over atoms of max cosine", out / "min_max_cosine.png")
+    plot_curves(records, "loss", "training objective", out / "loss.png")
+    return records
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("runs/landscape"))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), metavar="NAME",
+                        help=f"any of {list(VARIANTS)}")  # fmt: skip
+    parser.add_argument("--sparsity", nargs="+", type=float, default=list(SPARSITIES))
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument(
+        "--run-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra ncl-cli argument for every run (repeat: --run-arg=--x)",
+    )
+    args = parser.parse_args(argv)
+    records = run_study(
+        args.out, args.variants, args.sparsity, args.seeds, args.workers, args.run_arg
+    )
+    print(report(records, args.variants))
+    print(f"\n{len(records)} runs; report in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
