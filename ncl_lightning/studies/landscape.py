@@ -174,8 +174,8 @@ def report(records: Sequence[dict], variants: Sequence[str]) -> str:
     sections = []
     for group, title in GROUPS.items():
         names = [v for v in variants if VARIANTS[v].group == group]
-        if group == "ablation" and "SimSiam" in variants:
-            names = ["SimSiam", *names]
+        if group == "ablation" and names and "SimSiam" in variants:
+            names = ["SimSiam", *names]  # the baseline of the ablation
         if names:
             sections.append(f"### {title}\n\n{summary_table(records, names)}\n")
     return "\n".join(sections)
