@@ -32,7 +32,9 @@ EVAL_CONFIGS = sorted(c for c in EVAL.glob("*.yaml") if not c.stem.endswith("_oo
 SUPERVISED = sorted(
     c
     for c in (ROOT / "configs").rglob("*.yaml")
-    if yaml.safe_load(c.read_text())["model"]["class_path"] == "ncl_lightning.methods.NCEClassifier"
+    # .get: overlays (configs/ground_truth/overlays) only set init_args
+    if (yaml.safe_load(c.read_text()).get("model") or {}).get("class_path")
+    == "ncl_lightning.methods.NCEClassifier"
 )
 CPU = ["--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto"]
 QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]

@@ -11,7 +11,9 @@ from ncl_lightning.data.digits import DigitsDataModule, TensorImageDataset
 from ncl_lightning.data.dsprites import (
     DSPRITES_FACTOR_NAMES,
     DSPRITES_FACTOR_SIZES,
+    DSpritesDataModule,
     DSpritesDataset,
+    render_sprites,
 )
 from ncl_lightning.data.folder import ImageFolderDataModule, ImageListDataset
 from ncl_lightning.data.imagenet100 import ImageNet100DataModule, load_imagenet100_classes
@@ -22,6 +24,7 @@ from ncl_lightning.data.ood import (
     ImageNetOODDataModule,
 )
 from ncl_lightning.data.sparse_coding import SparseCodingDataModule, SparseCodingModel, mask_views
+from ncl_lightning.data.sprite_augmentation import SpriteAugmentation
 from ncl_lightning.data.transforms import (
     AUGMENTATIONS,
     CIFAR_MEAN,
@@ -53,6 +56,7 @@ __all__ = [
     "IMAGENET_STD",
     "CIFAR10DataModule",
     "CIFAR100DataModule",
+    "DSpritesDataModule",
     "DSpritesDataset",
     "DigitsDataModule",
     "ImageFolderDataModule",
@@ -65,6 +69,7 @@ __all__ = [
     "SparseCodingDataModule",
     "SparseCodingModel",
     "Split",
+    "SpriteAugmentation",
     "TensorImageDataset",
     "TransformedDataset",
     "cifar_augmentation",
@@ -72,5 +77,6 @@ __all__ = [
     "imagenet_augmentation",
     "load_imagenet100_classes",
     "mask_views",
+    "render_sprites",
     "scaled_augmentation",
 ]

@@ -51,7 +51,7 @@ class MutualInformationGap(Metric):
 
     def compute(self) -> Tensor:
         """Scalar float64 MIG in ``[0, 1]`` over all stored samples."""
-        if not self.codes:
+        if isinstance(self.codes, list) and not self.codes:  # a Tensor once synced (DDP)
             raise ValueError("MutualInformationGap.compute called before any update")
         codes, factors = dim_zero_cat(self.codes), dim_zero_cat(self.factors)
         return mutual_information_gap(codes, factors, self.num_bins)

@@ -4,6 +4,7 @@ from ncl_lightning.nn.backbones import BACKBONES, ResNet, SmallCNN, build_backbo
 from ncl_lightning.nn.heads import MLP, LinearClassifier
 from ncl_lightning.nn.nonneg import NONNEG, Exp, ReLU, RepReLU, Sigmoid, Softplus, rep_relu
 from ncl_lightning.nn.sparse_coding import SparseCodingEncoder, ThresholdActivation
+from ncl_lightning.nn.sprite_encoder import SpriteEncoder
 
 __all__ = [
     "BACKBONES",
@@ -18,6 +19,7 @@ __all__ = [
     "SmallCNN",
     "Softplus",
     "SparseCodingEncoder",
+    "SpriteEncoder",
     "ThresholdActivation",
     "build_backbone",
     "rep_relu",

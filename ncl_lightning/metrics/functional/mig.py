@@ -114,6 +114,26 @@ def discrete_entropy(factors: Tensor) -> Tensor:
     return -torch.special.xlogy(p, p).sum(dim=1)
 
 
+def mutual_information_gap_per_factor(codes: Tensor, factors: Tensor, num_bins: int = 20) -> Tensor:
+    """Normalised gap ``(I(z_{j₁}; v_k) - I(z_{j₂}; v_k)) / H(v_k)`` of every factor.
+
+    Args:
+        codes: Real codes ``[N, d]`` (N >= 1).
+        factors: Integer ground-truth factor labels ``[N, K]``.
+        num_bins: Equal-width bins per code dim (>= 1).
+
+    Returns:
+        float64 ``[K]`` in ``[0, 1]``; NaN for a constant factor (zero entropy).
+    """
+    check_codes_factors(codes, factors)
+    mi = discrete_mutual_info(histogram_discretize(codes, num_bins), factors)  # [d, K]
+    entropy = discrete_entropy(factors)
+    top = mi.topk(min(2, mi.shape[0]), dim=0).values
+    gap = top[0] - top[1] if top.shape[0] > 1 else top[0]
+    keep = entropy > 0
+    return torch.where(keep, gap / entropy.where(keep, 1.0), torch.nan)
+
+
 def mutual_information_gap(codes: Tensor, factors: Tensor, num_bins: int = 20) -> Tensor:
     """MIG of ``codes`` w.r.t. ``factors`` (Chen et al., 2018; disentanglement_lib).
 
@@ -126,10 +146,4 @@ def mutual_information_gap(codes: Tensor, factors: Tensor, num_bins: int = 20) -
     Returns:
         Scalar float64 MIG in ``[0, 1]``; NaN when every factor is constant.
     """
-    check_codes_factors(codes, factors)
-    mi = discrete_mutual_info(histogram_discretize(codes, num_bins), factors)  # [d, K]
-    entropy = discrete_entropy(factors)
-    top = mi.topk(min(2, mi.shape[0]), dim=0).values
-    gap = top[0] - top[1] if top.shape[0] > 1 else top[0]
-    keep = entropy > 0
-    return (gap[keep] / entropy[keep]).mean()
+    return mutual_information_gap_per_factor(codes, factors, num_bins).nanmean()
