@@ -23,28 +23,38 @@ from ncl_lightning.metrics import DictionaryRecovery
 from ncl_lightning.nn.sparse_coding import normalize_weight_, warm_start_
 
 
+def _required_tensor(owner: str, holder: object, attr: str, what: str, example: str) -> Tensor:
+    """``holder.<attr>`` if it is a tensor; otherwise a one-line error naming ``owner``."""
+    value = getattr(holder, attr, None)
+    if not isinstance(value, Tensor):
+        raise ValueError(
+            f"{owner} needs {what} `{attr}` (e.g. {example}), got {type(holder).__name__}"
+        )
+    return value
+
+
 def encoder_weight(pl_module: L.LightningModule, owner: str) -> Tensor:
     """The ``dictionary_weight`` of ``pl_module.backbone``; one-line error if it has none."""
     backbone = getattr(pl_module, "backbone", None)
-    weight = getattr(backbone, "dictionary_weight", None)
-    if not isinstance(weight, Tensor):
-        raise ValueError(
-            f"{owner} needs a backbone exposing `dictionary_weight` (e.g. "
-            f"ncl_lightning.nn.SparseCodingEncoder), got {type(backbone).__name__}"
-        )
-    return weight
+    return _required_tensor(
+        owner,
+        backbone,
+        "dictionary_weight",
+        "a backbone exposing",
+        "ncl_lightning.nn.SparseCodingEncoder",
+    )
 
 
 def ground_truth_dictionary(trainer: L.Trainer, owner: str) -> Tensor:
     """The DataModule's ground-truth ``dictionary`` ``[p, d]``; one-line error if absent."""
     datamodule = getattr(trainer, "datamodule", None)
-    dictionary = getattr(datamodule, "dictionary", None)
-    if not isinstance(dictionary, Tensor):
-        raise ValueError(
-            f"{owner} needs a DataModule exposing the ground-truth `dictionary` (e.g. "
-            f"ncl_lightning.data.SparseCodingDataModule), got {type(datamodule).__name__}"
-        )
-    return dictionary
+    return _required_tensor(
+        owner,
+        datamodule,
+        "dictionary",
+        "a DataModule exposing the ground-truth",
+        "ncl_lightning.data.SparseCodingDataModule",
+    )
 
 
 class WarmStart(L.Callback):
