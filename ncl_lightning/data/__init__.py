@@ -6,8 +6,9 @@ tensors ``[B, C, H, W]``) and clean ``(images, labels)`` for validation/test, an
 """
 
 from ncl_lightning.data.base import MultiViewDataModule, Split, TransformedDataset
+from ncl_lightning.data.batch_augmentation import BatchAugmentation, sample_view_params
 from ncl_lightning.data.cifar import CIFAR10DataModule, CIFAR100DataModule
-from ncl_lightning.data.digits import DigitsDataModule, TensorImageDataset
+from ncl_lightning.data.digits import DigitsDataModule
 from ncl_lightning.data.dsprites import (
     DSPRITES_FACTOR_NAMES,
     DSPRITES_FACTOR_SIZES,
@@ -17,6 +18,7 @@ from ncl_lightning.data.dsprites import (
 )
 from ncl_lightning.data.folder import ImageFolderDataModule, ImageListDataset
 from ncl_lightning.data.imagenet100 import ImageNet100DataModule, load_imagenet100_classes
+from ncl_lightning.data.memory import TensorImageDataset, decode_images
 from ncl_lightning.data.ood import (
     IMAGENET_C_CORRUPTIONS,
     IMAGENET_C_EXTRA_CORRUPTIONS,
@@ -54,6 +56,7 @@ __all__ = [
     "IMAGENET_C_SEVERITIES",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "BatchAugmentation",
     "CIFAR10DataModule",
     "CIFAR100DataModule",
     "DSpritesDataModule",
@@ -73,10 +76,12 @@ __all__ = [
     "TensorImageDataset",
     "TransformedDataset",
     "cifar_augmentation",
+    "decode_images",
     "digits_augmentation",
     "imagenet_augmentation",
     "load_imagenet100_classes",
     "mask_views",
     "render_sprites",
+    "sample_view_params",
     "scaled_augmentation",
 ]

@@ -10,7 +10,11 @@ Batches:
       tensors ``[B, C, H, W]`` (independent augmentations of the same images),
       ``labels`` a LongTensor ``[B]``; shuffled, last incomplete batch dropped.
       Supervised runs (probes, fine-tuning, NCE) use ``n_views: 1`` and
-      ``train_transform: crop_flip``.
+      ``train_transform: crop_flip``. With ``augment_on: device`` the loader yields
+      uint8 images ``[B, C, S, S]`` and the views are made on the training device, after
+      the transfer (:meth:`MultiViewDataModule.on_after_batch_transfer`), by
+      :class:`~ncl_lightning.data.batch_augmentation.BatchAugmentation`: same batch
+      format for the method, same distribution of augmentations.
     * ``val_dataloader`` / ``test_dataloader`` / ``predict_dataloader``: ``(images,
       labels)`` with ``images`` ``[B, C, H, W]`` through the clean (non-augmented)
       transform; in order, no batch dropped.
@@ -18,17 +22,24 @@ Batches:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import lightning as L
 import torch
+from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
+from torchvision.transforms import v2
 
+from ncl_lightning.data.batch_augmentation import BatchAugmentation, center_crop_normalize
+from ncl_lightning.data.memory import FixedSizeUInt8, to_pil
 from ncl_lightning.data.transforms import MultiView, SimCLRAugmentation
 
 Split = Literal["train", "val", "test"]
 TrainTransform = Literal["simclr", "crop_flip", "none"]
+AugmentOn = Literal["cpu", "device"]
+MAX_AUTO_WORKERS = 8
 
 # Which base datasets each Lightning stage needs (None: all of them).
 _STAGE_SPLITS: dict[str | None, tuple[Split, ...]] = {
@@ -70,13 +81,18 @@ class MultiViewDataModule(L.LightningDataModule):
 
     Args:
         batch_size: Images per batch (per device).
-        num_workers: DataLoader worker processes (0 loads in the main process).
+        num_workers: DataLoader worker processes (0 loads in the main process); ``None``
+            picks one per CPU core available to this process, less one for the training
+            process, at most 8 (``augment_on: device`` needs few: loading is indexing).
         n_views: Augmented views per training image (>= 2 for contrastive learning,
             1 for supervised training).
         augmentation: View augmentation; ``None`` uses the subclass's preset.
         train_transform: Training transform: ``simclr`` (the full ``augmentation``),
             ``crop_flip`` (its crop, rotation and flip only: probes, fine-tuning,
             supervised training) or ``none`` (the clean evaluation transform).
+        augment_on: Where the training views are made: ``cpu`` (torchvision, per image,
+            in the loader workers) or ``device`` (batched tensor ops on the training
+            device after the uint8 batch is transferred: the GPU when training on one).
         pin_memory: Pin host memory; only effective when CUDA is available.
         persistent_workers: Keep workers alive between epochs; only when
             ``num_workers > 0``.
@@ -96,10 +112,11 @@ class MultiViewDataModule(L.LightningDataModule):
     def __init__(
         self,
         batch_size: int = 256,
-        num_workers: int = 2,
+        num_workers: int | None = None,
         n_views: int = 2,
         augmentation: SimCLRAugmentation | None = None,
         train_transform: TrainTransform = "simclr",
+        augment_on: AugmentOn = "cpu",
         pin_memory: bool = True,
         persistent_workers: bool = True,
         drop_last: bool = True,
@@ -107,7 +124,7 @@ class MultiViewDataModule(L.LightningDataModule):
         super().__init__()
         if batch_size <= 0:
             raise ValueError(f"batch_size must be > 0, got {batch_size}")
-        if num_workers < 0:
+        if num_workers is not None and num_workers < 0:
             raise ValueError(f"num_workers must be >= 0, got {num_workers}")
         if n_views < 1:
             raise ValueError(f"n_views must be >= 1, got {n_views}")
@@ -116,11 +133,17 @@ class MultiViewDataModule(L.LightningDataModule):
                 f"train_transform must be one of {list(get_args(TrainTransform))}, "
                 f"got {train_transform!r}"
             )
+        if augment_on not in get_args(AugmentOn):
+            raise ValueError(
+                f"augment_on must be one of {list(get_args(AugmentOn))}, got {augment_on!r}"
+            )
         self.save_hyperparameters()
         self.batch_size = batch_size
-        self.num_workers = num_workers
+        self.num_workers = default_workers(augment_on) if num_workers is None else num_workers
         self.n_views = n_views
         self.train_transform = train_transform
+        self.augment_on = augment_on
+        self.device_views: DeviceViews | None = None
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers
         self.drop_last = drop_last
@@ -151,6 +174,12 @@ class MultiViewDataModule(L.LightningDataModule):
             self._augmentation = self.default_augmentation()
         return self._augmentation
 
+    @property
+    def source_size(self) -> int:
+        """Side of the uint8 images the device augmentation crops from: the evaluation
+        resize (e.g. 256 for 224 crops) or the image size."""
+        return self.eval_resize or self.image_size
+
     def base_dataset(self, split: Split) -> Dataset:
         """The untransformed dataset of ``split``, built once and cached."""
         if split not in self._base:
@@ -163,13 +192,32 @@ class MultiViewDataModule(L.LightningDataModule):
         self._check_augmentation()
         clean = self.augmentation.clean(resize=self.eval_resize)
         if "train" in splits and self.train_dataset is None:
-            views = MultiView(self._train_view_transform(), self.n_views)
-            self.train_dataset = TransformedDataset(self.base_dataset("train"), views)
+            if self.augment_on == "device":
+                uint8 = FixedSizeUInt8(self.source_size)
+                self.train_dataset = TransformedDataset(self.base_dataset("train"), uint8)
+                self.device_views = DeviceViews(self, seed=self._device_seed())
+            else:
+                views = cpu_views(self._train_view_transform(), self.n_views)
+                self.train_dataset = TransformedDataset(self.base_dataset("train"), views)
             self._check_train_size(len(self.train_dataset))
         if "val" in splits and self.val_dataset is None:
             self.val_dataset = TransformedDataset(self.base_dataset("val"), clean)
         if "test" in splits and self.test_dataset is None:
             self.test_dataset = TransformedDataset(self.base_dataset("test"), clean)
+
+    def _device_seed(self) -> int:
+        # The global seed (seed_everything) plus the rank: ranks draw different views.
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        return (torch.initial_seed() + 1_000_003 * rank) % 2**63
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """With ``augment_on: device``, turn a transferred training batch ``(uint8 images
+        [B, C, S, S], labels)`` into ``(views, labels)`` on its device."""
+        trainer = self.trainer
+        if self.device_views is None or trainer is None or not trainer.training:
+            return batch
+        images, labels = batch
+        return self.device_views(images), labels
 
     def _train_view_transform(self) -> Callable[[Any], Any]:
         if self.train_transform == "crop_flip":
@@ -263,7 +311,7 @@ class MultiViewDataModule(L.LightningDataModule):
         """
         if split == "train":
             raise ValueError("view_dataloader is for evaluation splits ('val', 'test')")
-        views = MultiView(self.augmentation.build(), self.n_views)
+        views = cpu_views(self.augmentation.build(), self.n_views)
         base = self.base_dataset(split)
         shard = Subset(base, range(rank, len(base), world_size))  # type: ignore[arg-type]
         return DataLoader(
@@ -274,3 +322,49 @@ class MultiViewDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
         )
+
+
+def default_workers(augment_on: AugmentOn) -> int:
+    """Loader workers when ``num_workers`` is ``None``: the CPU cores this process may
+    use divided among the local ranks (``LOCAL_WORLD_SIZE``), less one for the training
+    process, between 1 and 8; 2 at most with ``augment_on: device``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    workers = max(1, min(MAX_AUTO_WORKERS, (cores or 1) // max(1, local_ranks) - 1))
+    return min(workers, 2) if augment_on == "device" else workers
+
+
+def cpu_views(transform: Callable[[Any], Tensor], n_views: int) -> Callable[[Any], list[Tensor]]:
+    """``n_views`` independent CPU augmentations of one image; uint8 tensors go through
+    PIL, whose per-image ops are the fastest on a CPU (about 1.6x torchvision's tensor ops
+    on 32x32 images)."""
+    return v2.Compose([to_pil, MultiView(transform, n_views)])
+
+
+class DeviceViews:
+    """The training views of a DataModule made on the batch's device.
+
+    Args:
+        datamodule: Supplies ``augmentation``, ``train_transform``, ``n_views`` and
+            ``image_size``.
+        seed: Seed of the parameter generator.
+    """
+
+    def __init__(self, datamodule: MultiViewDataModule, seed: int | None = None) -> None:
+        aug = datamodule.augmentation
+        self.n_views = datamodule.n_views
+        self.mode = datamodule.train_transform
+        self.crop_size = aug.crop_size
+        source = aug.crop_flip() if self.mode == "crop_flip" else aug
+        self.augment = BatchAugmentation(source, seed=seed)
+
+    def __call__(self, images: Tensor) -> list[Tensor]:
+        """uint8 ``[B, C, S, S]`` -> ``n_views`` float32 ``[B, C, crop, crop]``."""
+        if self.augment.mean.device != images.device:
+            self.augment.to(images.device)
+        if self.mode == "none":
+            clean = center_crop_normalize(
+                images, self.crop_size, self.augment.mean, self.augment.std
+            )
+            return [clean] * self.n_views
+        return self.augment(images, self.n_views)

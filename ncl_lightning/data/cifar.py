@@ -12,11 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch.utils.data import Dataset
 from torchvision.datasets import CIFAR10, CIFAR100
 from torchvision.datasets.utils import check_integrity, extract_archive
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.memory import TensorImageDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, cifar_augmentation
 
 
@@ -75,7 +77,8 @@ class _CIFARDataModule(MultiViewDataModule):
             raise self._not_found(f"download failed: {reason}") from err
 
     def build_split(self, split: Split) -> Dataset:
-        """CIFAR training set for ``train``; the test set for ``val`` and ``test``."""
+        """CIFAR training set for ``train``; the test set for ``val`` and ``test``; both
+        held in memory as uint8 ``[N, 3, 32, 32]`` tensors."""
         if split == "test":
             return self.base_dataset("val")
         if self._missing_files():
@@ -86,12 +89,15 @@ class _CIFARDataModule(MultiViewDataModule):
         if missing:
             raise self._not_found(f"missing {', '.join(missing)}")
         try:
-            return self.dataset_cls(str(self.root), train=split == "train", download=False)
+            data = self.dataset_cls(str(self.root), train=split == "train", download=False)
         except RuntimeError as err:  # torchvision's md5 check
             raise RuntimeError(
                 f"{self.name} files in {self.folder} fail their md5 check (corrupted or "
                 f"partial); delete the folder and download again ({err})"
             ) from err
+        # One uint8 tensor [N, 3, 32, 32] (150 MB for the training set): no PIL per item.
+        images = torch.from_numpy(data.data).permute(0, 3, 1, 2).contiguous()
+        return TensorImageDataset(images, data.targets)
 
     def default_augmentation(self) -> SimCLRAugmentation:
         """The paper's CIFAR augmentation (``cifar_augmentation()``)."""

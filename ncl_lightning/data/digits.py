@@ -1,7 +1,8 @@
 """scikit-learn's bundled handwritten digits: 1,797 images, 8x8, one channel, 10 classes.
 
 Real data with no download, small enough for CPU smoke runs and tests. The images are
-held in memory as float tensors in [0, 1] and augmented as tensors.
+held in memory as one uint8 tensor (pixel values 0..16 scaled to 0..255 and rounded), the
+form both the CPU and the device augmentation take.
 """
 
 from __future__ import annotations
@@ -11,32 +12,11 @@ from typing import Any
 import torch
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
-from torch import Tensor
 from torch.utils.data import Dataset
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.memory import TensorImageDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, digits_augmentation
-
-
-class TensorImageDataset(Dataset):
-    """``(image [C, H, W], label)`` items from in-memory tensors.
-
-    Args:
-        images: Float tensor ``[N, C, H, W]`` with values in [0, 1].
-        labels: Integer tensor ``[N]``.
-    """
-
-    def __init__(self, images: Tensor, labels: Tensor) -> None:
-        if len(images) != len(labels):
-            raise ValueError(f"{len(images)} images but {len(labels)} labels")
-        self.images = images
-        self.labels = labels.long()
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        return self.images[index], int(self.labels[index])
 
 
 class DigitsDataModule(MultiViewDataModule):
@@ -79,7 +59,8 @@ class DigitsDataModule(MultiViewDataModule):
 
     def _load(self) -> dict[Split, TensorImageDataset]:
         digits = load_digits()
-        images = torch.as_tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+        pixels = torch.as_tensor(digits.images, dtype=torch.float32).unsqueeze(1)
+        images = (pixels * (255.0 / 16.0)).round().to(torch.uint8)  # 0..16 -> 0..255
         labels = torch.as_tensor(digits.target, dtype=torch.long)
         train_idx, val_idx = train_test_split(
             torch.arange(len(labels)).numpy(),

@@ -19,6 +19,7 @@ from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.memory import CacheMode, check_cache, decode_images
 from ncl_lightning.data.transforms import SimCLRAugmentation, scaled_augmentation
 
 
@@ -94,7 +95,31 @@ class ImageListDataset(Dataset):
         return image, label
 
 
-class ImageFolderDataModule(MultiViewDataModule):
+class DecodedCacheMixin:
+    """``decoded(dataset)``: the decoded-once cache of an image-folder DataModule; the
+    DataModule sets ``cache``, ``cache_dir`` (checked by ``check_cache``) and
+    ``num_workers``, and has ``source_size``."""
+
+    cache: CacheMode
+    cache_dir: str | None
+    num_workers: int
+    source_size: int
+
+    def decoded(self, dataset: ImageListDataset) -> Dataset:
+        """``dataset`` itself without a cache, else its images decoded once to uint8."""
+        if self.cache == "none":
+            return dataset
+        return decode_images(
+            dataset,
+            dataset.samples,
+            self.source_size,
+            self.cache,
+            self.cache_dir,
+            num_workers=self.num_workers,
+        )
+
+
+class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
     """Any image folder in ``ImageFolder`` layout: ``root/<split>/<class>/<image>``.
 
     Classes are the sorted sub-folders of the training folder; the validation (and test)
@@ -110,8 +135,14 @@ class ImageFolderDataModule(MultiViewDataModule):
         test_dir: Test folder, relative to ``root``; ``None`` uses ``val_dir``.
         image_size: Side of the batched images; the default augmentation is the CIFAR
             recipe up to 64 px and the ImageNet recipe above.
+        cache: Decode every image once, resized (shorter side) and centre-cropped to
+            :attr:`source_size`, into uint8: ``none`` (decode per item, every epoch),
+            ``memory`` (a tensor in RAM, per process) or ``disk`` (a memory-mapped file
+            in ``cache_dir``, written once, shared by the ranks and later runs). The
+            random crops then come from that square, not the full original image.
+        cache_dir: Folder of the ``disk`` cache.
         **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
-            ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
+            ``num_workers``, ``n_views``, ``augmentation``, ``augment_on``, ...).
 
     Raises:
         FileNotFoundError: At construction if ``root/train_dir`` is missing or holds no
@@ -127,11 +158,15 @@ class ImageFolderDataModule(MultiViewDataModule):
         val_dir: str = "val",
         test_dir: str | None = None,
         image_size: int = 32,
+        cache: CacheMode = "none",
+        cache_dir: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if image_size <= 0:
             raise ValueError(f"image_size must be > 0, got {image_size}")
+        check_cache(cache, cache_dir)
+        self.cache, self.cache_dir = cache, cache_dir
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {
             "train": train_dir,
@@ -161,4 +196,6 @@ class ImageFolderDataModule(MultiViewDataModule):
             raise ValueError(
                 f"{split_dir} has class folders absent from the training folder: {extra}"
             )
-        return ImageListDataset(scan_class_folders(split_dir, self.classes), self.classes)
+        return self.decoded(
+            ImageListDataset(scan_class_folders(split_dir, self.classes), self.classes)
+        )

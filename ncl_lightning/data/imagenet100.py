@@ -15,7 +15,13 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
-from ncl_lightning.data.folder import ImageListDataset, require_dir, scan_class_folders
+from ncl_lightning.data.folder import (
+    DecodedCacheMixin,
+    ImageListDataset,
+    require_dir,
+    scan_class_folders,
+)
+from ncl_lightning.data.memory import CacheMode, check_cache
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
 
 
@@ -48,7 +54,7 @@ def load_imagenet100_classes(class_list: str | None = None) -> list[str]:
     return sorted(wnids)
 
 
-class ImageNet100DataModule(MultiViewDataModule):
+class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
     """ImageNet-100 at 224 px with the SimCLR ImageNet augmentation.
 
     Labels are the positions of the WNIDs in sorted order. ImageNet has no labelled
@@ -61,8 +67,14 @@ class ImageNet100DataModule(MultiViewDataModule):
         class_list: File of WNIDs to use instead of the shipped ImageNet-100 list.
         train_dir: Training folder, relative to ``root``.
         val_dir: Validation folder, relative to ``root``.
+        cache: Decode every image once, resized (shorter side) and centre-cropped to
+            :attr:`source_size`, into uint8: ``none`` (decode per item, every epoch),
+            ``memory`` (a tensor in RAM, per process) or ``disk`` (a memory-mapped file
+            in ``cache_dir``, written once, shared by the ranks and later runs). The
+            random crops then come from that square, not the full original image.
+        cache_dir: Folder of the ``disk`` cache.
         **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
-            ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
+            ``num_workers``, ``n_views``, ``augmentation``, ``augment_on``, ...).
 
     Raises:
         FileNotFoundError: At ``setup``, naming the split folder or the missing/empty
@@ -77,10 +89,13 @@ class ImageNet100DataModule(MultiViewDataModule):
         class_list: str | None = None,
         train_dir: str = "train",
         val_dir: str = "val",
-        num_workers: int = 8,
+        cache: CacheMode = "none",
+        cache_dir: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(num_workers=num_workers, **kwargs)
+        super().__init__(**kwargs)
+        check_cache(cache, cache_dir)
+        self.cache, self.cache_dir = cache, cache_dir
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {"train": train_dir, "val": val_dir}
         self.classes = load_imagenet100_classes(class_list)
@@ -100,4 +115,6 @@ class ImageNet100DataModule(MultiViewDataModule):
             )
             return self.base_dataset("val")
         split_dir = require_dir(self.root / self.split_dirs[split], f"ImageNet-100 {split}")
-        return ImageListDataset(scan_class_folders(split_dir, self.classes), self.classes)
+        return self.decoded(
+            ImageListDataset(scan_class_folders(split_dir, self.classes), self.classes)
+        )

@@ -29,7 +29,11 @@ def test_digits_split_is_stratified_and_seeded() -> None:
     counts = torch.bincount(val[0], minlength=10)
     assert counts.min() >= 34 and counts.max() <= 37  # ~20 % of each ~180-image class
     images = a.base_dataset("train").images
-    assert images.shape[1:] == (1, 8, 8) and images.min() >= 0 and images.max() <= 1
+    assert images.shape[1:] == (1, 8, 8) and images.dtype == torch.uint8
+    # 17 grey levels 0..16 scaled to 0..255: the 16 -> 255 end is exact.
+    assert images.max() == 255 and set(images.unique().tolist()) <= {
+        round(v * 255 / 16) for v in range(17)
+    }
     assert a.base_dataset("test") is a.base_dataset("val")
 
 
