@@ -32,6 +32,13 @@ from ncl_lightning.methods.optimization import (
     WarmupCosineOptimization,
     check_common_arguments,
 )
+from ncl_lightning.methods.performance import (
+    CompileMode,
+    PerformanceSwitches,
+    autocast_off,
+    check_compile_mode,
+    float32,
+)
 from ncl_lightning.optim import LARS, decay_param_groups
 
 
@@ -49,7 +56,7 @@ def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
     return LARS(params, lr=0.3, momentum=0.9, weight_decay=1e-4, eta=0.02, clip_lr=True)
 
 
-class SSLMethod(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
+class SSLMethod(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
     """Shared training loop of every self-supervised method.
 
     Args:
@@ -65,6 +72,10 @@ class SSLMethod(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
         probe_lr: Learning rate of the online linear probe.
         knn_k: Neighbours of the online kNN classifier.
         knn_temperature: Temperature of the kNN weights.
+        channels_last: NHWC memory format for the model and its image inputs.
+        torch_compile: Compile the backbone and heads with ``torch.compile``.
+        compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
+            ``max-autotune``).
 
     Attributes:
         needs_labels: Class flag: ``objective`` also receives the batch labels ``[B]``
@@ -86,8 +97,12 @@ class SSLMethod(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
         probe_lr: float = 0.1,
         knn_k: int = 200,
         knn_temperature: float = 0.07,
+        channels_last: bool = False,
+        torch_compile: bool = False,
+        compile_mode: CompileMode = "default",
     ) -> None:
         super().__init__()
+        check_compile_mode(compile_mode)
         if not hasattr(backbone, "out_dim"):
             raise ValueError(
                 f"backbone {type(backbone).__name__} must expose an `out_dim` attribute"
@@ -157,7 +172,9 @@ class SSLMethod(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
     def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
         views, y = batch
         encoded = [self.encode(v) for v in views]
-        objective = self.objective(encoded, y) if self.needs_labels else self.objective(encoded)
+        with autocast_off(self.device):  # the loss in float32 under bf16-mixed
+            full = [float32(e) for e in encoded]
+            objective = self.objective(full, y) if self.needs_labels else self.objective(full)
         loss = objective
         self.log("train/objective", objective, prog_bar=True, sync_dist=True)
         if self.online is not None:
@@ -188,7 +205,7 @@ class SSLMethod(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
             if knn is not None:
                 self.knn_metric.update(knn, y)
                 self.log("val/knn_acc", self.knn_metric, on_epoch=True)
-        return out
+        return float32(out)  # callbacks' metrics get float32 features under bf16-mixed
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Encoded:
         """Online evaluation; returns the features for callbacks (``FeatureStatistics``)."""

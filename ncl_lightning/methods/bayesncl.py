@@ -50,6 +50,8 @@ class BayesNCL(NCL):
         **kwargs: Everything :class:`~ncl_lightning.methods.NCL` takes.
     """
 
+    compile_targets = ("backbone", "projector", "gating_head")
+
     def __init__(
         self,
         backbone: nn.Module,

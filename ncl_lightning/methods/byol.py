@@ -44,6 +44,8 @@ class BYOL(SimSiam):
             4096-256, two layers each).
     """
 
+    compile_targets = (*SimSiam.compile_targets, "target_backbone", "target_projector")
+
     def __init__(
         self,
         backbone: nn.Module,

@@ -33,6 +33,12 @@ from ncl_lightning.methods.optimization import (
     WarmupCosineOptimization,
     check_common_arguments,
 )
+from ncl_lightning.methods.performance import (
+    CompileMode,
+    PerformanceSwitches,
+    check_compile_mode,
+    float32,
+)
 from ncl_lightning.optim import decay_param_groups
 
 
@@ -57,7 +63,7 @@ def first_view(batch: tuple[Any, Tensor]) -> tuple[Tensor, Tensor]:
     return (x[0] if isinstance(x, list | tuple) else x), y
 
 
-class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
+class Classifier(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
     """Supervised training and evaluation loop shared by probes, fine-tuning and NCE.
 
     Args:
@@ -69,6 +75,10 @@ class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
         scale_lr: Multiply learning rates by ``global batch / 256``.
         exclude_bias_n_norm: No weight decay and no LARS adaptation for biases and norms.
         label_smoothing: Cross-entropy label smoothing.
+        channels_last: NHWC memory format for the model and its image inputs.
+        torch_compile: Compile the backbone with ``torch.compile``.
+        compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
+            ``max-autotune``).
 
     Attributes:
         label: Class attribute naming the protocol in metric keys (``offline_linear``).
@@ -86,8 +96,12 @@ class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
         scale_lr: bool = True,
         exclude_bias_n_norm: bool = True,
         label_smoothing: float = 0.0,
+        channels_last: bool = False,
+        torch_compile: bool = False,
+        compile_mode: CompileMode = "default",
     ) -> None:
         super().__init__()
+        check_compile_mode(compile_mode)
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1 for a classifier, got {num_classes}")
         check_common_arguments(batch_size, warmup_epochs)
@@ -121,7 +135,7 @@ class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
 
     def training_step(self, batch: tuple[Any, Tensor], batch_idx: int) -> Tensor:
         x, y = first_view(batch)
-        logits = self(x)
+        logits = self(x).float()  # the loss in float32 under bf16-mixed
         loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
         self.train_metrics(logits.detach(), y)
         self.log(f"train/{self.label}/loss", loss, prog_bar=True, sync_dist=True)
@@ -131,9 +145,9 @@ class Classifier(RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
     def _evaluate(self, batch: tuple[Any, Tensor], metrics: MetricCollection) -> Encoded:
         x, y = first_view(batch)
         out = self.represent(x)
-        metrics.update(self.head(out.z), y)
+        metrics.update(self.head(out.z).float(), y)
         self.log_dict(metrics, on_epoch=True, add_dataloader_idx=False)
-        return out
+        return float32(out)  # callbacks' metrics get float32 features under bf16-mixed
 
     def validation_step(self, batch: tuple[Any, Tensor], batch_idx: int) -> Encoded:
         return self._evaluate(batch, self.val_metrics)

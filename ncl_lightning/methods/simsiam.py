@@ -44,6 +44,8 @@ class SimSiam(SSLMethod):
         **kwargs: Optimisation and online-evaluation settings of :class:`SSLMethod`.
     """
 
+    compile_targets = ("backbone", "projector", "predictor")
+
     def __init__(
         self,
         backbone: nn.Module,

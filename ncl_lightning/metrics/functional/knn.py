@@ -74,12 +74,13 @@ def weighted_knn_predict(
     k = min(k, bank.shape[0])
 
     scores = []
-    for start in range(0, query.shape[0], chunk_size):
-        sim = query[start : start + chunk_size] @ bank.T  # [q, N]
-        top_sim, top_idx = sim.topk(k, dim=1)  # [q, k]
-        weights = (top_sim / temperature).exp()
-        chunk_scores = torch.zeros(sim.shape[0], num_classes, dtype=dtype, device=sim.device)
-        scores.append(chunk_scores.scatter_add_(1, labels[top_idx], weights))
+    with torch.autocast(query.device.type, enabled=False):  # bf16-mixed would round sims
+        for start in range(0, query.shape[0], chunk_size):
+            sim = query[start : start + chunk_size] @ bank.T  # [q, N]
+            top_sim, top_idx = sim.topk(k, dim=1)  # [q, k]
+            weights = (top_sim / temperature).exp()
+            chunk_scores = torch.zeros(sim.shape[0], num_classes, dtype=dtype, device=sim.device)
+            scores.append(chunk_scores.scatter_add_(1, labels[top_idx], weights))
     if not scores:
         return torch.zeros(0, num_classes, dtype=dtype, device=query.device)
     return torch.cat(scores)

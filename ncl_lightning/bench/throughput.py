@@ -1,0 +1,201 @@
+"""Training throughput against the network's limit: ``python -m ncl_lightning.bench throughput``.
+
+For CL, NCL and BayesNCL (ResNet-18 with the CIFAR stem, projector 2048-256, batch 256 of
+32x32 images, two views) and for each augmentation pipeline (``device``: batched on the
+training device; ``cpu``: torchvision in the loader workers), it measures
+
+(a) images/s of the complete training step, through ``Trainer.fit`` on the real CIFAR-10
+    images beside the project (decoded once into memory): loading, augmentation, forward,
+    the loss with gathering, backward, the LARS step, the online probe and kNN bank,
+    logging (a CSV logger, every 10 steps), timed between the ends of training batches
+    after warm-up steps;
+(b) images/s of the bare backbone + projector forward and backward on pre-made tensors of
+    the same shape (two views of 256), with the same precision and memory format;
+
+and prints both and the ratio (a)/(b) (goal >= 0.9), and NCL's and BayesNCL's (a)
+relative to CL's (NCL's goal: within 2 %). On a GPU it also reports the peak memory of
+(a). The switches (precision, channels_last, torch.compile) are the fastest measured on
+the machine kind: bf16-mixed + channels_last on a CPU with bf16 instructions, likewise on
+a GPU; set ``NCL_BENCH_PRECISION`` / ``NCL_BENCH_CHANNELS_LAST`` / ``NCL_BENCH_COMPILE``
+to measure others. ``NCL_BENCH_DATA`` points at another ImageFolder of 32x32 images.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import CSVLogger
+
+from ncl_lightning.bench import Timing
+from ncl_lightning.data import ImageFolderDataModule
+from ncl_lightning.methods import CL, NCL, BayesNCL
+from ncl_lightning.nn import ResNet
+
+BATCH_SIZE = 256
+IMAGE_SIZE = 32
+WARMUP_STEPS = 3
+TIMED_STEPS = 8
+LOG_EVERY = 10
+METHODS: dict[str, type[CL]] = {"CL": CL, "NCL": NCL, "BayesNCL": BayesNCL}
+PIPELINES = ("device", "cpu")
+DEFAULT_DATA = (
+    Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "cifar10-real-subset"
+)
+
+
+def _flag(name: str, default: bool) -> bool:
+    return os.environ.get(name, str(int(default))).lower() in ("1", "true", "yes")
+
+
+def switches() -> dict[str, Any]:
+    """Precision, channels_last and torch.compile of the run (environment overrides)."""
+    return {
+        "precision": os.environ.get("NCL_BENCH_PRECISION", "bf16-mixed"),
+        "channels_last": _flag("NCL_BENCH_CHANNELS_LAST", True),
+        "torch_compile": _flag("NCL_BENCH_COMPILE", False),
+    }
+
+
+def data_root() -> Path:
+    """The ImageFolder of 32x32 images the training steps read."""
+    root = Path(os.environ.get("NCL_BENCH_DATA", DEFAULT_DATA)).resolve()
+    if not (root / "train").is_dir():
+        raise FileNotFoundError(
+            f"throughput benchmark: no ImageFolder at {root} (expected train/<class>/...); "
+            "set NCL_BENCH_DATA to a folder of 32x32 images"
+        )
+    return root
+
+
+def make_model(name: str, settings: dict[str, Any], num_classes: int = 10) -> CL:
+    """``name`` with the CIFAR heads of the papers and the given switches."""
+    return METHODS[name](
+        ResNet(18, "cifar"),
+        proj_hidden_dim=2048,
+        proj_output_dim=256,
+        num_classes=num_classes,
+        batch_size=BATCH_SIZE,
+        warmup_epochs=1.0,
+        channels_last=settings["channels_last"],
+        torch_compile=settings["torch_compile"],
+    )
+
+
+class StepClock(L.Callback):
+    """Wall-clock times of the ends of training batches (after the optimiser step)."""
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.ends.append(time.perf_counter())
+
+
+def full_step(name: str, pipeline: str, settings: dict[str, Any]) -> tuple[float, float | None]:
+    """Images/s of the complete training step, and the peak GPU memory in GiB (or None)."""
+    torch.manual_seed(0)
+    datamodule = ImageFolderDataModule(
+        str(data_root()),
+        image_size=IMAGE_SIZE,
+        batch_size=BATCH_SIZE,
+        cache="memory",
+        augment_on=pipeline,  # type: ignore[arg-type]
+    )
+    model = make_model(name, settings, datamodule.num_classes)
+    clock = StepClock()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    with TemporaryDirectory() as logs:
+        trainer = L.Trainer(
+            max_steps=WARMUP_STEPS + TIMED_STEPS,
+            max_epochs=100,
+            limit_val_batches=0,
+            precision=settings["precision"],
+            logger=CSVLogger(logs),
+            log_every_n_steps=LOG_EVERY,
+            callbacks=[clock],
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+        )
+        trainer.fit(model, datamodule)
+    ends = clock.ends[WARMUP_STEPS - 1 :]
+    seconds = ends[-1] - ends[0]
+    peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+    return BATCH_SIZE * (len(ends) - 1) / seconds, peak
+
+
+def bare_step(name: str, settings: dict[str, Any], repeats: int) -> float:
+    """Images/s of backbone + projector forward and backward on pre-made view tensors."""
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = make_model(name, settings).to(device)
+    model.configure_model()
+    model.train()
+    views = [torch.randn(BATCH_SIZE, 3, IMAGE_SIZE, IMAGE_SIZE, device=device) for _ in range(2)]
+    dtype = torch.bfloat16 if settings["precision"].startswith("bf16") else torch.float16
+    mixed = settings["precision"].endswith("-mixed")
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=dtype, enabled=mixed):
+            loss = sum(model.projector(model.backbone(v)).float().square().mean() for v in views)
+        loss.backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    for _ in range(WARMUP_STEPS):
+        step()
+    times = []
+    for _ in range(max(repeats, 1) * TIMED_STEPS // 2):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return BATCH_SIZE / statistics.median(times)
+
+
+def run(repeats: int = 3) -> list[Timing]:
+    """(a) and (b) for every method and pipeline; rows carry images/s in ``note``.
+
+    ``Timing.seconds`` is the time of one batch of 256 images (``256 / images/s``), so the
+    table's seconds column stays a time; the ratio goal is checked in ``note``.
+    """
+    settings = switches()
+    label = ", ".join(f"{k}={v}" for k, v in settings.items())
+    bare = bare_step("CL", settings, repeats)
+    rows = [
+        Timing(
+            f"(b) bare backbone+projector fwd/bwd, 2 x 256 x 3x32x32 ({label})",
+            BATCH_SIZE / bare,
+            note=f"{bare:.1f} img/s",
+        )
+    ]
+    cl_rate: dict[str, float] = {}
+    for pipeline in PIPELINES:
+        for name in METHODS:
+            rate, peak = full_step(name, pipeline, settings)
+            cl_rate.setdefault(pipeline, rate)
+            ratio = rate / bare
+            vs_cl = f", {rate / cl_rate[pipeline] - 1:+.1%} vs CL" if name != "CL" else ""
+            memory = f", peak {peak:.2f} GiB" if peak is not None else ""
+            rows.append(
+                Timing(
+                    f"(a) {name}, {pipeline} augmentation, full training step",
+                    BATCH_SIZE / rate,
+                    note=(
+                        f"{rate:.1f} img/s, (a)/(b) {ratio:.3f} "
+                        f"({'meets' if ratio >= 0.9 else 'MISSES'} >= 0.9){vs_cl}{memory}"
+                    ),
+                )
+            )
+    return rows
