@@ -120,9 +120,18 @@ def test_unknown_nonneg_in_config_is_one_clear_error(tmp_path: Path) -> None:
         cli_main(args)
 
 
+FAST_PATH = [
+    "--data.init_args.augment_on", "device",
+    "--model.init_args.channels_last", "true",
+    "--trainer.precision", "bf16-mixed",
+]  # fmt: skip
+
+
 @pytest.mark.ddp
-def test_two_process_ddp_fit_through_the_cli(tmp_path: Path) -> None:
-    """A real 2-rank gloo run of the demo NCL config: gathered negatives, kNN bank, metrics."""
+@pytest.mark.parametrize("switches", [[], FAST_PATH], ids=["default", "device-aug-bf16-nhwc"])
+def test_two_process_ddp_fit_through_the_cli(tmp_path: Path, switches: list[str]) -> None:
+    """A real 2-rank gloo run of the demo NCL config: gathered negatives, kNN bank, metrics;
+    also with the views made on the device, channels_last and bf16-mixed."""
     args = [
         "fit",
         "--config", str(ROOT / "configs" / "demo" / "digits_ncl.yaml"),
@@ -136,6 +145,7 @@ def test_two_process_ddp_fit_through_the_cli(tmp_path: Path) -> None:
         "--trainer.default_root_dir", str(tmp_path),
         "--trainer.logger.init_args.save_dir", str(tmp_path),
         "--data.init_args.batch_size", "32",
+        *switches,
     ]  # fmt: skip
     cli = cli_main(args)
     assert cli.trainer.world_size == 2
