@@ -8,20 +8,22 @@ training device; ``cpu``: torchvision in the loader workers), it measures
     images beside the project (decoded once into memory): loading, augmentation, forward,
     the loss with gathering, backward, the LARS step, the online probe and kNN bank,
     logging (a CSV logger, every 10 steps), timed between the ends of training batches
-    after warm-up steps;
+    after warm-up steps; the median step over ``--repeats`` rounds alternating the methods;
 (b) images/s of the bare backbone + projector forward and backward on pre-made tensors of
     the same shape (two views of 256), with the same precision and memory format;
 
 and prints both and the ratio (a)/(b) (goal >= 0.9), and NCL's and BayesNCL's (a)
 relative to CL's (NCL's goal: within 2 %). On a GPU it also reports the peak memory of
-(a). The switches (precision, channels_last, torch.compile) are the fastest measured on
-the machine kind: bf16-mixed + channels_last on a CPU with bf16 instructions, likewise on
-a GPU; set ``NCL_BENCH_PRECISION`` / ``NCL_BENCH_CHANNELS_LAST`` / ``NCL_BENCH_COMPILE``
-to measure others. ``NCL_BENCH_DATA`` points at another ImageFolder of 32x32 images.
+(a). The switches default to the paper configs' choice (bf16-mixed, channels_last, no
+torch.compile); set ``NCL_BENCH_PRECISION`` / ``NCL_BENCH_CHANNELS_LAST`` /
+``NCL_BENCH_COMPILE`` to measure others (docs/performance.md has the comparison).
+``NCL_BENCH_DATA`` points at another ImageFolder of 32x32 images.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 import statistics
 import time
@@ -100,8 +102,11 @@ class StepClock(L.Callback):
         self.ends.append(time.perf_counter())
 
 
-def full_step(name: str, pipeline: str, settings: dict[str, Any]) -> tuple[float, float | None]:
-    """Images/s of the complete training step, and the peak GPU memory in GiB (or None)."""
+def full_step(
+    name: str, pipeline: str, settings: dict[str, Any]
+) -> tuple[list[float], float | None]:
+    """Seconds of each timed complete training step (end of one batch to the end of the
+    next), and the peak GPU memory in GiB (or None)."""
     torch.manual_seed(0)
     datamodule = ImageFolderDataModule(
         str(data_root()),
@@ -130,72 +135,101 @@ def full_step(name: str, pipeline: str, settings: dict[str, Any]) -> tuple[float
         )
         trainer.fit(model, datamodule)
     ends = clock.ends[WARMUP_STEPS - 1 :]
-    seconds = ends[-1] - ends[0]
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
-    return BATCH_SIZE * (len(ends) - 1) / seconds, peak
+    return [b - a for a, b in itertools.pairwise(ends)], peak
 
 
-def bare_step(name: str, settings: dict[str, Any], repeats: int) -> float:
-    """Images/s of backbone + projector forward and backward on pre-made view tensors."""
-    torch.manual_seed(0)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = make_model(name, settings).to(device)
-    model.configure_model()
-    model.train()
-    views = [torch.randn(BATCH_SIZE, 3, IMAGE_SIZE, IMAGE_SIZE, device=device) for _ in range(2)]
-    dtype = torch.bfloat16 if settings["precision"].startswith("bf16") else torch.float16
-    mixed = settings["precision"].endswith("-mixed")
+class BareStep:
+    """Backbone + projector forward and backward on pre-made view tensors, nothing else.
 
-    def step() -> None:
+    The loss is the plain sum of the projector outputs (unit gradients: no tiny values
+    that would make the backward pass run on slow denormal numbers on a CPU).
+    """
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        torch.manual_seed(0)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = make_model("CL", settings).to(self.device)
+        self.model.configure_model()
+        self.model.train()
+        shape = (BATCH_SIZE, 3, IMAGE_SIZE, IMAGE_SIZE)
+        self.views = [torch.randn(shape, device=self.device) for _ in range(2)]
+        precision = settings["precision"]
+        self.dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16
+        self.mixed = precision.endswith("-mixed")
+        self.samples: list[float] = []
+        for _ in range(WARMUP_STEPS):
+            self.step()
+
+    def step(self) -> None:
+        """One forward and backward of both views."""
+        model = self.model
         model.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=dtype, enabled=mixed):
-            loss = sum(model.projector(model.backbone(v)).float().square().mean() for v in views)
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.mixed):
+            loss = sum(model.projector(model.backbone(v)).float().sum() for v in self.views)
         loss.backward()
-        if device.type == "cuda":
+        if self.device.type == "cuda":
             torch.cuda.synchronize()
 
-    for _ in range(WARMUP_STEPS):
-        step()
-    times = []
-    for _ in range(max(repeats, 1) * TIMED_STEPS // 2):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return BATCH_SIZE / statistics.median(times)
+    def measure(self, steps: int) -> None:
+        """Time ``steps`` steps; the samples accumulate over the whole benchmark."""
+        for _ in range(steps):
+            start = time.perf_counter()
+            self.step()
+            self.samples.append(time.perf_counter() - start)
+
+    @property
+    def images_per_second(self) -> float:
+        """Images (not views) per second, from the median step time."""
+        return BATCH_SIZE / statistics.median(self.samples)
 
 
 def run(repeats: int = 3) -> list[Timing]:
     """(a) and (b) for every method and pipeline; rows carry images/s in ``note``.
 
     ``Timing.seconds`` is the time of one batch of 256 images (``256 / images/s``), so the
-    table's seconds column stays a time; the ratio goal is checked in ``note``.
+    table's seconds column stays a time. Each (a) is the median step time over
+    ``repeats`` rounds in which the three methods alternate; (b) is sampled before every
+    (a) run, so both are measured over the same stretch of time on a shared machine, and
+    its median over all samples is the reference of every ratio.
     """
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     settings = switches()
     label = ", ".join(f"{k}={v}" for k, v in settings.items())
-    bare = bare_step("CL", settings, repeats)
+    bare = BareStep(settings)
+    steps: dict[tuple[str, str], list[float]] = {}
+    peaks: dict[tuple[str, str], float | None] = {}
+    for pipeline in PIPELINES:
+        for _ in range(max(1, repeats)):  # rounds alternate the methods: drift hits all
+            for name in METHODS:
+                bare.measure(2)
+                times, peaks[pipeline, name] = full_step(name, pipeline, settings)
+                steps.setdefault((pipeline, name), []).extend(times)
+    bare.measure(2)
+    full = {key: BATCH_SIZE / statistics.median(times) for key, times in steps.items()}
+    limit = bare.images_per_second
+    spread = f"{BATCH_SIZE / max(bare.samples):.1f}-{BATCH_SIZE / min(bare.samples):.1f}"
     rows = [
         Timing(
             f"(b) bare backbone+projector fwd/bwd, 2 x 256 x 3x32x32 ({label})",
-            BATCH_SIZE / bare,
-            note=f"{bare:.1f} img/s",
+            BATCH_SIZE / limit,
+            note=f"{limit:.1f} img/s (median of {len(bare.samples)}; range {spread})",
         )
     ]
-    cl_rate: dict[str, float] = {}
-    for pipeline in PIPELINES:
-        for name in METHODS:
-            rate, peak = full_step(name, pipeline, settings)
-            cl_rate.setdefault(pipeline, rate)
-            ratio = rate / bare
-            vs_cl = f", {rate / cl_rate[pipeline] - 1:+.1%} vs CL" if name != "CL" else ""
-            memory = f", peak {peak:.2f} GiB" if peak is not None else ""
-            rows.append(
-                Timing(
-                    f"(a) {name}, {pipeline} augmentation, full training step",
-                    BATCH_SIZE / rate,
-                    note=(
-                        f"{rate:.1f} img/s, (a)/(b) {ratio:.3f} "
-                        f"({'meets' if ratio >= 0.9 else 'MISSES'} >= 0.9){vs_cl}{memory}"
-                    ),
-                )
+    for (pipeline, name), rate in full.items():
+        ratio = rate / limit
+        vs_cl = f", {rate / full[pipeline, 'CL'] - 1:+.1%} vs CL" if name != "CL" else ""
+        peak = peaks[pipeline, name]
+        memory = f", peak {peak:.2f} GiB" if peak is not None else ""
+        verdict = "meets" if ratio >= 0.9 else "MISSES"
+        rows.append(
+            Timing(
+                f"(a) {name}, {pipeline} augmentation, full training step",
+                BATCH_SIZE / rate,
+                note=(
+                    f"{rate:.1f} img/s (median of {len(steps[pipeline, name])} steps), (a)/(b) "
+                    f"{ratio:.3f} ({verdict} >= 0.9){vs_cl}{memory}"
+                ),
             )
+        )
     return rows

@@ -30,3 +30,47 @@ def test_step_benchmark_times_ncl_and_bayesncl_on_small_batches() -> None:
     ncl, bayes = run_step(repeats=1, batch_size=4, image_size=8)
     assert ncl.what.startswith("NCL") and bayes.what.startswith("BayesNCL")
     assert bayes.goal == 1.10 * ncl.seconds and "ratio" in bayes.note
+
+
+def test_throughput_benchmark_reports_both_pipelines_and_ratios(
+    cifar_subset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every method and pipeline gets an (a) row with its ratio to (b); small and fast here
+    (a small CNN, batch 8), the real data path and Trainer all the same."""
+    from ncl_lightning.bench import throughput
+    from ncl_lightning.nn import SmallCNN
+
+    def small_model(name: str, settings: dict, num_classes: int = 10):
+        return throughput.METHODS[name](
+            SmallCNN(3, 4, 16),
+            proj_hidden_dim=16,
+            proj_output_dim=8,
+            num_classes=num_classes,
+            batch_size=throughput.BATCH_SIZE,
+            channels_last=settings["channels_last"],
+            torch_compile=settings["torch_compile"],
+        )
+
+    monkeypatch.setattr(throughput, "make_model", small_model)
+    monkeypatch.setattr(throughput, "BATCH_SIZE", 8)
+    monkeypatch.setattr(throughput, "TIMED_STEPS", 2)
+    monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_subset))
+    monkeypatch.setenv("NCL_BENCH_PRECISION", "32-true")
+    rows = throughput.run(repeats=1)
+    assert rows[0].what.startswith("(b)") and "img/s" in rows[0].note
+    full = [row.what for row in rows[1:]]
+    for pipeline in throughput.PIPELINES:
+        for name in throughput.METHODS:
+            assert f"(a) {name}, {pipeline} augmentation, full training step" in full
+    assert all("(a)/(b)" in row.note and row.seconds > 0 for row in rows[1:])
+    assert sum("vs CL" in row.note for row in rows) == 4  # NCL and BayesNCL, both pipelines
+
+
+def test_throughput_benchmark_names_a_missing_data_folder(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ncl_lightning.bench import throughput
+
+    monkeypatch.setenv("NCL_BENCH_DATA", str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match="set NCL_BENCH_DATA"):
+        throughput.data_root()
