@@ -189,7 +189,8 @@ def run(repeats: int = 3) -> list[Timing]:
 
     ``Timing.seconds`` is the time of one batch of 256 images (``256 / images/s``), so the
     table's seconds column stays a time. Each (a) is the median step time over
-    ``repeats`` rounds in which the three methods alternate; (b) is sampled before every
+    ``repeats`` rounds in which the three methods alternate, each round in a rotated order;
+    (b) is sampled before every
     (a) run, so both are measured over the same stretch of time on a shared machine, and
     its median over all samples is the reference of every ratio.
     """
@@ -200,8 +201,9 @@ def run(repeats: int = 3) -> list[Timing]:
     steps: dict[tuple[str, str], list[float]] = {}
     peaks: dict[tuple[str, str], float | None] = {}
     for pipeline in PIPELINES:
-        for _ in range(max(1, repeats)):  # rounds alternate the methods: drift hits all
-            for name in METHODS:
+        names = list(METHODS)
+        for r in range(max(1, repeats)):  # rounds rotate the methods' order: no position bias
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 bare.measure(2)
                 times, peaks[pipeline, name] = full_step(name, pipeline, settings)
                 steps.setdefault((pipeline, name), []).extend(times)
