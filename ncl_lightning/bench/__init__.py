@@ -60,6 +60,7 @@ def _lazy(module: str) -> Benchmark:
 BENCHMARKS.add("metrics", _lazy("metrics"))
 BENCHMARKS.add("step", _lazy("step"))
 BENCHMARKS.add("throughput", _lazy("throughput"))
+BENCHMARKS.add("switches", _lazy("switches"))
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:

@@ -74,3 +74,29 @@ def test_throughput_benchmark_names_a_missing_data_folder(
     monkeypatch.setenv("NCL_BENCH_DATA", str(tmp_path / "absent"))
     with pytest.raises(FileNotFoundError, match="set NCL_BENCH_DATA"):
         throughput.data_root()
+
+
+def test_switches_benchmark_times_every_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One row per precision x channels_last setting (compile left out to stay fast)."""
+    from ncl_lightning.bench import switches, throughput
+    from ncl_lightning.nn import SmallCNN
+
+    def small_model(name: str, settings: dict, num_classes: int = 10):
+        return throughput.METHODS[name](
+            SmallCNN(3, 4, 16),
+            proj_hidden_dim=16,
+            proj_output_dim=8,
+            channels_last=settings["channels_last"],
+            torch_compile=settings["torch_compile"],
+        )
+
+    monkeypatch.setattr(throughput, "make_model", small_model)
+    monkeypatch.setattr(throughput, "BATCH_SIZE", 4)
+    monkeypatch.setattr(switches, "COMPILE", (False,))
+    rows = switches.run(repeats=1)
+    assert [row.what for row in rows] == [
+        f"precision={p}, channels_last={c}, torch_compile=False"
+        for p in switches.PRECISIONS
+        for c in switches.CHANNELS_LAST
+    ]
+    assert all(row.seconds > 0 and "img/s" in row.note for row in rows)
