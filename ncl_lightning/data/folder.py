@@ -96,14 +96,19 @@ class ImageListDataset(Dataset):
 
 
 class DecodedCacheMixin:
-    """``decoded(dataset)``: the decoded-once cache of an image-folder DataModule; the
-    DataModule sets ``cache``, ``cache_dir`` (checked by ``check_cache``) and
-    ``num_workers``, and has ``source_size``."""
+    """The decoded-once cache of an image-folder DataModule: ``__init__`` calls
+    :meth:`use_cache`, ``build_split`` wraps its dataset in :meth:`decoded`; the
+    DataModule has ``num_workers`` and ``source_size``."""
 
     cache: CacheMode
     cache_dir: str | None
     num_workers: int
     source_size: int
+
+    def use_cache(self, cache: CacheMode, cache_dir: str | None) -> None:
+        """Check and keep the ``cache`` mode and ``cache_dir`` (one-line error if invalid)."""
+        check_cache(cache, cache_dir)
+        self.cache, self.cache_dir = cache, cache_dir
 
     def decoded(self, dataset: ImageListDataset) -> Dataset:
         """``dataset`` itself without a cache, else its images decoded once to uint8."""
@@ -165,8 +170,7 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
         super().__init__(**kwargs)
         if image_size <= 0:
             raise ValueError(f"image_size must be > 0, got {image_size}")
-        check_cache(cache, cache_dir)
-        self.cache, self.cache_dir = cache, cache_dir
+        self.use_cache(cache, cache_dir)
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {
             "train": train_dir,

@@ -21,7 +21,7 @@ from ncl_lightning.data.folder import (
     require_dir,
     scan_class_folders,
 )
-from ncl_lightning.data.memory import CacheMode, check_cache
+from ncl_lightning.data.memory import CacheMode
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
 
 
@@ -67,11 +67,8 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
         class_list: File of WNIDs to use instead of the shipped ImageNet-100 list.
         train_dir: Training folder, relative to ``root``.
         val_dir: Validation folder, relative to ``root``.
-        cache: Decode every image once, resized (shorter side) and centre-cropped to
-            :attr:`source_size`, into uint8: ``none`` (decode per item, every epoch),
-            ``memory`` (a tensor in RAM, per process) or ``disk`` (a memory-mapped file
-            in ``cache_dir``, written once, shared by the ranks and later runs). The
-            random crops then come from that square, not the full original image.
+        cache: Decoded-once cache, ``none``, ``memory`` or ``disk``, stored at 256 px
+            (as :class:`~ncl_lightning.data.ImageFolderDataModule`'s ``cache``).
         cache_dir: Folder of the ``disk`` cache.
         **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``augment_on``, ...).
@@ -94,8 +91,7 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_cache(cache, cache_dir)
-        self.cache, self.cache_dir = cache, cache_dir
+        self.use_cache(cache, cache_dir)
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {"train": train_dir, "val": val_dir}
         self.classes = load_imagenet100_classes(class_list)
