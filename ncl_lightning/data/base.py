@@ -34,6 +34,7 @@ from torchvision.transforms import v2
 
 from ncl_lightning.data.batch_augmentation import BatchAugmentation, center_crop_normalize
 from ncl_lightning.data.memory import FixedSizeUInt8, to_pil
+from ncl_lightning.data.seeding import EpochSampler, SeededTransformDataset, global_seed, mix_seed
 from ncl_lightning.data.transforms import MultiView, SimCLRAugmentation
 
 Split = Literal["train", "val", "test"]
@@ -66,8 +67,9 @@ class TransformedDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
 
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        image, label = self.dataset[index]
+    def __getitem__(self, index: int | tuple[int, int]) -> tuple[Any, int]:
+        # (index, seed) keys of EpochSampler: the transform here is not random.
+        image, label = self.dataset[index[0] if isinstance(index, tuple) else index]
         return self.transform(image), int(label)
 
 
@@ -149,6 +151,7 @@ class MultiViewDataModule(L.LightningDataModule):
         self.drop_last = drop_last
         self._augmentation = augmentation
         self._base: dict[Split, Dataset] = {}
+        self.seed: int | None = None  # the training data's seed, kept in checkpoints
         self.train_dataset: Dataset | None = None
         self.val_dataset: Dataset | None = None
         self.test_dataset: Dataset | None = None
@@ -192,23 +195,49 @@ class MultiViewDataModule(L.LightningDataModule):
         self._check_augmentation()
         clean = self.augmentation.clean(resize=self.eval_resize)
         if "train" in splits and self.train_dataset is None:
+            if self.seed is None:
+                self.seed = global_seed()
             if self.augment_on == "device":
                 uint8 = FixedSizeUInt8(self.source_size)
                 self.train_dataset = TransformedDataset(self.base_dataset("train"), uint8)
-                self.device_views = DeviceViews(self, seed=self._device_seed())
+                self.device_views = DeviceViews(self)
             else:
                 views = cpu_views(self._train_view_transform(), self.n_views)
-                self.train_dataset = TransformedDataset(self.base_dataset("train"), views)
+                self.train_dataset = SeededTransformDataset(self.base_dataset("train"), views)
             self._check_train_size(len(self.train_dataset))
         if "val" in splits and self.val_dataset is None:
             self.val_dataset = TransformedDataset(self.base_dataset("val"), clean)
         if "test" in splits and self.test_dataset is None:
             self.test_dataset = TransformedDataset(self.base_dataset("test"), clean)
 
-    def _device_seed(self) -> int:
-        # The global seed (seed_everything) plus the rank: ranks draw different views.
-        rank = self.trainer.global_rank if self.trainer is not None else 0
-        return (torch.initial_seed() + 1_000_003 * rank) % 2**63
+    # ----------------------------------------------------------- resumable randomness
+    def state_dict(self) -> dict[str, Any]:
+        """The training data's seed and the next epoch to load: a resumed run draws the
+        batches and views the uninterrupted run would have drawn."""
+        if self.seed is None:
+            return {}
+        return {"seed": self.seed, "epoch": self.train_epoch()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("seed") is not None:
+            self.seed = int(state_dict["seed"])
+        self._resumed_epoch = int(state_dict.get("epoch", 0))
+
+    def train_epoch(self) -> int:
+        """The training epoch being loaded: Lightning's count of processed epochs, or the
+        checkpoint's when larger (Lightning makes the first iterator of a resumed run,
+        to count its batches, before it restores its loop)."""
+        trainer = self.trainer
+        processed = int(trainer.fit_loop.epoch_progress.current.processed) if trainer else 0
+        return max(processed, getattr(self, "_resumed_epoch", 0))
+
+    def _batch_seed(self) -> int:
+        # One seed per training batch and rank, from the run's seed and the loop's
+        # batch count (restored on resume): the device views of a batch are reproducible.
+        trainer = self.trainer
+        rank = trainer.global_rank if trainer is not None else 0
+        count = trainer.fit_loop.epoch_loop.batch_progress.total.ready if trainer else 0
+        return mix_seed(self.seed or 0, rank, count)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """With ``augment_on: device``, turn a transferred training batch ``(uint8 images
@@ -217,7 +246,7 @@ class MultiViewDataModule(L.LightningDataModule):
         if self.device_views is None or trainer is None or not trainer.training:
             return batch
         images, labels = batch
-        return self.device_views(images), labels
+        return self.device_views(images, seed=self._batch_seed()), labels
 
     def _train_view_transform(self) -> Callable[[Any], Any]:
         if self.train_transform == "crop_flip":
@@ -255,10 +284,22 @@ class MultiViewDataModule(L.LightningDataModule):
         if dataset is None:
             raise RuntimeError(f"{name} dataset is not built; call setup() first")
         workers = self.num_workers
+        sampler = None
+        if train:  # (index, seed) keys from (seed, epoch): exact resume, any worker count
+            trainer = self.trainer
+            sampler = EpochSampler(
+                dataset,
+                seed_fn=lambda: self.seed or 0,
+                epoch_fn=self.train_epoch,
+                num_replicas=trainer.world_size if trainer is not None else 1,
+                rank=trainer.global_rank if trainer is not None else 0,
+            )
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=train,
+            sampler=sampler,
+            # Worker base seeds from a private generator: the global stream is untouched.
+            generator=torch.Generator().manual_seed(self.seed or 0),
             drop_last=train and self.drop_last,
             num_workers=workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
@@ -350,7 +391,7 @@ class DeviceViews:
         seed: Seed of the parameter generator.
     """
 
-    def __init__(self, datamodule: MultiViewDataModule, seed: int | None = None) -> None:
+    def __init__(self, datamodule: MultiViewDataModule, seed: int | None = 0) -> None:
         aug = datamodule.augmentation
         self.n_views = datamodule.n_views
         self.mode = datamodule.train_transform
@@ -358,8 +399,11 @@ class DeviceViews:
         source = aug.crop_flip() if self.mode == "crop_flip" else aug
         self.augment = BatchAugmentation(source, seed=seed)
 
-    def __call__(self, images: Tensor) -> list[Tensor]:
-        """uint8 ``[B, C, S, S]`` -> ``n_views`` float32 ``[B, C, crop, crop]``."""
+    def __call__(self, images: Tensor, seed: int | None = None) -> list[Tensor]:
+        """uint8 ``[B, C, S, S]`` -> ``n_views`` float32 ``[B, C, crop, crop]``; ``seed``
+        re-seeds the parameter generator first (one seed per batch: reproducible views)."""
+        if seed is not None and self.augment.generator is not None:
+            self.augment.generator.manual_seed(seed)
         if self.augment.mean.device != images.device:
             self.augment.to(images.device)
         if self.mode == "none":

@@ -32,6 +32,15 @@ from ncl_lightning.methods import NCL
 from ncl_lightning.nn import SmallCNN
 
 
+def _fake_trainer(batches: int = 0) -> SimpleNamespace:
+    """What the DataModule's transfer hook reads of a training Trainer."""
+    total = SimpleNamespace(ready=batches)
+    progress = SimpleNamespace(current=SimpleNamespace(processed=0))
+    loop = SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(total=total)),
+                           epoch_progress=progress)  # fmt: skip
+    return SimpleNamespace(training=True, global_rank=0, world_size=1, fit_loop=loop)
+
+
 def _random_pil(width: int, height: int, seed: int, mode: str = "RGB") -> Image.Image:
     rng = np.random.default_rng(seed)
     shape = (height, width, 3) if mode == "RGB" else (height, width)
@@ -218,7 +227,7 @@ def test_image_folder_device_views(cifar_subset: Path) -> None:
     assert labels.shape == (64,) and labels.dtype == torch.long
     assert dm.trainer is None and dm.on_after_batch_transfer(batch, 0) is batch
 
-    dm.trainer = SimpleNamespace(training=True, global_rank=0, world_size=1)
+    dm.trainer = _fake_trainer()
     views, out_labels = dm.on_after_batch_transfer(batch, 0)
     assert out_labels is labels
     assert isinstance(views, list) and len(views) == 2
@@ -241,7 +250,7 @@ def test_image_folder_device_none_is_the_clean_transform(cifar_subset: Path) -> 
     """``train_transform: none`` gives identical views equal to the CPU clean transform."""
     dm = _folder_dm(cifar_subset, augment_on="device", train_transform="none")
     images, labels = next(iter(dm.train_dataloader()))
-    dm.trainer = SimpleNamespace(training=True, global_rank=0, world_size=1)
+    dm.trainer = _fake_trainer()
     views, _ = dm.on_after_batch_transfer((images, labels), 0)
     assert len(views) == 2 and torch.equal(views[0], views[1])
     clean = dm.augmentation.clean(resize=dm.eval_resize)
@@ -256,10 +265,10 @@ def test_image_folder_device_crop_flip_has_no_colour_ops(cifar_subset: Path) -> 
     within its source range (no jitter, no grayscale)."""
     dm = _folder_dm(cifar_subset, augment_on="device", train_transform="crop_flip")
     assert dm.device_views is not None
-    seed = dm.device_views.augment.seed
-    reference = BatchAugmentation(dm.augmentation.crop_flip(), seed=seed)
     images, labels = next(iter(dm.train_dataloader()))
-    dm.trainer = SimpleNamespace(training=True, global_rank=0, world_size=1)
+    dm.trainer = _fake_trainer()
+    # Each training batch re-seeds the generator from (data seed, rank, batch count).
+    reference = BatchAugmentation(dm.augmentation.crop_flip(), seed=dm._batch_seed())
     views, _ = dm.on_after_batch_transfer((images, labels), 0)
     expected = reference(images, n_views=2)
     assert all(torch.equal(a, b) for a, b in zip(views, expected, strict=True))
@@ -278,7 +287,7 @@ def test_image_folder_cpu_views_from_the_cache(cifar_subset: Path, check_batches
     assert dm.device_views is None
     check_batches(dm)
     batch = next(iter(dm.train_dataloader()))
-    dm.trainer = SimpleNamespace(training=True, global_rank=0, world_size=1)
+    dm.trainer = _fake_trainer()
     assert dm.on_after_batch_transfer(batch, 0) is batch
 
 
@@ -292,7 +301,7 @@ def test_digits_device_views() -> None:
     images, labels = batch
     assert images.shape == (64, 1, 8, 8) and images.dtype == torch.uint8
     assert labels.dtype == torch.long and labels.max() < 10
-    dm.trainer = SimpleNamespace(training=True, global_rank=0, world_size=1)
+    dm.trainer = _fake_trainer()
     views, out_labels = dm.on_after_batch_transfer(batch, 0)
     assert out_labels is labels and len(views) == 2
     aug = dm.augmentation

@@ -1,0 +1,133 @@
+"""Randomness of the training data as a pure function of (seed, epoch, sample).
+
+A resumed run must see exactly the batches and views the uninterrupted run would have
+seen. Loader workers, persistent or not, and Lightning's order of hooks (the first
+iterator of a process is made before ``on_train_epoch_start``) make any scheme that
+re-seeds a global generator fragile, so nothing here reads a global RNG:
+
+* :class:`EpochSampler` draws the epoch's permutation from ``(seed, epoch)``, shards it
+  over ranks like ``DistributedSampler`` (which it subclasses, so Lightning keeps it
+  under DDP) and yields ``(index, sample_seed)`` keys with
+  ``sample_seed = mix_seed(seed, epoch, index)``;
+* :class:`SeededTransformDataset` applies its random transform with the CPU generator
+  set to the key's seed (restored afterwards, so the training process' own stream is
+  untouched when loading in the main process).
+
+The views of a sample then depend only on the seed, the epoch and the sample: the same
+with 0 or 8 workers, persistent or not, and after a resume.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, DistributedSampler
+
+_MASK = (1 << 64) - 1
+
+
+def mix_seed(*values: int) -> int:
+    """A well-mixed 63-bit seed from integers (SplitMix64 finaliser over each value).
+
+    Args:
+        *values: Integers, e.g. ``(seed, epoch, index)``.
+
+    Returns:
+        An int in ``[0, 2**63)``; changing any value changes it unpredictably.
+    """
+    state = 0x9E3779B97F4A7C15
+    for value in values:
+        state = (state ^ (int(value) & _MASK)) * 0xBF58476D1CE4E5B9 & _MASK
+        state = (state ^ (state >> 27)) * 0x94D049BB133111EB & _MASK
+        state ^= state >> 31
+    return state >> 1
+
+
+def global_seed() -> int:
+    """The run's seed: ``seed_everything``'s (``PL_GLOBAL_SEED``), else torch's initial seed."""
+    value = os.environ.get("PL_GLOBAL_SEED")
+    return int(value) if value not in (None, "") else torch.initial_seed() % 2**63
+
+
+class EpochSampler(DistributedSampler):
+    """Shuffled ``(index, sample_seed)`` keys of one epoch, for this rank.
+
+    Args:
+        dataset: The map-style training dataset (only its length is used).
+        seed_fn: Returns the run's seed when an epoch starts (read lazily, so a seed
+            restored from a checkpoint is used).
+        epoch_fn: Returns the epoch being started (read lazily: Lightning makes the first
+            iterator of a process before it calls ``set_epoch``).
+        num_replicas: Number of ranks.
+        rank: This rank.
+        shuffle: Draw a permutation (else the natural order).
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        seed_fn: Callable[[], int],
+        epoch_fn: Callable[[], int],
+        num_replicas: int = 1,
+        rank: int = 0,
+        shuffle: bool = True,
+    ) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle)
+        self.seed_fn = seed_fn
+        self.epoch_fn = epoch_fn
+
+    def indices(self, seed: int, epoch: int) -> list[int]:
+        """The dataset indices this rank visits in ``epoch`` (padded to equal shards)."""
+        n = len(self.dataset)  # type: ignore[arg-type]
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(mix_seed(seed, epoch))
+            order = torch.randperm(n, generator=generator).tolist()
+        else:
+            order = list(range(n))
+        order += order[: self.total_size - n]  # pad like DistributedSampler
+        return order[self.rank : self.total_size : self.num_replicas]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:  # type: ignore[override]
+        seed, epoch = self.seed_fn(), self.epoch_fn()
+        for index in self.indices(seed, epoch):
+            yield index, mix_seed(seed, epoch, index)
+
+
+class SeededTransformDataset(Dataset):
+    """``(transform(image), label)`` with the transform's randomness fixed by the key.
+
+    Args:
+        dataset: Map-style dataset of ``(image, label)``.
+        transform: Random transform drawing from torch's global CPU generator
+            (torchvision transforms do).
+
+    Keys are ``(index, sample_seed)`` from :class:`EpochSampler`; a plain ``int`` index
+    uses the generator as it is.
+    """
+
+    def __init__(self, dataset: Dataset, transform: Callable[[Any], Any]) -> None:
+        self.dataset = dataset
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, key: int | tuple[int, int]) -> tuple[Any, int]:
+        if isinstance(key, tuple):
+            index, seed = key
+            image, label = self.dataset[index]
+            generator = torch.default_generator
+            state = generator.get_state()
+            generator.manual_seed(seed)
+            try:
+                return self.transform(image), int(label)
+            finally:
+                generator.set_state(state)
+        image, label = self.dataset[key]
+        return self.transform(image), int(label)
+
+
+__all__ = ["EpochSampler", "SeededTransformDataset", "global_seed", "mix_seed"]

@@ -1,0 +1,61 @@
+"""User-facing errors: one line that names the culprit and what to do.
+
+``ncl-cli`` prints these as ``ncl-cli: error: <message>`` without a traceback (set
+``NCL_TRACEBACK=1`` to see it). Every class also derives from the built-in exception a
+Python caller would expect (``ValueError`` for bad values, ``FileNotFoundError`` for
+missing paths, ``RuntimeError`` for faults during training), so ``except ValueError``
+keeps working.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class NCLError(Exception):
+    """Base of the errors ``ncl-cli`` reports in one line."""
+
+
+class ConfigError(NCLError, ValueError):
+    """A configuration value that cannot work: the key, the value and the valid choices."""
+
+
+class DataError(NCLError, ValueError):
+    """Missing, empty, too small or unreadable data: the path and what was expected."""
+
+
+class DataNotFoundError(DataError, FileNotFoundError):
+    """A data folder or file that does not exist."""
+
+
+class CorruptImageError(DataError, OSError):
+    """An image file that cannot be decoded (corrupt or truncated); names the file."""
+
+
+class NonFiniteLossError(NCLError, RuntimeError):
+    """Training stopped on a NaN/Inf loss; names the step and the checkpoint saved."""
+
+
+def closest(name: str, choices: Iterable[str]) -> str | None:
+    """The choice most similar to ``name`` (``difflib``, cutoff 0.6), or ``None``."""
+    matches = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest choice, or ``""`` when none is close."""
+    match = closest(name, choices)
+    return f"; did you mean {match!r}?" if match else ""
+
+
+__all__ = [
+    "ConfigError",
+    "CorruptImageError",
+    "DataError",
+    "DataNotFoundError",
+    "NCLError",
+    "NonFiniteLossError",
+    "closest",
+    "did_you_mean",
+]
