@@ -24,12 +24,15 @@ import torch
 from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import nn
 
+from ncl_lightning.errors import NCLError
+from ncl_lightning.resume import logger_versions
+
 RECORD_KEY = "ncl_lightning"
 RECORD_FORMAT = 1
 BACKBONE_PREFIX = "backbone."
 
 
-class CheckpointError(ValueError):
+class CheckpointError(NCLError, ValueError):
     """A checkpoint that is unsafe, foreign or does not fit the module asked for."""
 
 
@@ -77,7 +80,16 @@ class RecordsBackbone:
         return spec_of(self.backbone, self.hparams.get("backbone"))  # type: ignore[attr-defined]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[RECORD_KEY] = make_record(self, self.backbone_spec())  # type: ignore[arg-type]
+        record = make_record(self, self.backbone_spec())  # type: ignore[arg-type]
+        trainer = getattr(self, "_trainer", None)
+        if trainer is not None:
+            # The run's logger versions, so a resume continues them (ncl_lightning.resume),
+            # and everything logged so far flushed: a kill after this checkpoint loses no
+            # row that the resumed run will not log again.
+            record["loggers"] = logger_versions(trainer.loggers)
+            for logger in trainer.loggers:
+                logger.save()
+        checkpoint[RECORD_KEY] = record
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 Usage::
 
     ncl-cli fit --config configs/cifar10_ncl.yaml
+    ncl-cli fit --config configs/cifar10_ncl.yaml --ckpt_path last     # resume
+    ncl-cli fit --config configs/cifar10_ncl.yaml --auto_resume true   # resume if any
     ncl-cli test --config configs/cifar10_ncl.yaml --ckpt_path runs/.../last.ckpt
 
 Model and data are chosen by ``class_path`` (subclass mode): pre-training methods
@@ -11,30 +13,73 @@ researcher's own LightningModule in their own package work the same way. Every m
 takes ``num_classes`` and ``batch_size``. The DataModule's ``num_classes`` and
 ``batch_size`` are linked into the model when both are instantiated, so a config states
 them once.
+
+Reliability (``docs/reliability.md``):
+
+* Bad input stops the run before anything is trained or written, with one line
+  ``ncl-cli: error: <key or path>: <problem>`` (``NCL_TRACEBACK=1`` shows the traceback).
+* ``--ckpt_path last`` resumes from the run's newest ``last.ckpt`` (searched under
+  ``default_root_dir``, the loggers' ``save_dir`` and the checkpoint ``dirpath``);
+  ``--auto_resume true`` does the same when one exists and starts afresh otherwise. The
+  loggers continue the checkpoint's versions (same CSV folder, same W&B run).
+* Checkpoints are read tensor-only (``weights_only``); one written by another method is
+  refused with its missing and unexpected keys. Checkpoints are written atomically.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import torch
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_info
+
+from ncl_lightning.checkpoint import RECORD_KEY, CheckpointError, read_checkpoint
+from ncl_lightning.checkpoint_io import AtomicCheckpointIO
+from ncl_lightning.cli_errors import instantiation_message, one_line, summarize
+from ncl_lightning.errors import ConfigError, NCLError
+from ncl_lightning.resume import (
+    continue_loggers,
+    find_last_checkpoint,
+    restore_csv_rows,
+    same_class,
+)
 
 # Model arguments naming files: what this run says wins over the paths recorded in a
 # ``--ckpt_path`` checkpoint's hyper-parameters (files move between machines).
 PATH_ARGUMENTS = ("checkpoint", "pretrained")
+TRACEBACK_ENV = "NCL_TRACEBACK"
+SHOWN_KEYS = 8
+
+
+def _option_keys(parser: Any) -> list[str]:
+    """Every dotted option key of ``parser`` and its subcommand parsers."""
+    keys = []
+    for action in getattr(parser, "_actions", []):
+        if isinstance(getattr(action, "choices", None), dict):
+            for sub in action.choices.values():
+                keys += _option_keys(sub)
+        elif action.dest not in ("help", "config"):
+            keys.append(action.dest)
+    return keys
+
+
+class NCLArgumentParser(LightningArgumentParser):
+    """LightningCLI's parser whose errors are one :class:`ConfigError` line."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error or os.environ.get(TRACEBACK_ENV):
+            super().error(message, ex)
+        raise ConfigError(summarize(message, _option_keys(self))) from None
 
 
 class NCLCLI(LightningCLI):
-    """LightningCLI with the data -> model links of this package."""
-
-    def _parse_ckpt_path(self) -> None:
-        """Lightning re-applies the ``--ckpt_path`` checkpoint's hyper-parameters over the
-        config; keep the run's own file paths (``--model.checkpoint`` of the OOD test)."""
-        sub = self.config.get("subcommand")
-        init_args = self.config.get(f"{sub}.model.init_args") if sub else None
-        given = {k: init_args.get(k) for k in PATH_ARGUMENTS if init_args and init_args.get(k)}
-        super()._parse_ckpt_path()
-        for key, value in given.items():
-            self.config[f"{sub}.model.init_args.{key}"] = value
+    """LightningCLI with the data -> model links, resume and the checks of this package."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments(
@@ -43,6 +88,155 @@ class NCLCLI(LightningCLI):
         parser.link_arguments(
             "data.batch_size", "model.init_args.batch_size", apply_on="instantiate"
         )
+        parser.add_argument(
+            "--auto_resume",
+            type=bool,
+            default=False,
+            help="fit: resume from the run's newest last.ckpt when there is one, else "
+            "start afresh (for jobs that are re-submitted after preemption).",
+        )
+
+    # -- before instantiation: resolve and check the checkpoint --------------------------
+    def _subconfig(self) -> Any:
+        sub = self.config.get("subcommand")
+        return self.config[sub] if sub else self.config
+
+    def _run_roots(self) -> list[Any]:
+        """Folders of the run where its checkpoints can be."""
+        cfg = self._subconfig()
+        trainer = cfg.get("trainer") or {}
+        roots = [trainer.get("default_root_dir") or os.getcwd()]
+        loggers = trainer.get("logger")
+        for entry in loggers if isinstance(loggers, list) else [loggers]:
+            if hasattr(entry, "get") and entry.get("init_args"):
+                roots.append(entry["init_args"].get("save_dir"))
+        for callback in trainer.get("callbacks") or []:
+            if hasattr(callback, "get") and callback.get("init_args"):
+                roots.append(callback["init_args"].get("dirpath"))
+        return roots
+
+    def _resolve_ckpt_path(self) -> Path | None:
+        cfg = self._subconfig()
+        given = cfg.get("ckpt_path")
+        auto = self.config.get("subcommand") == "fit" and cfg.get("auto_resume")
+        if given in (None, "") and not auto:
+            return None
+        if given in (None, "", "last"):
+            last = find_last_checkpoint(self._run_roots())
+            if last is None:
+                if given == "last":
+                    roots = ", ".join(str(r) for r in self._run_roots() if r)
+                    raise ConfigError(
+                        f"ckpt_path: 'last' but no last.ckpt under {roots}; drop --ckpt_path "
+                        "to start a new run, or use --auto_resume true"
+                    )
+                rank_zero_info("auto_resume: no last checkpoint found; starting a new run")
+                return None
+            rank_zero_info(f"Resuming from {last}")
+            return last
+        if given in ("best", "hpc", "registry"):
+            return None  # Lightning resolves these itself
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"ckpt_path: checkpoint not found: {path}")
+        return path
+
+    def _parse_ckpt_path(self) -> None:
+        """Resolve ``last``/``auto_resume``, read the checkpoint tensor-only (a pickled
+        payload is refused before Lightning touches the file), continue its loggers, then
+        re-apply its hyper-parameters as Lightning does, keeping this run's file paths."""
+        sub = self.config.get("subcommand")
+        if not sub:
+            return
+        cfg = self.config[sub]
+        self._resume_checkpoint: dict[str, Any] | None = None
+        path = self._resolve_ckpt_path()
+        if path is None:
+            return
+        ckpt = read_checkpoint(path)
+        cfg["ckpt_path"] = str(path)
+        if cfg.get("weights_only") is None:
+            cfg["weights_only"] = True
+        self._resume_checkpoint = ckpt
+        configured = (cfg.get("model") or {}).get("class_path")
+        if configured and not same_class(configured, ckpt[RECORD_KEY].get("method", "")):
+            return  # checked with the model's keys in _check_checkpoint_fits
+        if sub == "fit":
+            continue_loggers(cfg["trainer"].get("logger"), ckpt[RECORD_KEY].get("loggers", []))
+        init_args = cfg.get("model.init_args")
+        given = {k: init_args.get(k) for k in PATH_ARGUMENTS if init_args and init_args.get(k)}
+        super()._parse_ckpt_path()
+        for key, value in given.items():
+            self.config[f"{sub}.model.init_args.{key}"] = value
+
+    # -- after instantiation, before anything runs ------------------------------------
+    def _preflight(self, stage: str) -> None:
+        """Checks that need the built objects; nothing has been written yet."""
+        trainer, model, datamodule = self.trainer, self.model, self.datamodule
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        check_data = getattr(datamodule, "check_inputs", None)
+        if callable(check_data):
+            check_data(stage, trainer.world_size)
+        preflight = getattr(model, "preflight", None)
+        if callable(preflight):
+            preflight(_example_batch(datamodule))
+        ckpt = getattr(self, "_resume_checkpoint", None)
+        if ckpt is not None:
+            _check_checkpoint_fits(ckpt, model, self._subconfig()["ckpt_path"])
+            if stage == "fit":
+                for logger in trainer.loggers:
+                    restore_csv_rows(logger, int(ckpt.get("global_step", 0)))
+
+    def before_fit(self) -> None:
+        self._preflight("fit")
+
+    def before_validate(self) -> None:
+        self._preflight("validate")
+
+    def before_test(self) -> None:
+        self._preflight("test")
+
+    def before_predict(self) -> None:
+        self._preflight("predict")
+
+
+def _example_batch(datamodule: Any) -> torch.Tensor | None:
+    """Two zero images shaped like the DataModule's, or ``None`` when it does not say."""
+    channels = getattr(datamodule, "in_channels", None)
+    size = getattr(datamodule, "image_size", None)
+    if isinstance(channels, int) and isinstance(size, int):
+        return torch.zeros(2, channels, size, size)
+    return None
+
+
+def _listed(keys: list[str]) -> str:
+    more = f" (+{len(keys) - SHOWN_KEYS} more)" if len(keys) > SHOWN_KEYS else ""
+    return ", ".join(keys[:SHOWN_KEYS]) + more if keys else "none"
+
+
+def _check_checkpoint_fits(ckpt: dict[str, Any], model: LightningModule, path: str) -> None:
+    """Refuse a checkpoint whose weights do not fit ``model``: another method, or the same
+    method with other dimensions. Lists the missing, unexpected and mis-shaped keys."""
+    state = ckpt["state_dict"]
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = sorted(
+        f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+        for k in set(own) & set(state)
+        if hasattr(state[k], "shape") and state[k].shape != own[k].shape
+    )
+    written_by = ckpt[RECORD_KEY].get("method")
+    expected = f"{type(model).__module__}.{type(model).__qualname__}"
+    same = written_by is None or same_class(written_by, expected)
+    if not (missing or unexpected or shapes) and same:
+        return
+    raise CheckpointError(
+        f"ckpt_path: {path} was written by {written_by}, it does not fit {expected}: "
+        f"missing keys: {_listed(missing)}; unexpected keys: {_listed(unexpected)}"
+        + (f"; shape mismatches: {_listed(shapes)}" if shapes else "")
+    )
 
 
 def cli_main(args: list[str] | None = None) -> NCLCLI:
@@ -57,14 +251,31 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
         subclass_mode_model=True,
         subclass_mode_data=True,
         save_config_kwargs={"overwrite": True},
+        parser_class=NCLArgumentParser,
         args=args,
         auto_configure_optimizers=False,
     )
 
 
+def error_message(err: BaseException) -> str | None:
+    """The one-line message ``ncl-cli`` prints for ``err``, or ``None`` for a bug (whose
+    traceback is shown)."""
+    if isinstance(err, NCLError):
+        return one_line(err)
+    return instantiation_message(err)
+
+
 def main(args: list[str] | None = None) -> None:
-    """Console entry point ``ncl-cli``."""
-    cli_main(args)
+    """Console entry point ``ncl-cli``: errors of input are one line, exit status 2
+    (1 for faults during training); ``NCL_TRACEBACK=1`` shows the traceback instead."""
+    try:
+        cli_main(args)
+    except Exception as err:
+        message = None if os.environ.get(TRACEBACK_ENV) else error_message(err)
+        if message is None:
+            raise
+        sys.stderr.write(f"ncl-cli: error: {message}\n")
+        raise SystemExit(1 if isinstance(err, RuntimeError) else 2) from None
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from ncl_lightning.data.dsprites import (
 )
 from ncl_lightning.data.folder import ImageFolderDataModule, ImageListDataset
 from ncl_lightning.data.imagenet100 import ImageNet100DataModule, load_imagenet100_classes
-from ncl_lightning.data.memory import TensorImageDataset, decode_images
+from ncl_lightning.data.memory import DecodedImages, TensorImageDataset, decode_images
 from ncl_lightning.data.ood import (
     IMAGENET_C_CORRUPTIONS,
     IMAGENET_C_EXTRA_CORRUPTIONS,
@@ -61,6 +61,7 @@ __all__ = [
     "CIFAR100DataModule",
     "DSpritesDataModule",
     "DSpritesDataset",
+    "DecodedImages",
     "DigitsDataModule",
     "ImageFolderDataModule",
     "ImageListDataset",

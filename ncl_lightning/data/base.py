@@ -36,6 +36,7 @@ from ncl_lightning.data.batch_augmentation import BatchAugmentation, center_crop
 from ncl_lightning.data.memory import FixedSizeUInt8, to_pil
 from ncl_lightning.data.seeding import EpochSampler, SeededTransformDataset, global_seed, mix_seed
 from ncl_lightning.data.transforms import MultiView, SimCLRAugmentation
+from ncl_lightning.errors import ConfigError, DataError
 
 Split = Literal["train", "val", "test"]
 TrainTransform = Literal["simclr", "crop_flip", "none"]
@@ -169,6 +170,43 @@ class MultiViewDataModule(L.LightningDataModule):
         """The augmentation used when none is configured."""
         raise NotImplementedError(f"{type(self).__name__} must implement default_augmentation")
 
+    def split_size(self, split: Split) -> int:
+        """Number of samples of ``split``, for :meth:`check_inputs`.
+
+        The default builds the split (cached by :meth:`base_dataset`, so ``setup`` does
+        not build it again): right for in-memory data. DataModules whose building is
+        expensive (image decoding) override it with a count that reads no image.
+        """
+        return len(self.base_dataset(split))  # type: ignore[arg-type]
+
+    def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
+        """Check, before any training, that ``stage`` can get the data it needs.
+
+        Read-only: nothing is written or downloaded, and image folders are listed, not
+        decoded (:meth:`split_size`); scans are cached on the instance, so ``setup``
+        (which calls this first) does not repeat them. The CLI
+        calls it before ``trainer.fit``/``test``, so a bad path fails before any output
+        is written. Subclasses extend it (missing folders or files) and call ``super()``.
+
+        Args:
+            stage: ``fit``, ``validate``, ``test``, ``predict`` or ``None`` (all splits).
+            world_size: Processes sharing the training split (``trainer.world_size``).
+
+        Raises:
+            DataNotFoundError: A data folder or file is missing (message names the config
+                key and the path).
+            DataError: The training split has fewer samples per device than one batch
+                with ``drop_last``, or an evaluation split is empty.
+            ConfigError: The augmentation does not fit the images.
+        """
+        splits = _STAGE_SPLITS.get(stage, _STAGE_SPLITS[None])
+        self._check_augmentation()
+        if "train" in splits:
+            self._check_train_size(self.split_size("train"), world_size)
+        for split in splits:
+            if split != "train" and self.split_size(split) == 0:
+                raise DataError(f"data: the {split} split of {type(self).__name__} is empty")
+
     # ---------------------------------------------------------------------- datasets
     @property
     def augmentation(self) -> SimCLRAugmentation:
@@ -192,7 +230,8 @@ class MultiViewDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Build the datasets ``stage`` needs (``fit``, ``validate``, ``test``, ``predict``)."""
         splits = _STAGE_SPLITS.get(stage, _STAGE_SPLITS[None])
-        self._check_augmentation()
+        world = self.trainer.world_size if self.trainer is not None else 1
+        self.check_inputs(stage, world)
         clean = self.augmentation.clean(resize=self.eval_resize)
         if "train" in splits and self.train_dataset is None:
             if self.seed is None:
@@ -204,7 +243,7 @@ class MultiViewDataModule(L.LightningDataModule):
             else:
                 views = cpu_views(self._train_view_transform(), self.n_views)
                 self.train_dataset = SeededTransformDataset(self.base_dataset("train"), views)
-            self._check_train_size(len(self.train_dataset))
+            self._check_train_size(len(self.train_dataset), world)  # after skipped files
         if "val" in splits and self.val_dataset is None:
             self.val_dataset = TransformedDataset(self.base_dataset("val"), clean)
         if "test" in splits and self.test_dataset is None:
@@ -260,24 +299,18 @@ class MultiViewDataModule(L.LightningDataModule):
         # for the others; fail here rather than with a shape error deep in a transform.
         aug, name = self.augmentation, type(self).__name__
         if aug.channels != self.in_channels:
-            raise ValueError(
+            raise ConfigError(
                 f"augmentation mean/std have {aug.channels} channel(s) but {name} images "
                 f"have in_channels={self.in_channels}; set augmentation.mean and std"
             )
         if aug.crop_size != self.image_size:
-            raise ValueError(
+            raise ConfigError(
                 f"augmentation.crop_size={aug.crop_size} differs from {name} "
                 f"image_size={self.image_size}"
             )
 
-    def _check_train_size(self, count: int) -> None:
-        world = self.trainer.world_size if self.trainer is not None else 1
-        if self.drop_last and count // world < self.batch_size:
-            raise ValueError(
-                f"training set has {count} samples ({count // world} per device), fewer "
-                f"than one batch (batch_size={self.batch_size}) with drop_last=True; "
-                "lower batch_size"
-            )
+    def _check_train_size(self, count: int, world_size: int = 1) -> None:
+        check_train_batches(count, world_size, self.batch_size, self.drop_last)
 
     # ----------------------------------------------------------------------- loaders
     def _loader(self, dataset: Dataset | None, name: str, train: bool) -> DataLoader:
@@ -362,6 +395,29 @@ class MultiViewDataModule(L.LightningDataModule):
             drop_last=len(shard) >= self.batch_size,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
+        )
+
+
+def check_train_batches(
+    count: int, world_size: int, batch_size: int, drop_last: bool = True, hint: str = ""
+) -> None:
+    """Raise :class:`DataError` unless every rank gets at least one training batch.
+
+    Args:
+        count: Samples of the training split.
+        world_size: Ranks sharing it.
+        batch_size: Samples per batch and rank (``data.init_args.batch_size``).
+        drop_last: Whether the last incomplete batch is dropped.
+        hint: Extra remedy appended to "lower batch_size" (e.g. "or raise ...").
+    """
+    per_device = count // max(1, world_size)
+    if count == 0:
+        raise DataError("data: the training split is empty")
+    if drop_last and per_device < batch_size:
+        raise DataError(
+            f"data: the training split has {count} samples ({per_device} per device), fewer "
+            f"than one batch (data.init_args.batch_size={batch_size}) with "
+            f"drop_last={drop_last}; lower batch_size{hint}"
         )
 
 

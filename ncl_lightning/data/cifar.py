@@ -20,6 +20,13 @@ from torchvision.datasets.utils import check_integrity, extract_archive
 from ncl_lightning.data.base import MultiViewDataModule, Split
 from ncl_lightning.data.memory import TensorImageDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, cifar_augmentation
+from ncl_lightning.errors import DataError, DataNotFoundError
+
+SAMPLES_PER_FILE = 10_000  # every CIFAR batch file (md5-checked) holds 10,000 images
+
+
+class CIFARChecksumError(DataError, RuntimeError):
+    """CIFAR files that fail torchvision's md5 check (a ``RuntimeError`` there, too)."""
 
 
 class _CIFARDataModule(MultiViewDataModule):
@@ -52,20 +59,47 @@ class _CIFARDataModule(MultiViewDataModule):
     def _missing_files(self) -> list[str]:
         return [n for n in self._all_files() if not (self.folder / n).is_file()]
 
-    def _not_found(self, reason: str) -> FileNotFoundError:
-        return FileNotFoundError(
-            f"{self.name} not found in {self.folder} ({reason}): pass "
+    def _not_found(self, reason: str) -> DataNotFoundError:
+        return DataNotFoundError(
+            f"data.init_args.root: {self.name} not found in {self.folder} ({reason}): pass "
             "`--data.init_args.download true` (YAML `download: true`) to download it, or "
             f"place {self.dataset_cls.filename} (python version) in {self.root}"
         )
+
+    def _archive_ok(self) -> bool:
+        archive = self.root / self.dataset_cls.filename
+        return archive.is_file() and check_integrity(str(archive), self.dataset_cls.tgz_md5)
+
+    def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
+        """Check that the files are there, or can be extracted from a placed archive, or
+        will be downloaded (``download: true``); then the base checks (batch size).
+
+        Read-only: nothing is extracted or downloaded here (``prepare_data`` does it).
+
+        Raises:
+            DataNotFoundError: Files missing, no valid archive in ``root`` and
+                ``download`` false; the message says how to get them.
+        """
+        missing = self._missing_files()
+        if missing and not self.download and not self._archive_ok():
+            if len(missing) == len(self._all_files()):
+                raise self._not_found("no data files")
+            raise self._not_found(f"missing {', '.join(missing)}")
+        super().check_inputs(stage, world_size)
+
+    def split_size(self, split: Split) -> int:
+        """CIFAR's sizes (50,000 train, 10,000 val/test) until the split is loaded."""
+        if split in self._base:
+            return len(self._base[split])  # type: ignore[arg-type]
+        files = self.dataset_cls.train_list if split == "train" else self.dataset_cls.test_list
+        return SAMPLES_PER_FILE * len(files)
 
     def prepare_data(self) -> None:
         """Extract a placed archive, or download when ``download=True`` (rank 0 only)."""
         if not self._missing_files():
             return
-        archive = self.root / self.dataset_cls.filename
-        if archive.is_file() and check_integrity(str(archive), self.dataset_cls.tgz_md5):
-            extract_archive(str(archive), str(self.root))
+        if self._archive_ok():
+            extract_archive(str(self.root / self.dataset_cls.filename), str(self.root))
             return
         if not self.download:
             return  # setup() raises the error, on every rank
@@ -91,9 +125,10 @@ class _CIFARDataModule(MultiViewDataModule):
         try:
             data = self.dataset_cls(str(self.root), train=split == "train", download=False)
         except RuntimeError as err:  # torchvision's md5 check
-            raise RuntimeError(
-                f"{self.name} files in {self.folder} fail their md5 check (corrupted or "
-                f"partial); delete the folder and download again ({err})"
+            reason = " ".join(str(err).split())
+            raise CIFARChecksumError(
+                f"data.init_args.root: {self.name} files in {self.folder} fail their md5 "
+                f"check (corrupted or partial); delete the folder and download again ({reason})"
             ) from err
         # One uint8 tensor [N, 3, 32, 32] (150 MB for the training set): no PIL per item.
         images = torch.from_numpy(data.data).permute(0, 3, 1, 2).contiguous()
@@ -117,8 +152,9 @@ class CIFAR10DataModule(_CIFARDataModule):
             ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
 
     Raises:
-        FileNotFoundError: At ``setup`` when the files are missing and cannot be
-            obtained; the message names the folder and how to fix it.
+        DataNotFoundError: At :meth:`check_inputs` (called by ``setup``) when the files
+            are missing and cannot be obtained; the message names the folder and how to
+            fix it.
     """
 
     dataset_cls = CIFAR10
@@ -136,8 +172,9 @@ class CIFAR100DataModule(_CIFARDataModule):
             ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
 
     Raises:
-        FileNotFoundError: At ``setup`` when the files are missing and cannot be
-            obtained; the message names the folder and how to fix it.
+        DataNotFoundError: At :meth:`check_inputs` (called by ``setup``) when the files
+            are missing and cannot be obtained; the message names the folder and how to
+            fix it.
     """
 
     dataset_cls = CIFAR100

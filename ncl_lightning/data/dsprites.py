@@ -29,7 +29,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
+from ncl_lightning.data.base import check_train_batches
 from ncl_lightning.data.sprite_augmentation import SpriteAugmentation
+from ncl_lightning.errors import ConfigError
 
 DSPRITES_FACTOR_NAMES = ("shape", "scale", "orientation", "pos_x", "pos_y")
 DSPRITES_FACTOR_SIZES = (3, 6, 40, 32, 32)
@@ -346,15 +348,15 @@ class DSpritesDataModule(L.LightningDataModule):
             ("factor_jitter", factor_jitter, 0),
         ):  # fmt: skip
             if value < low:
-                raise ValueError(f"DSpritesDataModule {name} must be >= {low}, got {value}")
+                raise ConfigError(f"DSpritesDataModule {name} must be >= {low}, got {value}")
         total = train_size + val_size + test_size
         if total > DSPRITES_NUM_IMAGES:
-            raise ValueError(
+            raise ConfigError(
                 f"DSpritesDataModule train_size + val_size + test_size must be <= "
                 f"{DSPRITES_NUM_IMAGES}, got {total}"
             )
         if batch_size > train_size:
-            raise ValueError(
+            raise ConfigError(
                 f"DSpritesDataModule batch_size must be <= train_size={train_size} "
                 f"(drop_last), got {batch_size}"
             )
@@ -377,8 +379,19 @@ class DSpritesDataModule(L.LightningDataModule):
             raise ValueError(f"split must be one of {list(splits)}, got {split!r}")
         return splits[split]
 
+    def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
+        """Check that every rank gets one training batch (generated data: no files).
+
+        Raises:
+            DataError: ``train_size // world_size < batch_size`` when fitting.
+        """
+        if stage in ("fit", None):
+            hint = " or raise data.init_args.train_size"
+            check_train_batches(self.train_size, world_size, self.batch_size, True, hint)
+
     def setup(self, stage: str | None = None) -> None:
         """(Re)seed the view and shuffle generators from ``(seed, global rank)``."""
+        self.check_inputs(stage, self.trainer.world_size if self.trainer is not None else 1)
         rank = self.trainer.global_rank if self.trainer is not None else 0
         self._view_generator = _generator(self.seed, _VIEW_STREAM, rank)
         self._shuffle_generator = _generator(self.seed, _SHUFFLE_STREAM, rank)

@@ -1,64 +1,98 @@
 """Image folders in the ``ImageFolder`` layout (``<split>/<class>/<image>``).
 
 ``ImageListDataset`` and ``scan_class_folders`` are shared by ``ImageFolderDataModule``
-(any user folder) and ``ImageNet100DataModule`` (a fixed class subset). The scan walks
-only the class folders it is given, so selecting 100 classes of a full ImageNet tree
-never lists the other 900.
+(any user folder), ``ImageNet100DataModule`` (a fixed class subset) and the OOD sets. The
+scan walks only the class folders it is given, so selecting 100 classes of a full
+ImageNet tree never lists the other 900. Every error names the config key and the path.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
-from ncl_lightning.data.memory import CacheMode, check_cache, decode_images
+from ncl_lightning.data.memory import CacheMode, check_cache, decode_images, read_image
 from ncl_lightning.data.transforms import SimCLRAugmentation, scaled_augmentation
+from ncl_lightning.errors import ConfigError, CorruptImageError, DataError, DataNotFoundError
+
+SHOWN = 5  # paths or names listed in a message before "(+N more)"
 
 
-def require_dir(path: Path, what: str) -> Path:
-    """Return ``path`` if it is a directory, else raise ``FileNotFoundError`` naming it."""
+def require_dir(path: Path, what: str, key: str = "data", expected: str = "") -> Path:
+    """Return ``path`` if it is a directory, else raise :class:`DataNotFoundError`.
+
+    Args:
+        path: The folder.
+        what: What it is, e.g. ``"ImageNet-100 train"``.
+        key: The config key that sets it, e.g. ``data.init_args.root``.
+        expected: What it should hold, e.g. ``"<class>/<image>"``.
+    """
     if not path.is_dir():
-        raise FileNotFoundError(f"{what} folder not found: {path}")
+        detail = f" (expected {expected})" if expected else ""
+        raise DataNotFoundError(f"{key}: {what} folder not found: {path}{detail}")
     return path
 
 
-def list_class_folders(split_dir: Path) -> list[str]:
+def list_class_folders(split_dir: Path, key: str = "data") -> list[str]:
     """Sorted names of the sub-folders (classes) of ``split_dir``; a clear error if none."""
-    require_dir(split_dir, "split")
+    require_dir(split_dir, "split", key, "<class>/<image>")
     classes = sorted(e.name for e in os.scandir(split_dir) if e.is_dir())
     if not classes:
-        raise FileNotFoundError(f"no class folders in {split_dir} (expected <class>/<image>)")
+        raise DataNotFoundError(
+            f"{key}: no class folders in {split_dir} (expected <class>/<image>)"
+        )
     return classes
 
 
-def scan_class_folders(split_dir: Path, classes: Sequence[str]) -> list[tuple[str, int]]:
+def _listing(names: Sequence[str]) -> str:
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    return ", ".join(names[:SHOWN]) + more
+
+
+def scan_class_folders(
+    split_dir: Path,
+    classes: Sequence[str],
+    key: str = "data",
+    what: str = "",
+    hint: str = "",
+) -> list[tuple[str, int]]:
     """List the images of the given class folders, label = position in ``classes``.
+
+    Only ``is_dir`` checks and directory listings: no image is opened.
 
     Args:
         split_dir: Folder holding one sub-folder per class.
         classes: Class folder names in label order.
+        key: Config key named in the errors (the setting that points at the folder).
+        what: Name of the data set in the errors, e.g. ``"ImageNet-100"``.
+        hint: Appended to the missing-class error, e.g. where the class list comes from.
 
     Returns:
         ``(path, label)`` pairs, sorted by class then path.
 
     Raises:
-        FileNotFoundError: ``split_dir`` or a class folder is missing, or a class folder
-            holds no image.
+        DataNotFoundError: ``split_dir`` is missing, class folders are missing (all of
+            them counted, the first ones named), or a class folder holds no image.
     """
-    require_dir(split_dir, "split")
+    require_dir(split_dir, "split", key, "<class>/<image>")
+    missing = [name for name in classes if not (split_dir / name).is_dir()]
+    if missing:
+        raise DataNotFoundError(
+            f"{key}: {what + ' ' if what else ''}class folder(s) missing under {split_dir}: "
+            f"{_listing(missing)} ({len(missing)} of {len(classes)} classes){hint}"
+        )
     samples: list[tuple[str, int]] = []
     for label, name in enumerate(classes):
         class_dir = split_dir / name
-        if not class_dir.is_dir():
-            raise FileNotFoundError(f"class folder {name!r} missing in {split_dir}")
         found = sorted(
             os.path.join(dirpath, f)
             for dirpath, _, files in os.walk(class_dir, followlinks=True)
@@ -66,9 +100,53 @@ def scan_class_folders(split_dir: Path, classes: Sequence[str]) -> list[tuple[st
             if f.lower().endswith(IMG_EXTENSIONS)
         )
         if not found:
-            raise FileNotFoundError(f"class folder {class_dir} holds no image files")
+            raise DataNotFoundError(
+                f"{key}: empty class folder: {class_dir} (no files with extensions "
+                f"{', '.join(IMG_EXTENSIONS)})"
+            )
         samples.extend((path, label) for path in found)
     return samples
+
+
+def verify_images(
+    samples: Sequence[tuple[str, int]], threads: int | None = None
+) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
+    """Decode every image once and split off the unreadable ones.
+
+    A full decode (``Image.open(...).convert("RGB")``, what the loader does) of every
+    file, in a thread pool (PIL releases the GIL while decoding).
+
+    Args:
+        samples: ``(path, label)`` pairs.
+        threads: Decoding threads; ``None``: ``min(32, cores + 4)``.
+
+    Returns:
+        ``(readable samples, [(path, reason), ...] of the unreadable ones)``, in order.
+    """
+
+    def problem(sample: tuple[str, int]) -> str | None:
+        try:
+            read_image(sample[0])
+        except CorruptImageError as err:
+            return getattr(err, "reason", str(err))
+        return None
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        problems = list(pool.map(problem, samples, chunksize=64))
+    kept = [s for s, p in zip(samples, problems, strict=True) if p is None]
+    skipped = [(s[0], p) for s, p in zip(samples, problems, strict=True) if p is not None]
+    return kept, skipped
+
+
+def warn_skipped(skipped: Sequence[tuple[str, str]], total: int, folder: Path) -> None:
+    """One warning (rank zero) for the unreadable images left out of ``folder``."""
+    if not skipped:
+        return
+    shown = ", ".join(f"{path} ({reason})" for path, reason in skipped[:SHOWN])
+    more = f" and {len(skipped) - SHOWN} more" if len(skipped) > SHOWN else ""
+    rank_zero_warn(
+        f"skipped {len(skipped)} unreadable image(s) of {total} in {folder}: {shown}{more}"
+    )
 
 
 class ImageListDataset(Dataset):
@@ -77,6 +155,10 @@ class ImageListDataset(Dataset):
     Args:
         samples: ``(path, label)`` pairs, e.g. from ``scan_class_folders``.
         classes: Class names in label order.
+
+    Raises:
+        CorruptImageError: When an item's file cannot be decoded (names the path; in a
+            loader worker, DataLoader re-raises it with the path in its message).
     """
 
     def __init__(self, samples: list[tuple[str, int]], classes: Sequence[str]) -> None:
@@ -90,38 +172,84 @@ class ImageListDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Image.Image, int]:
         path, label = self.samples[index]
-        with open(path, "rb") as f:
-            image = Image.open(f).convert("RGB")
-        return image, label
+        return read_image(path), label
 
 
 class DecodedCacheMixin:
-    """The decoded-once cache of an image-folder DataModule: ``__init__`` calls
-    :meth:`use_cache`, ``build_split`` wraps its dataset in :meth:`decoded`; the
-    DataModule has ``num_workers`` and ``source_size``."""
+    """Folder scanning, unreadable-file skipping and the decoded-once cache of an
+    image-folder DataModule.
+
+    ``__init__`` calls :meth:`use_cache`; the DataModule implements :meth:`split_folder`
+    and :meth:`scan_split`, and ``build_split`` returns :meth:`image_dataset`. Scans are
+    cached per folder, so :meth:`check_inputs` (which scans) and ``setup`` list each
+    folder once. The DataModule has ``num_workers``, ``source_size`` and ``classes``.
+
+    Attributes:
+        skipped_images: ``split -> [(path, reason), ...]`` of the unreadable images left
+            out with ``skip_corrupt`` (a split is present once built).
+    """
 
     cache: CacheMode
     cache_dir: str | None
+    skip_corrupt: bool
     num_workers: int
     source_size: int
+    classes: list[str]
+    skipped_images: dict[str, list[tuple[str, str]]]
+    _base: dict[Split, Dataset]
 
-    def use_cache(self, cache: CacheMode, cache_dir: str | None) -> None:
-        """Check and keep the ``cache`` mode and ``cache_dir`` (one-line error if invalid)."""
+    def use_cache(
+        self, cache: CacheMode, cache_dir: str | None, skip_corrupt: bool = False
+    ) -> None:
+        """Check and keep the ``cache`` mode, ``cache_dir`` and ``skip_corrupt``."""
         check_cache(cache, cache_dir)
-        self.cache, self.cache_dir = cache, cache_dir
+        self.cache, self.cache_dir, self.skip_corrupt = cache, cache_dir, skip_corrupt
+        self.skipped_images = {}
+        self._scans: dict[Path, list[tuple[str, int]]] = {}
 
-    def decoded(self, dataset: ImageListDataset) -> Dataset:
-        """``dataset`` itself without a cache, else its images decoded once to uint8."""
+    def split_folder(self, split: Split) -> Path:
+        """The folder of ``split``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement split_folder")
+
+    def scan_split(self, split: Split) -> list[tuple[str, int]]:
+        """List ``(path, label)`` of ``split`` with one-line errors (no image opened)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement scan_split")
+
+    def samples(self, split: Split) -> list[tuple[str, int]]:
+        """The scanned ``(path, label)`` pairs of ``split``, cached per folder."""
+        folder = self.split_folder(split)
+        if folder not in self._scans:
+            self._scans[folder] = self.scan_split(split)
+        return self._scans[folder]
+
+    def split_size(self, split: Split) -> int:
+        """Files of ``split`` (from the scan; after skipping, once built)."""
+        if split in self._base:
+            return len(self._base[split])  # type: ignore[arg-type]
+        return len(self.samples(split))
+
+    def image_dataset(self, split: Split) -> Dataset:
+        """The dataset of ``split``: its images read per item (``cache: none``) or
+        decoded once to uint8; with ``skip_corrupt``, without the unreadable files."""
+        samples = self.samples(split)
         if self.cache == "none":
-            return dataset
-        return decode_images(
-            dataset,
-            dataset.samples,
-            self.source_size,
-            self.cache,
-            self.cache_dir,
-            num_workers=self.num_workers,
-        )
+            kept, skipped = verify_images(samples) if self.skip_corrupt else (samples, [])
+            dataset: Dataset = ImageListDataset(kept, self.classes)
+        else:
+            dataset = decode_images(
+                ImageListDataset(samples, self.classes),
+                samples,
+                self.source_size,
+                self.cache,
+                self.cache_dir,
+                num_workers=self.num_workers,
+                skip_corrupt=self.skip_corrupt,
+            )
+            skipped = dataset.skipped
+        if self.skip_corrupt:
+            self.skipped_images[split] = skipped
+            warn_skipped(skipped, len(samples), self.split_folder(split))
+        return dataset
 
 
 class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
@@ -146,14 +274,22 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
             in ``cache_dir``, written once, shared by the ranks and later runs). The
             random crops then come from that square, not the full original image.
         cache_dir: Folder of the ``disk`` cache.
+        skip_corrupt: Leave out the images that cannot be decoded (one warning per split
+            naming them; listed in :attr:`skipped_images`) instead of failing with
+            :class:`~ncl_lightning.errors.CorruptImageError`. Cost: with ``cache: none``,
+            ``setup`` decodes every image of the splits it builds once more (a thread
+            pool); with a cache, the check is the cache's decode pass (free).
         **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``augment_on``, ...).
 
     Raises:
-        FileNotFoundError: At construction if ``root/train_dir`` is missing or holds no
-            class folder; at ``setup`` if a split folder, a class folder of a split, or
-            any image of a class is missing.
-        ValueError: At ``setup`` if a split has class folders the training folder lacks.
+        DataNotFoundError: At construction if ``root`` or ``root/train_dir`` is missing
+            or holds no class folder; at :meth:`check_inputs` (called by ``setup``) if a
+            split folder or a class folder of a split is missing, or a class folder
+            holds no image.
+        DataError: At :meth:`check_inputs` if a split has class folders the training
+            folder lacks, or the training split is smaller than one batch.
+        CorruptImageError: When an image cannot be decoded and ``skip_corrupt`` is false.
     """
 
     def __init__(
@@ -165,20 +301,27 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
         image_size: int = 32,
         cache: CacheMode = "none",
         cache_dir: str | None = None,
+        skip_corrupt: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if image_size <= 0:
-            raise ValueError(f"image_size must be > 0, got {image_size}")
-        self.use_cache(cache, cache_dir)
+            raise ConfigError(f"data.init_args.image_size: must be > 0, got {image_size}")
+        self.use_cache(cache, cache_dir, skip_corrupt)
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {
             "train": train_dir,
             "val": val_dir,
             "test": test_dir if test_dir is not None else val_dir,
         }
+        self._split_keys: dict[Split, str] = {
+            "train": "data.init_args.train_dir",
+            "val": "data.init_args.val_dir",
+            "test": "data.init_args.test_dir" if test_dir is not None else "data.init_args.val_dir",
+        }
         # Listing one folder is cheap and gives num_classes to the CLI at instantiation.
-        self.classes = list_class_folders(self.root / train_dir)
+        require_dir(self.root, "data", "data.init_args.root", f"{train_dir}/<class>/<image>")
+        self.classes = list_class_folders(self.root / train_dir, "data.init_args.train_dir")
         self.num_classes = len(self.classes)
         self.in_channels = 3
         self.image_size = image_size
@@ -188,18 +331,26 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
         """CIFAR recipe scaled to ``image_size`` (ImageNet recipe above 64 px)."""
         return scaled_augmentation(self.image_size)
 
+    def split_folder(self, split: Split) -> Path:
+        """``root/<split dir>``."""
+        return self.root / self.split_dirs[split]
+
+    def scan_split(self, split: Split) -> list[tuple[str, int]]:
+        """The training classes' images in ``root/<split dir>``; no other class folder."""
+        split_dir, key = self.split_folder(split), self._split_keys[split]
+        extra = sorted(set(list_class_folders(split_dir, key)) - set(self.classes))
+        if extra:
+            raise DataError(
+                f"{key}: {split_dir} has class folder(s) absent from the training folder "
+                f"{self.split_folder('train')}: {_listing(extra)}"
+            )
+        hint = f"; the classes are the sub-folders of {self.split_folder('train')}"
+        return scan_class_folders(split_dir, self.classes, key, hint=hint)
+
     def build_split(self, split: Split) -> Dataset:
-        """Scan ``root/<split dir>`` for the training classes."""
+        """The images of ``root/<split dir>`` (the test split defaults to the val one)."""
         if split == "test" and self.split_dirs["test"] == self.split_dirs["val"]:
-            val_dir = self.root / self.split_dirs["val"]
+            val_dir = self.split_folder("val")
             rank_zero_info(f"{type(self).__name__}: test_dir is None, testing on {val_dir}")
             return self.base_dataset("val")
-        split_dir = self.root / self.split_dirs[split]
-        extra = sorted(set(list_class_folders(split_dir)) - set(self.classes))
-        if extra:
-            raise ValueError(
-                f"{split_dir} has class folders absent from the training folder: {extra}"
-            )
-        return self.decoded(
-            ImageListDataset(scan_class_folders(split_dir, self.classes), self.classes)
-        )
+        return self.image_dataset(split)

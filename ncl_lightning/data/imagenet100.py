@@ -15,14 +15,12 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
-from ncl_lightning.data.folder import (
-    DecodedCacheMixin,
-    ImageListDataset,
-    require_dir,
-    scan_class_folders,
-)
+from ncl_lightning.data.folder import DecodedCacheMixin, require_dir, scan_class_folders
 from ncl_lightning.data.memory import CacheMode
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
+from ncl_lightning.errors import DataError, DataNotFoundError
+
+SHIPPED_CLASS_LIST = "ncl_lightning/data/resources/imagenet100_classes.txt"
 
 
 def load_imagenet100_classes(class_list: str | None = None) -> list[str]:
@@ -41,14 +39,14 @@ def load_imagenet100_classes(class_list: str | None = None) -> list[str]:
     else:
         path = Path(class_list).expanduser()
         if not path.is_file():
-            raise FileNotFoundError(f"class_list file not found: {path}")
+            raise DataNotFoundError(f"data.init_args.class_list: class_list file not found: {path}")
         text = path.read_text(encoding="utf-8")
     wnids = [line.split("#")[0].strip() for line in text.splitlines()]
     wnids = [w for w in wnids if w]
     duplicates = sorted({w for w in wnids if wnids.count(w) > 1})
     if duplicates or not wnids:
-        raise ValueError(
-            f"class_list {class_list or 'imagenet100_classes.txt'} is empty or "
+        raise DataError(
+            f"data.init_args.class_list: {class_list or SHIPPED_CLASS_LIST} is empty or "
             f"repeats classes: {duplicates}"
         )
     return sorted(wnids)
@@ -70,12 +68,22 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
         cache: Decoded-once cache, ``none``, ``memory`` or ``disk``, stored at 256 px
             (as :class:`~ncl_lightning.data.ImageFolderDataModule`'s ``cache``).
         cache_dir: Folder of the ``disk`` cache.
+        skip_corrupt: Leave out the images that cannot be decoded (one warning per split
+            naming them; listed in ``skipped_images``) instead of failing with
+            :class:`~ncl_lightning.errors.CorruptImageError`. Cost: with ``cache: none``,
+            ``setup`` decodes every image of the splits it builds once more (a thread
+            pool; minutes for the 126k ImageNet-100 training images); with a cache, the
+            check is the cache's decode pass (free).
         **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``augment_on``, ...).
 
     Raises:
-        FileNotFoundError: At ``setup``, naming the split folder or the missing/empty
-            WNID folder.
+        DataNotFoundError: At :meth:`check_inputs` (called by ``setup``), naming the
+            missing root or split folder, the missing WNID folders (all counted), or an
+            empty WNID folder.
+        DataError: At :meth:`check_inputs` when the training split is smaller than one
+            batch.
+        CorruptImageError: When an image cannot be decoded and ``skip_corrupt`` is false.
     """
 
     eval_resize = 256
@@ -88,12 +96,14 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
         val_dir: str = "val",
         cache: CacheMode = "none",
         cache_dir: str | None = None,
+        skip_corrupt: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.use_cache(cache, cache_dir)
+        self.use_cache(cache, cache_dir, skip_corrupt)
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {"train": train_dir, "val": val_dir}
+        self.class_list = class_list
         self.classes = load_imagenet100_classes(class_list)
         self.num_classes = len(self.classes)
         self.in_channels = 3
@@ -103,14 +113,31 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
         """``imagenet_augmentation()``: crop 224, blur p=0.5."""
         return imagenet_augmentation()
 
+    def split_folder(self, split: Split) -> Path:
+        """``root/<split dir>``; the test split is the val folder."""
+        return self.root / self.split_dirs["val" if split == "test" else split]
+
+    def scan_split(self, split: Split) -> list[tuple[str, int]]:
+        """The images of the listed WNID folders of the split folder (no other folder)."""
+        name: Split = "val" if split == "test" else split
+        key = f"data.init_args.{name}_dir"
+        require_dir(
+            self.root, "ImageNet", "data.init_args.root", f"{self.split_dirs[name]}/<wnid>/<image>"
+        )
+        split_dir = require_dir(
+            self.split_folder(split), f"ImageNet-100 {name}", key, "<wnid>/<image>"
+        )
+        source = (
+            f"{self.class_list} (data.init_args.class_list)"
+            if self.class_list is not None
+            else SHIPPED_CLASS_LIST
+        )
+        hint = f"; the {len(self.classes)} classes are listed in {source}"
+        return scan_class_folders(split_dir, self.classes, key, "ImageNet-100", hint)
+
     def build_split(self, split: Split) -> Dataset:
         """Scan the listed WNID folders of ``root/<split dir>`` (test: the val folder)."""
         if split == "test":
-            rank_zero_info(
-                f"ImageNet100DataModule: testing on {self.root / self.split_dirs['val']}"
-            )
+            rank_zero_info(f"ImageNet100DataModule: testing on {self.split_folder('val')}")
             return self.base_dataset("val")
-        split_dir = require_dir(self.root / self.split_dirs[split], f"ImageNet-100 {split}")
-        return self.decoded(
-            ImageListDataset(scan_class_folders(split_dir, self.classes), self.classes)
-        )
+        return self.image_dataset(split)

@@ -11,6 +11,7 @@ BatchAugmentation`) wants. Image folders can be decoded once into the same form
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import warnings
 from collections.abc import Sequence
@@ -20,12 +21,40 @@ from typing import Any, Literal, get_args
 import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
+from ncl_lightning.errors import ConfigError, CorruptImageError, DataError
+
 CacheMode = Literal["none", "memory", "disk"]
+SKIP_HINT = "set data.init_args.skip_corrupt: true to skip unreadable images"
+
+
+def corrupt_image_error(path: str, reason: str) -> CorruptImageError:
+    """The one-line error for an unreadable image; ``reason`` is kept as ``.reason``."""
+    error = CorruptImageError(f"cannot read image {path}: {reason}; {SKIP_HINT}")
+    error.path, error.reason = path, reason  # type: ignore[attr-defined]
+    return error
+
+
+def read_image(path: str) -> Image.Image:
+    """Decode the image file ``path`` fully into an RGB PIL image.
+
+    Raises:
+        CorruptImageError: The file cannot be decoded (not an image, truncated, ...);
+            the message names the path. PIL's ``LOAD_TRUNCATED_IMAGES`` is never set, so a
+            truncated file fails instead of loading with grey rows.
+    """
+    try:
+        with open(path, "rb") as f:
+            return Image.open(f).convert("RGB")
+    except UnidentifiedImageError as err:  # its text repeats the path: keep it short
+        raise corrupt_image_error(path, "cannot identify image file") from err
+    except Exception as err:  # OSError (truncated), SyntaxError/ValueError (broken chunks)
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise corrupt_image_error(path, reason) from err
 
 
 class TensorImageDataset(Dataset):
@@ -52,6 +81,42 @@ class TensorImageDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         return self.images[index], int(self.labels[index])
+
+
+class DecodedImages(TensorImageDataset):
+    """The images of an image folder decoded once (:func:`decode_images`), without the
+    rows of the files that could not be decoded.
+
+    Args:
+        images: uint8 ``[N, 3, S, S]``, one row per scanned file.
+        labels: ``[N]``.
+        skipped: ``(index, path, reason)`` of the unreadable files (their rows are left
+            out of the items).
+
+    Attributes:
+        skipped: ``(path, reason)`` of the unreadable files.
+    """
+
+    def __init__(
+        self,
+        images: Tensor | np.ndarray,
+        labels: Tensor | Sequence[int],
+        skipped: Sequence[tuple[int, str, str]] = (),
+    ) -> None:
+        super().__init__(images, labels)
+        self.skipped = [(path, reason) for _, path, reason in skipped]
+        dropped = {index for index, _, _ in skipped}
+        self.keep = (
+            torch.tensor([i for i in range(len(self.labels)) if i not in dropped])
+            if dropped
+            else None
+        )
+
+    def __len__(self) -> int:
+        return len(self.labels) if self.keep is None else len(self.keep)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        return super().__getitem__(index if self.keep is None else int(self.keep[index]))
 
 
 def to_pil(image: Any) -> Any:
@@ -96,22 +161,43 @@ def _cache_key(samples: Sequence[tuple[str, int]], size: int) -> str:
 
 
 class _Decode(Dataset):
-    def __init__(self, dataset: Dataset, size: int) -> None:
+    """``(uint8 image, "")``, or with ``skip_corrupt`` ``(zeros, reason)`` for a file that
+    cannot be decoded (the check is the decode itself: nothing is read twice)."""
+
+    def __init__(self, dataset: Dataset, size: int, skip_corrupt: bool = False) -> None:
         self.dataset, self.to_uint8 = dataset, FixedSizeUInt8(size)
+        self.size, self.skip_corrupt = size, skip_corrupt
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
 
-    def __getitem__(self, index: int) -> Tensor:
-        return self.to_uint8(self.dataset[index][0])
+    def __getitem__(self, index: int) -> tuple[Tensor, str]:
+        try:
+            return self.to_uint8(self.dataset[index][0]), ""
+        except CorruptImageError as err:
+            if not self.skip_corrupt:
+                raise
+            blank = torch.zeros(3, self.size, self.size, dtype=torch.uint8)
+            return blank, getattr(err, "reason", str(err))
 
 
-def _decode_into(out: Any, dataset: Dataset, size: int, num_workers: int) -> None:
-    loader = DataLoader(_Decode(dataset, size), batch_size=64, num_workers=num_workers)
-    start = 0
-    for batch in loader:
+def _decode_into(
+    out: Any,
+    dataset: Dataset,
+    size: int,
+    num_workers: int,
+    samples: Sequence[tuple[str, int]],
+    skip_corrupt: bool = False,
+) -> list[tuple[int, str, str]]:
+    """Decode ``dataset`` into ``out``; return ``(index, path, reason)`` of skipped files."""
+    decode = _Decode(dataset, size, skip_corrupt)
+    loader = DataLoader(decode, batch_size=64, num_workers=num_workers)
+    start, skipped = 0, []
+    for batch, reasons in loader:
         out[start : start + len(batch)] = batch.numpy() if isinstance(out, np.ndarray) else batch
+        skipped += [(start + i, samples[start + i][0], r) for i, r in enumerate(reasons) if r]
         start += len(batch)
+    return skipped
 
 
 def decode_images(
@@ -121,7 +207,8 @@ def decode_images(
     mode: CacheMode,
     cache_dir: str | Path | None = None,
     num_workers: int = 0,
-) -> TensorImageDataset:
+    skip_corrupt: bool = False,
+) -> DecodedImages:
     """Decode every image of an image-folder dataset once into uint8 ``[N, 3, S, S]``.
 
     Args:
@@ -133,42 +220,69 @@ def decode_images(
             ``<cache_dir>/<key>.npy``, written once and reused by later runs).
         cache_dir: Folder of the ``disk`` cache files.
         num_workers: Decoding processes.
+        skip_corrupt: Leave out the files that cannot be decoded (listed in the result's
+            ``skipped``; the ``disk`` cache records them beside the ``.npy`` file) instead
+            of raising. The check is the decode pass itself.
 
     Returns:
-        A :class:`TensorImageDataset` of uint8 images.
+        A :class:`DecodedImages` of uint8 images.
+
+    Raises:
+        CorruptImageError: A file cannot be decoded and ``skip_corrupt`` is false (also
+            when a ``disk`` cache written with ``skip_corrupt`` recorded one).
     """
     labels = torch.tensor([label for _, label in samples], dtype=torch.long)
     shape = (len(samples), 3, size, size)
     if mode == "memory":
         images = torch.empty(shape, dtype=torch.uint8)
-        _decode_into(images, dataset, size, num_workers)
-        return TensorImageDataset(images, labels)
+        skipped = _decode_into(images, dataset, size, num_workers, samples, skip_corrupt)
+        return DecodedImages(images, labels, skipped)
     if mode != "disk":
-        raise ValueError(f"cache mode must be 'memory' or 'disk', got {mode!r}")
+        raise ConfigError(f"cache mode must be 'memory' or 'disk', got {mode!r}")
     if cache_dir is None:
-        raise ValueError("cache='disk' needs cache_dir (a folder for the decoded images)")
+        raise ConfigError("cache='disk' needs cache_dir (a folder for the decoded images)")
     folder = Path(cache_dir).expanduser()
     path = folder / f"{_cache_key(samples, size)}.npy"
+    record = path.with_suffix(".skipped.json")  # files left out when the cache was written
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")
         rank_zero_info(f"decoding {len(samples)} images once into {path}")
-        array = np.lib.format.open_memmap(partial, mode="w+", dtype=np.uint8, shape=shape)
-        _decode_into(array, dataset, size, num_workers)
-        array.flush()
-        del array
+        try:
+            array = np.lib.format.open_memmap(partial, mode="w+", dtype=np.uint8, shape=shape)
+            skipped = _decode_into(array, dataset, size, num_workers, samples, skip_corrupt)
+            array.flush()
+            del array
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        if skipped:
+            written = record.with_suffix(f".{os.getpid()}.partial")
+            written.write_text(json.dumps(skipped))
+            os.replace(written, record)
+        else:
+            record.unlink(missing_ok=True)  # left by a deleted cache of the same key
         os.replace(partial, path)  # atomic: a killed run never leaves a half-written cache
+    skipped = [tuple(s) for s in json.loads(record.read_text())] if record.is_file() else []
+    if skipped and not skip_corrupt:
+        _, bad_path, reason = skipped[0]
+        raise corrupt_image_error(bad_path, reason)
     images = np.load(path, mmap_mode="r")
     if images.shape != shape:
-        raise ValueError(f"cache file {path} holds {images.shape}, expected {shape}; delete it")
+        raise DataError(f"cache file {path} holds {images.shape}, expected {shape}; delete it")
     with warnings.catch_warnings():  # read-only map: nothing writes into dataset images
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return TensorImageDataset(torch.from_numpy(images), labels)
+        return DecodedImages(torch.from_numpy(images), labels, skipped)  # type: ignore[arg-type]
 
 
 def check_cache(mode: str, cache_dir: str | None) -> None:
-    """Raise ``ValueError`` for an unknown cache mode or ``disk`` without ``cache_dir``."""
+    """Raise :class:`ConfigError` for an unknown cache mode or ``disk`` without ``cache_dir``."""
     if mode not in get_args(CacheMode):
-        raise ValueError(f"cache must be one of {list(get_args(CacheMode))}, got {mode!r}")
+        raise ConfigError(
+            f"data.init_args.cache: must be one of {list(get_args(CacheMode))}, got {mode!r}"
+        )
     if mode == "disk" and not cache_dir:
-        raise ValueError("cache='disk' needs cache_dir (a folder for the decoded images)")
+        raise ConfigError(
+            "data.init_args.cache_dir: cache='disk' needs cache_dir (a folder for the "
+            "decoded images)"
+        )

@@ -21,9 +21,16 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset
 
 from ncl_lightning.data.base import MultiViewDataModule, Split, TransformedDataset
-from ncl_lightning.data.folder import ImageListDataset, require_dir, scan_class_folders
-from ncl_lightning.data.imagenet100 import load_imagenet100_classes
+from ncl_lightning.data.folder import (
+    ImageListDataset,
+    require_dir,
+    scan_class_folders,
+    verify_images,
+    warn_skipped,
+)
+from ncl_lightning.data.imagenet100 import SHIPPED_CLASS_LIST, load_imagenet100_classes
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
+from ncl_lightning.errors import ConfigError
 
 IMAGENET_C_CORRUPTIONS: tuple[str, ...] = (
     "gaussian_noise",
@@ -59,8 +66,9 @@ def _check_corruptions(corruptions: Sequence[str]) -> list[str]:
     valid = IMAGENET_C_CORRUPTIONS + IMAGENET_C_EXTRA_CORRUPTIONS
     unknown = [c for c in corruptions if c not in valid]
     if unknown or not corruptions or len(set(corruptions)) != len(corruptions):
-        raise ValueError(
-            f"corruptions must be distinct names among {list(valid)}, got {list(corruptions)}"
+        raise ConfigError(
+            f"data.init_args.corruptions: corruptions must be distinct names among "
+            f"{list(valid)}, got {list(corruptions)}"
         )
     return list(corruptions)
 
@@ -68,9 +76,9 @@ def _check_corruptions(corruptions: Sequence[str]) -> list[str]:
 def _check_severities(severities: Sequence[int]) -> list[int]:
     bad = [s for s in severities if s not in IMAGENET_C_SEVERITIES]
     if bad or not severities or len(set(severities)) != len(severities):
-        raise ValueError(
-            f"severities must be distinct values among {list(IMAGENET_C_SEVERITIES)}, "
-            f"got {list(severities)}"
+        raise ConfigError(
+            f"data.init_args.severities: severities must be distinct values among "
+            f"{list(IMAGENET_C_SEVERITIES)}, got {list(severities)}"
         )
     return sorted(severities)
 
@@ -97,6 +105,10 @@ class ImageNetOODDataModule(MultiViewDataModule):
         corruptions: ImageNet-C corruptions to evaluate, in this order; ``None`` is the
             15 benchmark corruptions (the 4 extra ones may be named explicitly).
         severities: ImageNet-C severities to evaluate, among 1..5.
+        skip_corrupt: Leave out the images that cannot be decoded (one warning per set
+            naming them; listed in ``skipped_images``) instead of failing with
+            :class:`~ncl_lightning.errors.CorruptImageError`. Cost: ``setup`` decodes
+            every image once more (a thread pool).
         num_workers: DataLoader worker processes.
         **kwargs: Loader options of :class:`MultiViewDataModule` (``batch_size``,
             ``augmentation``, ``pin_memory``, ...).
@@ -104,12 +116,15 @@ class ImageNetOODDataModule(MultiViewDataModule):
     Attributes:
         test_names: Name of each test set, aligned with ``test_dataloader()``.
         classes: WNIDs in label order.
+        skipped_images: ``set name -> [(path, reason), ...]`` with ``skip_corrupt``.
 
     Raises:
-        ValueError: At construction if no root is given, or for an unknown or repeated
-            corruption or severity; at ``setup`` for the ``fit`` and ``validate`` stages.
-        FileNotFoundError: At ``setup``, naming a missing root, corruption or severity
-            folder, or a missing/empty WNID folder.
+        ConfigError: At construction if no root is given, or for an unknown or repeated
+            corruption or severity; at :meth:`check_inputs` and ``setup`` for the ``fit``
+            and ``validate`` stages.
+        DataNotFoundError: At :meth:`check_inputs` (called by ``setup``), naming a
+            missing root, corruption or severity folder, or missing/empty WNID folders.
+        CorruptImageError: When an image cannot be decoded and ``skip_corrupt`` is false.
     """
 
     eval_resize = 256
@@ -122,14 +137,15 @@ class ImageNetOODDataModule(MultiViewDataModule):
         class_list: str | None = None,
         corruptions: list[str] | None = None,
         severities: list[int] | None = None,
+        skip_corrupt: bool = False,
         num_workers: int = 8,
         **kwargs: Any,
     ) -> None:
         super().__init__(num_workers=num_workers, **kwargs)
         if stylized_root is None and sketch_root is None and imagenet_c_root is None:
-            raise ValueError(
-                "ImageNetOODDataModule needs at least one of stylized_root, sketch_root, "
-                "imagenet_c_root"
+            raise ConfigError(
+                "data.init_args: ImageNetOODDataModule needs at least one of stylized_root, "
+                "sketch_root, imagenet_c_root"
             )
         self.corruptions = _check_corruptions(
             IMAGENET_C_CORRUPTIONS if corruptions is None else corruptions
@@ -137,10 +153,13 @@ class ImageNetOODDataModule(MultiViewDataModule):
         self.severities = _check_severities(
             IMAGENET_C_SEVERITIES if severities is None else severities
         )
+        self.class_list = class_list
         self.classes = load_imagenet100_classes(class_list)
         self.num_classes = len(self.classes)
         self.in_channels = 3
         self.image_size = 224
+        self.skip_corrupt = skip_corrupt
+        self.skipped_images: dict[str, list[tuple[str, str]]] = {}
         # name -> (folder holding the <wnid> folders, what to call it, resize)
         self._sets: dict[str, tuple[Path, str, int]] = {}
         if stylized_root is not None:
@@ -155,6 +174,7 @@ class ImageNetOODDataModule(MultiViewDataModule):
                     self._sets[f"imagenet_c/{c}/{s}"] = (root / c / str(s), what, self.image_size)
         self.test_names: list[str] = list(self._sets)
         self.test_datasets: list[Dataset] | None = None
+        self._scans: dict[str, list[tuple[str, int]]] = {}
 
     def default_augmentation(self) -> SimCLRAugmentation:
         """``imagenet_augmentation()``: only its normalisation and crop size are used."""
@@ -164,22 +184,70 @@ class ImageNetOODDataModule(MultiViewDataModule):
         """Not available: the sets are built by ``setup`` into ``test_datasets``."""
         raise _test_only(split)
 
-    def build_set(self, name: str) -> Dataset:
-        """The untransformed ``(PIL image, label)`` dataset of the set ``name``."""
+    def scan_set(self, name: str) -> list[tuple[str, int]]:
+        """``(path, label)`` of the set ``name`` (cached; no image opened)."""
+        if name in self._scans:
+            return self._scans[name]
         folder, what, _ = self._sets[name]
         if name.startswith("imagenet_c/"):  # name the first missing level
-            require_dir(folder.parents[1], "ImageNet-C")
-            require_dir(folder.parent, f"ImageNet-C {folder.parent.name}")
-        require_dir(folder, what)
-        return ImageListDataset(scan_class_folders(folder, self.classes), self.classes)
+            key = "data.init_args.imagenet_c_root"
+            corruption, severity = folder.parent.name, folder.name
+            require_dir(folder.parents[1], "ImageNet-C", key, "<corruption>/<severity>/<wnid>")
+            require_dir(
+                folder.parent,
+                f"ImageNet-C {corruption}",
+                key,
+                f"<severity>/<wnid>; or leave {corruption} out of data.init_args.corruptions",
+            )
+            require_dir(
+                folder,
+                what,
+                key,
+                f"<wnid>/<image>; or leave {severity} out of data.init_args.severities",
+            )
+        else:
+            key = f"data.init_args.{name}_root"
+            require_dir(folder, what, key, "<wnid>/<image>")
+        source = (
+            f"{self.class_list} (data.init_args.class_list)"
+            if self.class_list is not None
+            else SHIPPED_CLASS_LIST
+        )
+        hint = f"; the {len(self.classes)} classes are listed in {source}"
+        self._scans[name] = scan_class_folders(folder, self.classes, key, what, hint)
+        return self._scans[name]
+
+    def build_set(self, name: str) -> Dataset:
+        """The untransformed ``(PIL image, label)`` dataset of the set ``name``; with
+        ``skip_corrupt``, without the unreadable images (one warning)."""
+        samples = self.scan_set(name)
+        if self.skip_corrupt:
+            kept, skipped = verify_images(samples)
+            self.skipped_images[name] = skipped
+            warn_skipped(skipped, len(samples), self._sets[name][0])
+            samples = kept
+        return ImageListDataset(samples, self.classes)
+
+    def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
+        """Check that the stage is ``test``/``predict``/``None`` and scan every set's
+        folders (read-only, cached for ``setup``).
+
+        Raises:
+            ConfigError: For the ``fit`` and ``validate`` stages (test-only).
+            DataNotFoundError: A root, corruption, severity or WNID folder is missing, or
+                a WNID folder holds no image.
+        """
+        if stage in ("fit", "validate"):
+            raise _test_only(stage)
+        self._check_augmentation()
+        for name in self._sets:
+            self.scan_set(name)
 
     def setup(self, stage: str | None = None) -> None:
         """Build every test set (stages ``test``, ``predict`` or ``None``)."""
-        if stage in ("fit", "validate"):
-            raise _test_only(stage)
+        self.check_inputs(stage)
         if self.test_datasets is not None:
             return
-        self._check_augmentation()
         datasets = []
         for name, (_, _, resize) in self._sets.items():
             clean = self.augmentation.clean(resize=resize)
@@ -210,9 +278,9 @@ def _path(root: str) -> Path:
     return Path(root).expanduser()
 
 
-def _test_only(stage: str | None) -> ValueError:
-    return ValueError(
-        f"ImageNetOODDataModule is test-only (stage {stage!r} is not supported); "
+def _test_only(stage: str | None) -> ConfigError:
+    return ConfigError(
+        f"data: ImageNetOODDataModule is test-only (stage {stage!r} is not supported); "
         "evaluate a trained classifier with `ncl-cli test`"
     )
 

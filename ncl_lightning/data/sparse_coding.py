@@ -37,6 +37,9 @@ from torch.utils.data import (
     TensorDataset,
 )
 
+from ncl_lightning.data.base import check_train_batches
+from ncl_lightning.errors import ConfigError
+
 Latent = Literal["symmetric", "binary"]
 ViewScheme = Literal["independent", "dependent"]
 
@@ -253,13 +256,13 @@ class SparseCodingDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+            raise ConfigError(f"n must be >= 1, got {n}")
         if val_n < 1:
-            raise ValueError(f"val_n must be >= 1, got {val_n}")
+            raise ConfigError(f"val_n must be >= 1, got {val_n}")
         if not 1 <= batch_size <= n:
-            raise ValueError(f"batch_size must be in [1, n={n}], got {batch_size}")
+            raise ConfigError(f"batch_size must be in [1, n={n}], got {batch_size}")
         if not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+            raise ConfigError(f"alpha must be in (0, 1), got {alpha}")
         _check_choice("views", views, ViewScheme)
         self.model = SparseCodingModel(p, d, latent, nonzero_prob, noise_var, seed)
         self.save_hyperparameters()
@@ -274,8 +277,19 @@ class SparseCodingDataModule(L.LightningDataModule):
         self._mask_generator: torch.Generator | None = None
         self._shuffle_generator: torch.Generator | None = None
 
+    def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
+        """Check that every rank gets one training batch (generated data: no files).
+
+        Raises:
+            DataError: ``n // world_size < batch_size`` when fitting.
+        """
+        if stage in ("fit", None):
+            hint = " or raise data.init_args.n"
+            check_train_batches(self.n, world_size, self.batch_size, True, hint)
+
     def setup(self, stage: str | None = None) -> None:
         """(Re)seed the mask and shuffle generators from ``(seed, global rank)``."""
+        self.check_inputs(stage, self.trainer.world_size if self.trainer is not None else 1)
         rank = self.trainer.global_rank if self.trainer is not None else 0
         self._mask_generator = _generator(self.seed, _MASK_STREAM, rank)
         self._shuffle_generator = _generator(self.seed, _SHUFFLE_STREAM, rank)

@@ -6,8 +6,12 @@ from ncl_lightning.nn.nonneg import NONNEG, Exp, ReLU, RepReLU, Sigmoid, Softplu
 from ncl_lightning.nn.sparse_coding import SparseCodingEncoder, ThresholdActivation
 from ncl_lightning.nn.sprite_encoder import SpriteEncoder
 
+# Encoders a config can name as ``backbone`` (listed by ncl-cli when a name is unknown).
+BACKBONE_CLASSES = (ResNet, SmallCNN, SpriteEncoder, SparseCodingEncoder)
+
 __all__ = [
     "BACKBONES",
+    "BACKBONE_CLASSES",
     "MLP",
     "NONNEG",
     "Exp",

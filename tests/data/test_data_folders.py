@@ -55,7 +55,9 @@ def test_imagenet100_class_list_and_missing_class(tmp_path: Path) -> None:
     (tmp_path / "classes.txt").write_text("n02\nn01  # a comment\n\nn03\n")
     dm = ImageNet100DataModule(root=str(root), class_list=str(tmp_path / "classes.txt"))
     assert dm.classes == ["n01", "n02", "n03"] and dm.num_classes == 3
-    with pytest.raises(FileNotFoundError, match=r"class folder 'n03' missing in .*in/train"):
+    with pytest.raises(
+        FileNotFoundError, match=r"class folder\(s\) missing under .*in/train: n03 \(1 of 3"
+    ):
         dm.setup("fit")
     with pytest.raises(FileNotFoundError, match=r"class_list file not found"):
         ImageNet100DataModule(root=str(root), class_list=str(tmp_path / "absent.txt"))
@@ -93,20 +95,22 @@ def test_clean_val_batches_are_deterministic(tmp_path: Path) -> None:
 
 
 def test_image_folder_errors(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"split folder not found: .*missing/train"):
+    with pytest.raises(
+        FileNotFoundError, match=r"init_args.root: data folder not found: .*missing"
+    ):
         ImageFolderDataModule(root=str(tmp_path / "missing"))
 
     root = make_image_folder(tmp_path / "empty", ["a", "b"], n=2)
     for f in (root / "val" / "b").iterdir():
         f.unlink()
     dm = ImageFolderDataModule(root=str(root), image_size=8, batch_size=2, num_workers=0)
-    with pytest.raises(FileNotFoundError, match=r"class folder .*val/b holds no image files"):
+    with pytest.raises(FileNotFoundError, match=r"empty class folder: .*val/b \(no files"):
         dm.setup("fit")
 
     root = make_image_folder(tmp_path / "noval", ["a", "b"], n=2, splits=("train",))
     write_images(root / "val" / "a", 1)
     dm = ImageFolderDataModule(root=str(root), image_size=8, batch_size=2, num_workers=0)
-    with pytest.raises(FileNotFoundError, match=r"class folder 'b' missing in .*noval/val"):
+    with pytest.raises(FileNotFoundError, match=r"class folder\(s\) missing under .*noval/val: b "):
         dm.setup("fit")
 
 

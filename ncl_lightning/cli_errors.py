@@ -1,0 +1,217 @@
+"""One-line messages for what jsonargparse and LightningCLI report over many lines.
+
+A configuration error reaches ``ncl-cli`` as a nested report ("Parser key "model": Does
+not validate against any of the Union subtypes ... Problem with given class_path ...").
+:func:`summarize` walks it down to the innermost problem and says it in one line, with
+the full config key (``model.init_args.temperature``), the value and, for unknown names,
+the closest valid one and the valid choices.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from collections.abc import Iterable
+
+import lightning as L
+from torch import nn
+
+from ncl_lightning.errors import NCLError, closest
+
+_NOISE = (
+    "Does not validate against any of the Union subtypes",
+    "Subtypes:",
+    "Errors:",
+    "- Expected a <class 'NoneType'>",
+    "Given value type:",
+    "Given value:",
+)
+_PARSER_KEY = re.compile(r'^-?\s*Parser key "([^"]+)":$')
+_PROBLEM = re.compile(r"^-?\s*Problem with given class_path '([^']+)':$")
+_UNKNOWN_OPTION = re.compile(r"Option '([^']+)' is not accepted|Key '([^']+)' is not expected")
+_NO_ATTRIBUTE = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+_EXPECTED = re.compile(r"Expected a (.+?)\. Got value: (.*)$")
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: --?([\w.]+)")
+_NOT_ACCEPTED = re.compile(r"Subcommand '\w+' does not accept option '([^']+)'")
+_GROUPS = {"LightningModule": "model", "LightningDataModule": "data"}
+_BASES: dict[str, type] = {"model": L.LightningModule, "data": L.LightningDataModule}
+_KINDS = {"model": "method", "data": "DataModule"}
+
+
+def init_arguments(cls: type) -> list[str]:
+    """Names a config may give under ``init_args`` of ``cls``: its ``__init__``
+    parameters and, through ``**kwargs``, those of its parents."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass) or klass is object:
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()
+        variadic = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+        names += [p.name for p in params if p.name != "self" and p.kind not in variadic]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return list(dict.fromkeys(names))
+
+
+def _class_choices(module_name: str, key: str) -> list[str]:
+    """Public classes of ``module_name`` that could stand at ``key``."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return []
+    base = _BASES.get(key.split(".")[0]) if key.count(".") == 1 else nn.Module
+    names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+    classes = [getattr(module, n, None) for n in names]
+    if key.endswith("backbone.class_path") and hasattr(module, "BACKBONE_CLASSES"):
+        classes = list(module.BACKBONE_CLASSES)
+    return sorted(
+        c.__name__ for c in classes
+        if isinstance(c, type) and (base is None or issubclass(c, base))
+    )  # fmt: skip
+
+
+def _import_class(path: str) -> type | None:
+    module_name, _, name = path.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return obj if isinstance(obj, type) else None
+
+
+def _unknown_class(key: str, value: str, module_name: str, name: str) -> str:
+    kind = _KINDS.get(key.split(".")[0], "class") if key.count(".") == 1 else "class"
+    if key.endswith("backbone.class_path"):
+        kind = "backbone"
+    choices = _class_choices(module_name, key)
+    hint = closest(name, choices)
+    text = f"{key}: unknown {kind} {value!r}"
+    if hint:
+        text += f"; did you mean '{module_name}.{hint}'?"
+    if choices:
+        text += f"; valid in {module_name}: {', '.join(choices)}"
+    return text
+
+
+def _unknown_key(prefix: str, option: str, class_path: str | None) -> str:
+    cls = _import_class(class_path) if class_path else None
+    valid = init_arguments(cls) if cls is not None else []
+    hint = closest(option, valid)
+    text = f"{prefix}.{option}: no such key"
+    if cls is not None:
+        text += f" for {cls.__name__}"
+    if hint:
+        text += f"; did you mean {prefix}.{hint}?"
+    return text
+
+
+def _expected(key: str, expected: str, got: str) -> str:
+    literal = re.match(r"typing\.Literal\[(.*)\]$", expected)
+    if literal:
+        return f"{key}: {got!r} is not valid; valid choices: {literal.group(1)}"
+    expected = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", expected)
+    return f"{key}: expected {expected}, got {got!r}"
+
+
+def summarize(message: str, option_keys: Iterable[str] = ()) -> str:
+    """One line for a jsonargparse error report.
+
+    Args:
+        message: The parser's (multi-line) error message.
+        option_keys: Valid command-line keys (``trainer.max_epochs``...), for suggestions
+            on an unrecognised top-level key.
+
+    Returns:
+        ``"<key>: <problem>"`` naming the key, the value and the closest valid choice.
+    """
+    keys = list(option_keys)
+    for pattern in (_UNRECOGNIZED, _NOT_ACCEPTED):
+        found = pattern.search(message)
+        if found:
+            key = found.group(1)
+            hint = closest(key, keys)
+            return f"{key}: no such key" + (f"; did you mean {hint}?" if hint else "")
+    path: list[tuple[int, str, str | None]] = []  # (indent, key segment, class_path)
+    for raw in message.splitlines():
+        line = raw.strip()
+        if not line or line.startswith(_NOISE):
+            continue
+        indent = len(raw) - len(raw.lstrip(" -"))
+        while path and path[-1][0] >= indent:
+            path.pop()
+        key_match, problem = _PARSER_KEY.match(line), _PROBLEM.match(line)
+        if key_match:
+            path.append((indent, key_match.group(1), None))
+            continue
+        if problem:
+            path.append((indent, "init_args", problem.group(1)))
+            continue
+        return _leaf(line.lstrip("- "), path)
+    return message.strip().splitlines()[0] if message.strip() else "invalid configuration"
+
+
+def _leaf(line: str, path: list[tuple[int, str, str | None]]) -> str:
+    segments = [seg for _, seg, _ in path]
+    class_path = next((cp for _, _, cp in reversed(path) if cp), None)
+    missing = _NO_ATTRIBUTE.search(line) or _NO_MODULE.search(line)
+    if missing and path and path[-1][2]:
+        key = ".".join([*segments[:-1], "class_path"])
+        if _NO_ATTRIBUTE.search(line):
+            return _unknown_class(key, path[-1][2], missing.group(1), missing.group(2))
+        return f"{key}: unknown class {path[-1][2]!r} (no module {missing.group(1)!r})"
+    option = _UNKNOWN_OPTION.search(line)
+    if option:
+        return _unknown_key(".".join(segments), option.group(1) or option.group(2), class_path)
+    expected = _EXPECTED.search(line)
+    if expected:
+        return _expected(".".join(segments), expected.group(1), expected.group(2))
+    prefix = ".".join(segments)
+    return f"{prefix}: {line}" if prefix else line
+
+
+def instantiation_message(err: BaseException) -> str | None:
+    """One line for an error raised while LightningCLI builds the model, data or trainer.
+
+    jsonargparse wraps the class's own exception (``temperature must be > 0``) in a
+    report of the Union it was checking; the innermost cause is the message, the report
+    says which group (``model``, ``data``) and class it was.
+    """
+    text = str(err)
+    if "Does not validate against any of the Union subtypes" not in text and not isinstance(
+        err, NCLError
+    ):
+        return None
+    cause: BaseException = err
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    inner = one_line(cause) if cause is not err else None
+    subtypes = re.search(r"Subtypes: \[<class '[\w.]*?(\w+)'>", text)
+    group = _GROUPS.get(subtypes.group(1), "") if subtypes else ""
+    found = re.search(r"Given value: Namespace\(class_path='([^']+)'", text)
+    if inner is None:
+        return summarize(text)
+    if not group:
+        return inner
+    cls = _import_class(found.group(1)) if found else None
+    first = re.match(r"^(\w+):? ", inner)
+    if cls is not None and first and first.group(1) in init_arguments(cls):
+        return f"{group}.init_args.{inner}"  # "temperature must be > 0" names its key
+    return f"{group} ({found.group(1)}): {inner}" if found else f"{group}: {inner}"
+
+
+def one_line(err: BaseException) -> str:
+    """The message of ``err`` as one line; for an error re-raised from a DataLoader worker
+    (whose message holds the worker's traceback) the original exception's last line."""
+    text = str(err).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    if len(lines) > 1 and "Original Traceback" in text:
+        last = lines[-1]
+        return re.sub(r"^[\w.]+(Error|Exception): ", "", last)
+    return lines[0] if len(lines) == 1 else " ".join(lines)
+
+
+__all__ = ["init_arguments", "instantiation_message", "one_line", "summarize"]

@@ -1,0 +1,149 @@
+"""Resuming a killed run: its last checkpoint, and its loggers continued, not duplicated.
+
+Checkpoints of the package record the version of every logger of the run (the CSV
+``version_N``, the W&B run id; see :mod:`ncl_lightning.checkpoint`). On resume
+``ncl-cli`` gives those versions back to the configured loggers, so checkpoints and logs
+go on in the same folders and the W&B run is resumed (``id`` + ``resume="allow"``). The
+CSV logger deletes its ``metrics.csv`` when it starts; the rows written before the
+checkpoint are read first and written back, so the file reads as if the run had never
+stopped (rows after the checkpoint, which the resumed run logs again, are dropped).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import re
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.loggers import CSVLogger, Logger
+
+from ncl_lightning.checkpoint_io import is_partial
+
+LAST_NAME = re.compile(r"^last(-v\d+)?\.ckpt$")
+
+
+def find_last_checkpoint(roots: Iterable[str | Path | None]) -> Path | None:
+    """The newest ``last.ckpt`` (or ``last-vN.ckpt``) under any of ``roots``.
+
+    Args:
+        roots: Folders of the run (``default_root_dir``, logger ``save_dir`` s, the
+            ``ModelCheckpoint`` ``dirpath``); missing ones are skipped.
+
+    Returns:
+        The most recently written last checkpoint, or ``None``. Temporary files of an
+        interrupted atomic write are never returned.
+    """
+    found: set[Path] = set()
+    for root in roots:
+        if root is not None and Path(root).is_dir():
+            found.update(
+                p for p in Path(root).rglob("last*.ckpt")
+                if LAST_NAME.match(p.name) and not is_partial(p)
+            )  # fmt: skip
+    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def logger_versions(loggers: Iterable[Logger]) -> list[dict[str, Any]]:
+    """``[{"class": qualified class name, "version": version}]`` of a run's loggers,
+    written into checkpoints (plain strings and ints: tensor-only loading reads them)."""
+    out = []
+    for logger in loggers:
+        version = logger.version
+        if isinstance(version, str | int):
+            cls = type(logger)
+            out.append({"class": f"{cls.__module__}.{cls.__qualname__}", "version": version})
+    return out
+
+
+def same_class(path_a: str | None, path_b: str) -> bool:
+    """Whether two dotted class paths name one class (``lightning.pytorch.loggers.CSVLogger``
+    and ``lightning.pytorch.loggers.csv_logs.CSVLogger`` do)."""
+    if not path_a:
+        return False
+    if path_a == path_b:
+        return True
+    try:
+        found = []
+        for path in (path_a, path_b):
+            module, _, name = path.rpartition(".")
+            found.append(getattr(importlib.import_module(module), name))
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return found[0] is found[1]
+
+
+def _entries(logger_config: Any) -> list[Any]:
+    if isinstance(logger_config, list | tuple):
+        return list(logger_config)
+    return [logger_config] if logger_config not in (None, True, False) else []
+
+
+def continue_loggers(logger_config: Any, recorded: list[dict[str, Any]]) -> list[str]:
+    """Give the recorded versions back to the configured loggers (in place).
+
+    Loggers are matched by class in order; a logger whose ``version`` the config sets is
+    left alone.
+
+    Args:
+        logger_config: ``trainer.logger`` of the parsed config: one ``{class_path,
+            init_args}`` namespace, a list of them, or a bool.
+        recorded: :func:`logger_versions` of the checkpoint.
+
+    Returns:
+        ``"<class> version <v>"`` for each logger continued.
+    """
+    pending = list(recorded)
+    done = []
+    for entry in _entries(logger_config):
+        class_path = entry.get("class_path") if hasattr(entry, "get") else None
+        init_args = entry.get("init_args") if hasattr(entry, "get") else None
+        match = next((r for r in pending if same_class(class_path, r["class"])), None)
+        if match is None or init_args is None or init_args.get("version") is not None:
+            continue
+        pending.remove(match)
+        init_args["version"] = match["version"]
+        done.append(f"{class_path.rsplit('.', 1)[-1]} version {match['version']}")
+    return done
+
+
+def restore_csv_rows(logger: Logger, before_step: int) -> int:
+    """Keep the rows a :class:`CSVLogger` wrote before ``before_step`` across a resume.
+
+    Call before the logger's experiment is created (it deletes ``metrics.csv``).
+
+    Args:
+        logger: The run's logger; anything but a ``CSVLogger`` is left alone.
+        before_step: The checkpoint's ``global_step``: rows logged at earlier steps are
+            kept, later ones (the interrupted epoch, logged again) dropped.
+
+    Returns:
+        The number of rows kept.
+    """
+    if not isinstance(logger, CSVLogger):
+        return 0
+    path = Path(logger.log_dir) / "metrics.csv"
+    if not path.is_file():
+        return 0
+    with open(path, newline="") as f:
+        rows = [
+            r for r in csv.DictReader(f) if r.get("step") and int(float(r["step"])) < before_step
+        ]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
+        experiment = logger.experiment  # deletes the file; the rows are written back
+    if isinstance(getattr(experiment, "metrics", None), list):  # rank zero's writer
+        experiment.metrics[:0] = rows
+    return len(rows)
+
+
+__all__ = [
+    "continue_loggers",
+    "find_last_checkpoint",
+    "logger_versions",
+    "restore_csv_rows",
+    "same_class",
+]
