@@ -1,0 +1,196 @@
+"""Every bad input of issue 8 through ``ncl-cli``: one line naming the culprit, before
+anything is trained or written.
+
+Each case runs the real entry point (``ncl_lightning.cli.main``) on a real config with
+one thing wrong and checks: exit status 2, exactly one ``ncl-cli: error:`` line and no
+traceback on stderr, the offending key/value/path (and the valid choice, where there is
+one) in that line, and an output folder that was never created.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from PIL import Image
+
+from ncl_lightning.cli import main
+from ncl_lightning.data import DigitsDataModule
+from ncl_lightning.methods import BayesNCL
+from ncl_lightning.nn import SmallCNN
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "configs" / "demo"
+WNIDS = (ROOT / "ncl_lightning/data/resources/imagenet100_classes.txt").read_text().split()
+
+
+class _Exploit:
+    """Unpickling this runs ``os.system`` and creates a file."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.target}",))
+
+
+@pytest.fixture(scope="module")
+def bayesncl_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real BayesNCL checkpoint (one training step on the digits)."""
+    torch.manual_seed(1)
+    path = tmp_path_factory.mktemp("bayes") / "bayesncl.ckpt"
+    model = BayesNCL(SmallCNN(1, 32, 128), proj_hidden_dim=256, proj_output_dim=64,
+                     num_classes=10, batch_size=128)  # fmt: skip
+    trainer = L.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0,
+                        accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(model, DigitsDataModule(batch_size=128, num_workers=0))
+    trainer.save_checkpoint(path)
+    return path
+
+
+def _folder(tmp: Path, cifar: Path, classes: int = 3, per_class: int = 4) -> Path:
+    """A small real-image copy of the CIFAR-10 subset: train/ and val/ with 3 classes."""
+    root = tmp / "images"
+    for split in ("train", "val"):
+        for name in sorted(p.name for p in (cifar / "train").iterdir())[:classes]:
+            (root / split / name).mkdir(parents=True)
+            for src in sorted((cifar / "train" / name).glob("*.png"))[:per_class]:
+                shutil.copy(src, root / split / name / src.name)
+    return root
+
+
+def _imagenet(tmp: Path, drop: int = 0, empty: int = 0) -> Path:
+    """An ImageNet-100 tree of tiny PNGs; ``drop`` class folders removed, ``empty`` emptied."""
+    root = tmp / "imagenet"
+    for split in ("train", "val"):
+        for i, wnid in enumerate(WNIDS):
+            if split == "train" and i < drop:
+                continue
+            folder = root / split / wnid
+            folder.mkdir(parents=True)
+            if not (split == "train" and drop <= i < drop + empty):
+                Image.new("RGB", (8, 8)).save(folder / "a.png")
+    return root
+
+
+def _folder_args(root: Path, batch: int = 4) -> list[str]:
+    return ["--data", "ncl_lightning.data.ImageFolderDataModule", "--data.init_args.root",
+            str(root), "--data.init_args.batch_size", str(batch),
+            "--model.init_args.backbone.init_args.in_channels", "3"]  # fmt: skip
+
+
+def _imagenet_args(root: Path) -> list[str]:
+    return ["--data", "ncl_lightning.data.ImageNet100DataModule", "--data.init_args.root",
+            str(root), "--data.init_args.batch_size", "4",
+            "--model.init_args.backbone.init_args.in_channels", "3"]  # fmt: skip
+
+
+# (case id, config, extra arguments (a function of tmp_path, cifar subset, checkpoint),
+#  substrings the error line must contain)
+CASES = [
+    ("unknown method", "digits_ncl",
+     lambda t, c, k: ["--model.class_path", "ncl_lightning.methods.NCLL"],
+     ["model.class_path", "NCLL", "did you mean 'ncl_lightning.methods.NCL'", "BayesNCL"]),
+    ("unknown nonneg map", "digits_ncl", lambda t, c, k: ["--model.init_args.nonneg", "rep_reluu"],
+     ["model.init_args.nonneg", "rep_reluu", "rep_relu", "softplus"]),
+    ("unknown gate type", "digits_bayesncl", lambda t, c, k: ["--model.init_args.gate", "stee"],
+     ["model.init_args.gate", "stee", "ste", "gumbel"]),
+    ("unknown backbone", "digits_ncl",
+     lambda t, c, k: ["--model.init_args.backbone.class_path", "ncl_lightning.nn.ResNett"],
+     ["model.init_args.backbone.class_path", "ResNett", "ncl_lightning.nn.ResNet", "SmallCNN"]),
+    ("non-positive temperature", "digits_ncl",
+     lambda t, c, k: ["--model.init_args.temperature", "0"],
+     ["model.init_args.temperature", "0"]),
+    ("non-positive batch size", "digits_ncl", lambda t, c, k: ["--data.init_args.batch_size", "0"],
+     ["data.init_args.batch_size", "0"]),
+    ("non-positive learning rate", "digits_ncl",
+     lambda t, c, k: ["--model.init_args.optimizer.init_args.lr", "-0.1"],
+     ["model.init_args.optimizer.init_args.lr", "-0.1"]),
+    ("projector dim", "digits_ncl", lambda t, c, k: ["--model.init_args.proj_output_dim", "0"],
+     ["model.init_args.proj_output_dim", "0"]),
+    ("gating dim", "digits_bayesncl", lambda t, c, k: ["--model.init_args.gate_hidden_dim", "0"],
+     ["model.init_args.gate_hidden_dim", "0"]),
+    ("backbone does not fit the data", "digits_ncl",
+     lambda t, c, k: ["--model.init_args.backbone.init_args.in_channels", "3"],
+     ["does not fit", "3", "1"]),
+    ("data folder missing", "digits_ncl", lambda t, c, k: _folder_args(t / "nowhere"),
+     ["data.init_args.root", "nowhere", "not found"]),
+    ("ImageNet-100 class folder missing", "digits_ncl",
+     lambda t, c, k: _imagenet_args(_imagenet(t, drop=2)),
+     ["class folder(s) missing", WNIDS[0], WNIDS[1], "imagenet100_classes.txt"]),
+    ("empty class folder", "digits_ncl", lambda t, c, k: _imagenet_args(_imagenet(t, empty=1)),
+     ["empty class folder", WNIDS[0]]),
+    ("fewer samples than one batch", "digits_ncl",
+     lambda t, c, k: _folder_args(_folder(t, c), batch=64),
+     ["fewer than one batch", "data.init_args.batch_size=64", "12 samples"]),
+    ("checkpoint of another method", "digits_ncl", lambda t, c, k: ["--ckpt_path", str(k)],
+     ["ckpt_path", "BayesNCL", "does not fit", "ncl_lightning.methods.ncl.NCL",
+      "unexpected keys: gating_head."]),
+    ("unknown config key", "digits_ncl", lambda t, c, k: ["--model.init_args.tempreture", "0.3"],
+     ["model.init_args.tempreture", "did you mean model.init_args.temperature"]),
+    ("unknown trainer key", "digits_ncl", lambda t, c, k: ["--trainer.max_epohcs", "3"],
+     ["trainer.max_epohcs", "did you mean trainer.max_epochs"]),
+    ("invalid choice", "digits_ncl", lambda t, c, k: ["--data.init_args.augment_on", "gpu"],
+     ["data.init_args.augment_on", "'gpu'", "'cpu', 'device'"]),
+    ("no last checkpoint", "digits_ncl", lambda t, c, k: ["--ckpt_path", "last"],
+     ["ckpt_path", "no last.ckpt", "out"]),
+    ("missing checkpoint", "digits_ncl", lambda t, c, k: ["--ckpt_path", str(t / "none.ckpt")],
+     ["ckpt_path", "none.ckpt", "not found"]),
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("config", "extra", "expected"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])  # fmt: skip
+def test_bad_input_is_one_line_before_anything_is_written(
+    config: str, extra, expected: list[str], tmp_path: Path, cifar_subset: Path,
+    bayesncl_ckpt: Path, capsys: pytest.CaptureFixture,
+) -> None:  # fmt: skip
+    out = tmp_path / "out"
+    args = ["fit", "--config", str(DEMO / f"{config}.yaml"), "--trainer.default_root_dir",
+            str(out), "--trainer.logger.init_args.save_dir", str(out),
+            *extra(tmp_path, cifar_subset, bayesncl_ckpt)]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("ncl-cli: error:")]
+    assert len(lines) == 1, err
+    for part in expected:
+        assert part in lines[0], f"{part!r} not in {lines[0]!r}"
+    assert not out.exists(), sorted(str(p) for p in out.rglob("*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("subcommand", ["fit", "test"])
+def test_malicious_checkpoint_is_refused_and_runs_nothing(
+    subcommand: str, tmp_path: Path, bayesncl_ckpt: Path, capsys: pytest.CaptureFixture
+) -> None:
+    marker = tmp_path / "pwned"
+    ckpt = torch.load(bayesncl_ckpt, weights_only=True)
+    ckpt["payload"] = _Exploit(marker)
+    evil = tmp_path / "evil.ckpt"
+    torch.save(ckpt, evil)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main([subcommand, "--config", str(DEMO / "digits_bayesncl.yaml"), "--ckpt_path", str(evil),
+              "--trainer.default_root_dir", str(out),
+              "--trainer.logger.init_args.save_dir", str(out)])  # fmt: skip
+    assert exit_info.value.code == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("ncl-cli: error:")]
+    assert "refusing to load" in line and "evil.ckpt" in line and "execute code" in line
+    assert not marker.exists() and not out.exists()
+
+
+def test_traceback_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``NCL_TRACEBACK=1`` lets the exception through (with its traceback)."""
+    monkeypatch.setenv("NCL_TRACEBACK", "1")
+    with pytest.raises((ValueError, SystemExit)):
+        main(["fit", "--config", str(DEMO / "digits_ncl.yaml"), "--model.init_args.temperature",
+              "-1", "--trainer.logger", "false"])  # fmt: skip
