@@ -125,7 +125,7 @@ class NCLCLI(LightningCLI):
             last = find_last_checkpoint(self._run_roots())
             if last is None:
                 if given == "last":
-                    roots = ", ".join(str(r) for r in self._run_roots() if r)
+                    roots = ", ".join(dict.fromkeys(str(r) for r in self._run_roots() if r))
                     raise ConfigError(
                         f"ckpt_path: 'last' but no last.ckpt under {roots}; drop --ckpt_path "
                         "to start a new run, or use --auto_resume true"

@@ -89,7 +89,7 @@ def _unknown_class(key: str, value: str, module_name: str, name: str) -> str:
     hint = closest(name, choices)
     text = f"{key}: unknown {kind} {value!r}"
     if hint:
-        text += f"; did you mean '{module_name}.{hint}'?"
+        text += f" (did you mean '{module_name}.{hint}'?)"
     if choices:
         text += f"; valid in {module_name}: {', '.join(choices)}"
     return text
@@ -192,8 +192,8 @@ def instantiation_message(err: BaseException) -> str | None:
     found = re.search(r"Given value: Namespace\(class_path='([^']+)'", text)
     if inner is None:
         return summarize(text)
-    if not group:
-        return inner
+    if not group or inner.startswith(f"{group}.") or inner.startswith(f"{group}:"):
+        return inner  # already names its key
     cls = _import_class(found.group(1)) if found else None
     first = re.match(r"^(\w+):? ", inner)
     if cls is not None and first and first.group(1) in init_arguments(cls):

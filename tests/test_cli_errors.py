@@ -95,7 +95,7 @@ def _imagenet_args(root: Path) -> list[str]:
 CASES = [
     ("unknown method", "digits_ncl",
      lambda t, c, k: ["--model.class_path", "ncl_lightning.methods.NCLL"],
-     ["model.class_path", "NCLL", "did you mean 'ncl_lightning.methods.NCL'", "BayesNCL"]),
+     ["model.class_path", "NCLL", "(did you mean 'ncl_lightning.methods.NCL'?)", "BayesNCL"]),
     ("unknown nonneg map", "digits_ncl", lambda t, c, k: ["--model.init_args.nonneg", "rep_reluu"],
      ["model.init_args.nonneg", "rep_reluu", "rep_relu", "softplus"]),
     ("unknown gate type", "digits_bayesncl", lambda t, c, k: ["--model.init_args.gate", "stee"],

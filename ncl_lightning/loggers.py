@@ -1,0 +1,235 @@
+"""A W&B logger whose faults never stop training: it falls back to offline W&B, then to CSV."""
+
+from __future__ import annotations
+
+import numbers
+import os
+import socket
+import threading
+import urllib.parse
+import urllib.request
+import uuid
+from argparse import Namespace
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
+from lightning.pytorch.loggers.logger import DummyExperiment, rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
+from torch import Tensor, nn
+
+PROBE_TIMEOUT_S = 3.0
+ONLINE_MODES = ("online", "run", "shared")  # the others: offline, dryrun, disabled
+
+
+def _unreachable(url: str) -> str | None:
+    """Why a TCP connection to ``url``'s host (or its proxy) fails within 3 s, or None."""
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+        parts = urllib.parse.urlsplit(proxy)
+    address = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    result: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection(address, timeout=PROBE_TIMEOUT_S).close()
+            result.append(None)
+        except OSError as err:
+            result.append(f"{type(err).__name__}: {err}")
+
+    thread = threading.Thread(target=probe, daemon=True)  # DNS lookups ignore the timeout
+    thread.start()
+    thread.join(PROBE_TIMEOUT_S)
+    problem = result[0] if result else f"no answer in {PROBE_TIMEOUT_S:g} s"
+    return None if problem is None else f"cannot reach {url}: {problem}"
+
+
+def _short(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+class WandbLogger(_LightningWandbLogger):
+    """Lightning's ``WandbLogger`` (same arguments) that lets no W&B fault stop training.
+
+    1. An online run first checks for an API key (wandb's own lookup: environment, ``.netrc``,
+       settings files) and probes the W&B host (or proxy) by TCP for 3 s. Without a valid key
+       or host, or if ``wandb.init`` raises, the run starts offline in the same ``save_dir``.
+    2. An offline run (``offline=True``, ``mode="offline"``, ``WANDB_MODE=offline`` or 1.) gives
+       one warning *at the start* (so it is there even if the process is killed) naming the
+       cause, the run folder and ``wandb sync <save_dir>/wandb/offline-run-...`` to upload it.
+       wandb ignores the API key offline: a malformed ``WANDB_API_KEY`` changes nothing.
+    3. If offline W&B fails too, or a W&B call fails mid-run (metrics, media, tables,
+       hyperparameters, ``watch``, checkpoint artifacts), one warning, and from then on numbers
+       and hyperparameters go to a ``CSVLogger`` in ``<save_dir>/<project>/<version>/`` (media
+       and tables are dropped; ``experiment`` becomes a no-op). Bad arguments still raise.
+
+    Resuming with ``version=<run id>`` (``wandb.init(id=..., resume="allow")``): online, the run
+    continues. Offline, each session writes its own ``offline-run-<time>-<id>`` folder and the
+    hint names them all: ``wandb sync <save_dir>/wandb/offline-run-*-<id>``. Synced in one
+    command, wandb 0.31 uploads them in order of start time into the one run; synced one at a
+    time, a later folder may replace the history of an earlier one. Steps logged between the
+    last checkpoint and a crash are logged twice (once by each session).
+
+    Args:
+        name: Display name of the run.
+        save_dir: Folder of the W&B files (``<save_dir>/wandb``) and of the CSV fallback.
+        version: Run id (sets ``id``): a run with this id resumes.
+        offline: Log offline from the start.
+        dir: Used when ``save_dir`` is None.
+        id: Same as ``version``.
+        anonymous: ``anonymous="allow"`` for wandb when true.
+        project: W&B project (default: ``$WANDB_PROJECT`` or ``lightning_logs``).
+        log_model: Upload checkpoints as artifacts: ``True`` at the end, ``"all"`` as saved.
+        experiment: An existing wandb run to log to.
+        prefix: Prefix of every metric key.
+        checkpoint_name: Name of the model artifact (default ``model-<run id>``).
+        add_file_policy: ``"mutable"`` copies checkpoints before upload, ``"immutable"`` not.
+        **kwargs: Further ``wandb.init`` arguments (``group``, ``job_type``, ``mode``, ...).
+    """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        save_dir: _PATH = ".",
+        version: str | None = None,
+        offline: bool = False,
+        dir: _PATH | None = None,
+        id: str | None = None,
+        anonymous: bool | None = None,
+        project: str | None = None,
+        log_model: Literal["all"] | bool = False,
+        experiment: Any = None,
+        prefix: str = "",
+        checkpoint_name: str | None = None,
+        add_file_policy: Literal["mutable", "immutable"] = "mutable",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            name=name, save_dir=save_dir, version=version, offline=offline, dir=dir, id=id,
+            anonymous=anonymous, project=project, log_model=log_model, experiment=experiment,
+            prefix=prefix, checkpoint_name=checkpoint_name, add_file_policy=add_file_policy,
+            **kwargs,
+        )  # fmt: skip
+        self._csv: CSVLogger | None = None
+        self._hparams: dict[str, Any] | Namespace = {}
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        """The wandb run, started on first use; a no-op stand-in once logging went to CSV."""
+        if self._experiment is None and self._csv is None:
+            self._start()
+        return DummyExperiment() if self._csv is not None else self._experiment
+
+    def _online_problem(self) -> str | None:
+        """Why an online run cannot start (no or malformed API key, unreachable host), or None."""
+        try:  # wandb's own settings (environment, settings files) and key lookup: no network
+            from wandb.sdk import wandb_setup
+            from wandb.sdk.lib import wbauth
+
+            settings = wandb_setup.singleton().settings
+            mode = "offline" if self._offline else self._wandb_init.get("mode")
+            if (mode or os.environ.get("WANDB_MODE") or settings.mode) not in ONLINE_MODES:
+                return None
+            url = os.environ.get("WANDB_BASE_URL") or settings.base_url
+            key = wbauth.authenticate_session(
+                host=url, source="WandbLogger", prompt=False, update_session=False
+            )
+        except (ImportError, AttributeError):  # another wandb version: wandb.init decides
+            return None
+        except Exception as err:  # wandb's AuthenticationError: a malformed key
+            return str(err)
+        return _unreachable(url) if key else "no API key"
+
+    def _start(self) -> None:
+        reason = self._online_problem()
+        if reason is None:
+            try:
+                _LightningWandbLogger.experiment.fget(self)  # type: ignore[attr-defined]
+            except Exception as err:  # anything wandb.init raises
+                self._experiment, reason = None, f"wandb.init failed: {type(err).__name__}: {err}"
+        if reason is not None:
+            self._wandb_init["mode"] = "offline"
+            try:
+                _LightningWandbLogger.experiment.fget(self)  # type: ignore[attr-defined]
+            except Exception as err:
+                self._experiment = None
+                self._to_csv(f"W&B unavailable ({reason}; offline: {type(err).__name__}: {err})")
+                return
+        run = self._experiment
+        if reason is not None or getattr(run, "offline", False):
+            run_dir = _short(run.settings.sync_dir)
+            target = run_dir
+            if self._id:  # the folders of all sessions of this run
+                target = os.path.join(os.path.dirname(run_dir), f"offline-run-*-{run.id}")
+            head = (
+                f"W&B unavailable ({reason}); logging offline" if reason else "W&B offline; logging"
+            )
+            rank_zero_warn(f"{head} to {run_dir}; sync later with: wandb sync {target}")
+
+    def _to_csv(self, why: str) -> None:
+        version = self.version or uuid.uuid4().hex[:8]
+        self._id = self._id or version
+        self._csv = CSVLogger(
+            self.save_dir or ".", self.name, version, self._prefix, flush_logs_every_n_steps=1
+        )
+        if self._hparams:
+            self._csv.log_hyperparams(self._hparams)
+        where = _short(os.path.join(self._csv.log_dir, "metrics.csv"))
+        rank_zero_warn(f"{why}; logging metrics to {where} (media and tables are dropped)")
+
+    def _wandb(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+        """Runs ``call`` (a parent method: checks arguments, then calls wandb); False: on CSV."""
+        _ = self.experiment  # starts the run, or the CSV fallback
+        if self._csv is not None:
+            return False
+        try:
+            call(*args, **kwargs)
+        except Exception as err:  # raised by the wandb call
+            self._to_csv(f"W&B failed in {what} ({type(err).__name__}: {err})")
+            return False
+        return True
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        if not self._wandb("log_metrics", super().log_metrics, metrics, step):
+            assert self._csv is not None
+            numeric = {
+                key: value
+                for key, value in metrics.items()
+                if isinstance(value, numbers.Number)
+                or (isinstance(value, Tensor) and value.numel() == 1)
+            }
+            self._csv.log_metrics(numeric, step)
+
+    @rank_zero_only
+    def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
+        self._hparams = params
+        if not self._wandb("log_hyperparams", super().log_hyperparams, params):
+            assert self._csv is not None
+            self._csv.log_hyperparams(params)
+
+    def watch(
+        self,
+        model: nn.Module,
+        log: str | None = "gradients",
+        log_freq: int = 100,
+        log_graph: bool = True,
+    ) -> None:
+        self._wandb("watch", super().watch, model, log=log, log_freq=log_freq, log_graph=log_graph)
+
+    def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
+        self._wandb("after_save_checkpoint", super().after_save_checkpoint, checkpoint_callback)
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        if self._experiment is not None and self._csv is None:
+            self._wandb("finalize", super().finalize, status)
+        if self._csv is not None:
+            self._csv.finalize(status)
