@@ -2,14 +2,17 @@
 
 A registry maps lower-case names to factories (classes or callables). ``build`` accepts a
 name, a class/callable, or an already-built object, so configs can name a built-in choice
-while researchers pass their own implementation. Unknown names raise one ``ValueError``
-that lists the valid names, never a silent fallback.
+while researchers pass their own implementation. Unknown names raise one
+:class:`~ncl_lightning.errors.ConfigError` (a ``ValueError``) that lists the valid names and
+suggests the closest one, never a silent fallback.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
+
+from ncl_lightning.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
 
@@ -52,22 +55,38 @@ class Registry(Generic[T]):
         """Sorted registered names."""
         return sorted(self._factories)
 
-    def get(self, name: str) -> Callable[..., T]:
-        """The factory registered under ``name``; ``ValueError`` listing valid names if none."""
+    def get(self, name: str, config_key: str | None = None) -> Callable[..., T]:
+        """The factory registered under ``name``.
+
+        Args:
+            name: Registered name (case-insensitive).
+            config_key: The configuration key that holds ``name`` (e.g. ``"nonneg"``),
+                named at the start of the error message.
+
+        Raises:
+            ConfigError: Unknown name; lists the valid names and the closest one.
+        """
         key = name.lower()
         if key not in self._factories:
-            raise ValueError(f"unknown {self.kind} {name!r}; valid names: {', '.join(self.names)}")
+            where = f"{config_key}: " if config_key else ""
+            raise ConfigError(
+                f"{where}unknown {self.kind} {name!r}; valid names: {', '.join(self.names)}"
+                f"{did_you_mean(key, self.names)}"
+            )
         return self._factories[key]
 
-    def build(self, spec: str | Callable[..., T] | T, **kwargs: Any) -> T:
+    def build(
+        self, spec: str | Callable[..., T] | T, config_key: str | None = None, **kwargs: Any
+    ) -> T:
         """Build from a registered name, a class/callable, or return a built object as is.
 
         Args:
             spec: Registered name, a factory to call with ``kwargs``, or an instance.
+            config_key: Configuration key holding ``spec``, named in the error message.
             **kwargs: Passed to the factory.
         """
         if isinstance(spec, str):
-            return self.get(spec)(**kwargs)
+            return self.get(spec, config_key)(**kwargs)
         if isinstance(spec, type):
             return spec(**kwargs)
         return spec  # an already-built object (module instance or plain function)

@@ -18,8 +18,9 @@ from torch import Tensor
 from ncl_lightning.checkpoint import RecordsBackbone, load_backbone
 from ncl_lightning.evaluation.features import extract_features
 from ncl_lightning.methods.base import Encoded
+from ncl_lightning.methods.checks import check_at_least, check_positive
 from ncl_lightning.methods.classifier import accuracy_metrics, first_view
-from ncl_lightning.metrics.functional.knn import check_knn_arguments, weighted_knn_predict
+from ncl_lightning.metrics.functional.knn import weighted_knn_predict
 
 
 class KNNClassifier(RecordsBackbone, L.LightningModule):
@@ -47,9 +48,9 @@ class KNNClassifier(RecordsBackbone, L.LightningModule):
         temperature: float = 0.07,
     ) -> None:
         super().__init__()
-        if num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-        check_knn_arguments(k, temperature)
+        check_at_least("num_classes", num_classes, 1)
+        check_at_least("k", k, 1)
+        check_positive("temperature", temperature)
         self.save_hyperparameters()
         self.backbone = load_backbone(checkpoint).eval().requires_grad_(False)
         self.metrics = torch.nn.ModuleDict(

@@ -30,7 +30,9 @@ from ncl_lightning.callbacks.pictures import accuracy_vs_k
 from ncl_lightning.callbacks.schedule import run_dir
 from ncl_lightning.checkpoint import RecordsBackbone, load_method
 from ncl_lightning.data.base import MultiViewDataModule
+from ncl_lightning.errors import ConfigError
 from ncl_lightning.evaluation.features import extract_features, probe_accuracy
+from ncl_lightning.methods.checks import check_at_least, check_choice, check_positive
 from ncl_lightning.methods.classifier import first_view
 from ncl_lightning.metrics.functional import (
     expected_activation,
@@ -95,16 +97,17 @@ class FeatureSelection(RecordsBackbone, L.LightningModule):
         transfer: MultiViewDataModule | None = None,
     ) -> None:
         super().__init__()
-        if num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-        if space not in ("z", "h"):
-            raise ValueError(f"space must be 'z' or 'h', got {space!r}")
+        check_at_least("num_classes", num_classes, 1)
+        check_choice("space", space, ("z", "h"))
+        check_at_least("probe_epochs", probe_epochs, 1)
+        check_positive("probe_lr", probe_lr)
+        check_at_least("retrieval_k", retrieval_k, 1)
         self.save_hyperparameters(ignore=["transfer"])
         self.method = load_method(checkpoint).requires_grad_(False)
         # Check ks against the feature width now, before any image is encoded.
         width = _feature_width(self.method, space)
         if ks is not None and (not ks or any(not 1 <= k <= width for k in ks)):
-            raise ValueError(f"every k in ks must be in [1, {width}] ({space} width), got {ks}")
+            raise ConfigError(f"every k in ks must be in [1, {width}] ({space} width), got {ks}")
         self.transfer = transfer
         self._train: tuple[Tensor, Tensor] | None = None
         self._test: list[tuple[Tensor, Tensor]] = []

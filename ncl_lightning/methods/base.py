@@ -10,7 +10,11 @@ A method subclasses :class:`SSLMethod` and implements two hooks:
 Everything else (online linear probe and kNN, optimiser groups with
 bias/norm exclusion, learning-rate scaling by global batch / 256, warmup-cosine schedule)
 is here, once. The module never sees which dataset it is trained on: batches are
-``(views, labels)`` for training and ``(images, labels)`` for evaluation.
+``(views, labels)`` for training and ``(images, labels)`` for evaluation. A NaN/Inf loss
+stops training with a checkpoint of the last finite state, or skips the batch
+(``nonfinite_loss``; :mod:`ncl_lightning.methods.guard`), and :meth:`SSLMethod.preflight`
+checks learning rates and the fit of model and data before training
+(:mod:`ncl_lightning.methods.checks`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,14 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.checkpoint import RecordsBackbone
+from ncl_lightning.methods.checks import (
+    ModelChecks,
+    check_at_least,
+    check_backbone,
+    check_choice,
+    check_positive,
+)
+from ncl_lightning.methods.guard import NONFINITE_CHOICES, NonFiniteGuard, NonFiniteLoss
 from ncl_lightning.methods.online import OnlineEvaluator
 from ncl_lightning.methods.optimization import (
     WarmupCosineOptimization,
@@ -56,7 +68,14 @@ def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
     return LARS(params, lr=0.3, momentum=0.9, weight_decay=1e-4, eta=0.02, clip_lr=True)
 
 
-class SSLMethod(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
+class SSLMethod(
+    NonFiniteGuard,
+    ModelChecks,
+    PerformanceSwitches,
+    RecordsBackbone,
+    WarmupCosineOptimization,
+    L.LightningModule,
+):
     """Shared training loop of every self-supervised method.
 
     Args:
@@ -76,6 +95,8 @@ class SSLMethod(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization, 
         torch_compile: Compile the backbone and heads with ``torch.compile``.
         compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
             ``max-autotune``).
+        nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
+            :class:`~ncl_lightning.errors.NonFiniteLossError`) or ``skip`` the batch.
 
     Attributes:
         needs_labels: Class flag: ``objective`` also receives the batch labels ``[B]``
@@ -100,16 +121,17 @@ class SSLMethod(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization, 
         channels_last: bool = False,
         torch_compile: bool = False,
         compile_mode: CompileMode = "default",
+        nonfinite_loss: NonFiniteLoss = "stop",
     ) -> None:
         super().__init__()
         check_compile_mode(compile_mode)
-        if not hasattr(backbone, "out_dim"):
-            raise ValueError(
-                f"backbone {type(backbone).__name__} must expose an `out_dim` attribute"
-            )
-        check_common_arguments(batch_size, warmup_epochs)
-        if probe_lr < 0:
-            raise ValueError(f"probe_lr must be >= 0, got {probe_lr}")
+        check_backbone(backbone)
+        check_at_least("num_classes", num_classes, 0)
+        check_common_arguments(batch_size, warmup_epochs, min_lr_ratio)
+        check_positive("probe_lr", probe_lr)
+        check_at_least("knn_k", knn_k, 1)
+        check_positive("knn_temperature", knn_temperature)
+        check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_CHOICES)
         # Under ncl-cli the stored hparams are the parsed config (backbone and optimizer as
         # class_path dicts), so `load_from_checkpoint` rebuilds the module from the file alone.
         # Built from Python, the module objects are not put into the checkpoint's hparams.
@@ -123,6 +145,7 @@ class SSLMethod(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization, 
             else None
         )
 
+        self._train_logs: dict[str, Tensor] = {}  # see log_train
         self._build_probe_metrics()
 
     def _build_probe_metrics(self) -> None:
@@ -169,21 +192,32 @@ class SSLMethod(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization, 
     def forward(self, x: Tensor) -> Encoded:
         return self.encode(x)
 
+    def log_train(self, metrics: dict[str, Tensor]) -> None:
+        """Log training values from inside :meth:`objective` once the step's loss is known
+        to be finite (a skipped batch logs nothing; ``sync_dist=True``)."""
+        self._train_logs.update(metrics)
+
     def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
         views, y = batch
+        self._train_logs = {}
         encoded = [self.encode(v) for v in views]
         with autocast_off(self.device):  # the loss in float32 under bf16-mixed
             full = [float32(e) for e in encoded]
             objective = self.objective(full, y) if self.needs_labels else self.objective(full)
         loss = objective
-        self.log("train/objective", objective, prog_bar=True, sync_dist=True)
         if self.online is not None:
             probe_loss, logits = self.online.probe_loss(encoded[0].h, y)
+            loss = loss + probe_loss
+        if not self.loss_is_finite(loss):  # raises under nonfinite_loss: stop
+            return self.skipped_step_loss()  # no bank, metric or log update from this batch
+        self.log("train/objective", objective, prog_bar=True, sync_dist=True)
+        if self._train_logs:
+            self.log_dict(self._train_logs, sync_dist=True)
+        if self.online is not None:
             self.online.add_to_bank(encoded[0].h, y)
             self.train_acc(logits, y)
             self.log("train/probe_loss", probe_loss, sync_dist=True)
             self.log("train/online_acc", self.train_acc, on_step=False, on_epoch=True)
-            loss = loss + probe_loss
         self.log("train/loss", loss, sync_dist=True)
         return loss
 

@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 from torch import Tensor, nn
 
+from ncl_lightning.methods.checks import check_at_least, check_choice, check_positive, check_range
 from ncl_lightning.methods.ncl import NCL
 from ncl_lightning.metrics import OpenFrequency
 from ncl_lightning.nn.gates import GATES, bernoulli_kl
@@ -67,19 +68,17 @@ class BayesNCL(NCL):
         **kwargs: Any,
     ) -> None:
         super().__init__(backbone, **kwargs)
-        if not 0.0 < prior < 1.0:
-            raise ValueError(f"prior must be in (0, 1), got {prior}")
-        if kl_weight < 0:
-            raise ValueError(f"kl_weight must be >= 0, got {kl_weight}")
-        if not gate_temperature > 0:
-            raise ValueError(f"gate_temperature must be > 0, got {gate_temperature}")
-        if gate_layers not in (1, 2, 3):
-            raise ValueError(f"gate_layers must be 1, 2 or 3, got {gate_layers}")
-        if gate_lr < 0:
-            raise ValueError(f"gate_lr must be >= 0, got {gate_lr}")
+        check_range("prior", prior, 0, 1, closed="()")
+        check_at_least("kl_weight", kl_weight, 0)
+        check_positive("gate_temperature", gate_temperature)
+        check_range("threshold", threshold, 0, 1, closed="()")
+        check_choice("gate_layers", gate_layers, (1, 2, 3))
+        if gate_hidden_dim is not None:
+            check_at_least("gate_hidden_dim", gate_hidden_dim, 1)
+        check_positive("gate_lr", gate_lr)
         hidden = gate_hidden_dim or self.hparams.get("proj_hidden_dim", backbone.out_dim)
         self.gating_head = MLP(backbone.out_dim, hidden, self.projector.out_dim, gate_layers)
-        self.gate = GATES.build(gate, threshold=threshold)
+        self.gate = GATES.build(gate, config_key="gate", threshold=threshold)
         d = self.projector.out_dim
         self.open_frequency = nn.ModuleDict({s: OpenFrequency(d) for s in ("val", "test")})
 
@@ -104,9 +103,8 @@ class BayesNCL(NCL):
         contrastive = super().objective(views)
         kl = self.kl(views)
         open_rate = sum(v.mask.detach().mean() for v in views) / len(views)
-        self.log_dict(
-            {"train/contrastive": contrastive, "train/kl": kl, "train/gate/open_rate": open_rate},
-            sync_dist=True,
+        self.log_train(
+            {"train/contrastive": contrastive, "train/kl": kl, "train/gate/open_rate": open_rate}
         )
         return contrastive + self.hparams.kl_weight * kl
 

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ncl_lightning.methods.base import Encoded
+from ncl_lightning.methods.checks import check_choice, check_range
 from ncl_lightning.methods.simsiam import SimSiam
 
 EMASchedule = Literal["cosine", "constant"]
@@ -54,10 +55,8 @@ class BYOL(SimSiam):
         **kwargs: Any,
     ) -> None:
         super().__init__(backbone, **kwargs)
-        if not 0.0 <= ema_decay <= 1.0:
-            raise ValueError(f"ema_decay must be in [0, 1], got {ema_decay}")
-        if ema_schedule not in ("cosine", "constant"):
-            raise ValueError(f"ema_schedule must be 'cosine' or 'constant', got {ema_schedule!r}")
+        check_range("ema_decay", ema_decay, 0, 1)
+        check_choice("ema_schedule", ema_schedule, ("cosine", "constant"))
         self.target_backbone = copy.deepcopy(self.backbone).requires_grad_(False)
         self.target_projector = copy.deepcopy(self.projector).requires_grad_(False)
         self._targets: list[Tensor] | None = None
@@ -108,10 +107,13 @@ class BYOL(SimSiam):
         self._last_ema_step = self.trainer.global_step
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """EMA update once per optimiser step (not per accumulated micro-batch)."""
+        """EMA update once per optimiser step (not per accumulated micro-batch); none after
+        a step that changed nothing (its batches skipped for a non-finite loss)."""
         step = self.trainer.global_step
         if step != self._last_ema_step:
             self._last_ema_step = step
+            if self.last_step_skipped:
+                return
             decay = self.current_ema_decay()
             self.update_target(decay)
             self.log("train/ema_decay", decay)

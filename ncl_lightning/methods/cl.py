@@ -6,8 +6,10 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from ncl_lightning.errors import ConfigError
 from ncl_lightning.losses import OBJECTIVES
 from ncl_lightning.methods.base import Encoded, SSLMethod
+from ncl_lightning.methods.checks import check_positive, check_projector
 from ncl_lightning.nn.heads import MLP
 
 
@@ -41,11 +43,14 @@ class CL(SSLMethod):
         **kwargs: Any,
     ) -> None:
         super().__init__(backbone, **kwargs)
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        check_positive("temperature", temperature)
+        check_projector(proj_hidden_dim, proj_output_dim, proj_num_layers)
         self.projector = MLP(backbone.out_dim, proj_hidden_dim, proj_output_dim, proj_num_layers)
         self.loss_fn = OBJECTIVES.build(
-            objective, temperature=temperature, gather_distributed=gather_distributed
+            objective,
+            config_key="objective",
+            temperature=temperature,
+            gather_distributed=gather_distributed,
         )
 
     def features(self, p: Tensor) -> Tensor:
@@ -58,5 +63,5 @@ class CL(SSLMethod):
 
     def objective(self, views: list[Encoded]) -> Tensor:
         if len(views) != 2:
-            raise ValueError(f"{type(self).__name__} expects 2 views per image, got {len(views)}")
+            raise ConfigError(f"{type(self).__name__} expects 2 views per image, got {len(views)}")
         return self.loss_fn(views[0].z, views[1].z)

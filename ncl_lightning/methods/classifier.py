@@ -29,6 +29,8 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.checkpoint import RecordsBackbone
 from ncl_lightning.methods.base import Encoded
+from ncl_lightning.methods.checks import ModelChecks, check_at_least, check_choice, check_range
+from ncl_lightning.methods.guard import NONFINITE_CHOICES, NonFiniteGuard, NonFiniteLoss
 from ncl_lightning.methods.optimization import (
     WarmupCosineOptimization,
     check_common_arguments,
@@ -63,7 +65,14 @@ def first_view(batch: tuple[Any, Tensor]) -> tuple[Tensor, Tensor]:
     return (x[0] if isinstance(x, list | tuple) else x), y
 
 
-class Classifier(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization, L.LightningModule):
+class Classifier(
+    NonFiniteGuard,
+    ModelChecks,
+    PerformanceSwitches,
+    RecordsBackbone,
+    WarmupCosineOptimization,
+    L.LightningModule,
+):
     """Supervised training and evaluation loop shared by probes, fine-tuning and NCE.
 
     Args:
@@ -79,6 +88,8 @@ class Classifier(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization,
         torch_compile: Compile the backbone with ``torch.compile``.
         compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
             ``max-autotune``).
+        nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
+            :class:`~ncl_lightning.errors.NonFiniteLossError`) or ``skip`` the batch.
 
     Attributes:
         label: Class attribute naming the protocol in metric keys (``offline_linear``).
@@ -99,14 +110,14 @@ class Classifier(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization,
         channels_last: bool = False,
         torch_compile: bool = False,
         compile_mode: CompileMode = "default",
+        nonfinite_loss: NonFiniteLoss = "stop",
     ) -> None:
         super().__init__()
         check_compile_mode(compile_mode)
-        if num_classes < 1:
-            raise ValueError(f"num_classes must be >= 1 for a classifier, got {num_classes}")
-        check_common_arguments(batch_size, warmup_epochs)
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        check_at_least("num_classes", num_classes, 1)
+        check_common_arguments(batch_size, warmup_epochs, min_lr_ratio)
+        check_range("label_smoothing", label_smoothing, 0, 1, closed="[)")
+        check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_CHOICES)
         from_cli = _given_hyperparameters.get() is not None
         self.save_hyperparameters(ignore=[] if from_cli else ["backbone", "optimizer"])
         self.optimizer_factory = optimizer or default_sgd
@@ -137,6 +148,8 @@ class Classifier(PerformanceSwitches, RecordsBackbone, WarmupCosineOptimization,
         x, y = first_view(batch)
         logits = self(x).float()  # the loss in float32 under bf16-mixed
         loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
+        if not self.loss_is_finite(loss):  # raises under nonfinite_loss: stop
+            return self.skipped_step_loss()  # no metric or log update from this batch
         self.train_metrics(logits.detach(), y)
         self.log(f"train/{self.label}/loss", loss, prog_bar=True, sync_dist=True)
         self.log_dict(self.train_metrics, on_step=True, on_epoch=True)

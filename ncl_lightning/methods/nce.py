@@ -16,7 +16,9 @@ from typing import Any, Literal
 from torch import Tensor, nn
 
 from ncl_lightning.checkpoint import load_backbone
+from ncl_lightning.errors import ConfigError
 from ncl_lightning.methods.base import Encoded
+from ncl_lightning.methods.checks import check_at_least, check_backbone, check_choice
 from ncl_lightning.methods.classifier import Classifier
 from ncl_lightning.nn.heads import MLP, LinearClassifier
 from ncl_lightning.nn.nonneg import NONNEG
@@ -59,15 +61,17 @@ class NCEClassifier(Classifier):
         **kwargs: Any,
     ) -> None:
         super().__init__(num_classes=num_classes, **kwargs)
-        if loss not in ("ce", "nce"):
-            raise ValueError(f"loss must be 'ce' or 'nce', got {loss!r}")
-        if not hasattr(backbone, "out_dim"):
-            raise ValueError(f"backbone {type(backbone).__name__} must expose `out_dim`")
+        check_choice("loss", loss, ("ce", "nce"))
+        check_backbone(backbone)
+        check_at_least("proj_hidden_dim", proj_hidden_dim, 0)
+        check_at_least("proj_output_dim", proj_output_dim, 0)
         if (proj_hidden_dim > 0) != (proj_output_dim > 0):
-            raise ValueError(
+            raise ConfigError(
                 "set both proj_hidden_dim and proj_output_dim (> 0) for a projector, or "
                 f"neither; got {proj_hidden_dim} and {proj_output_dim}"
             )
+        if proj_output_dim > 0:
+            check_at_least("proj_num_layers", proj_num_layers, 1)
         self.backbone = load_backbone(pretrained, backbone) if pretrained else backbone
         self.projector = (
             MLP(backbone.out_dim, proj_hidden_dim, proj_output_dim, proj_num_layers)
@@ -75,7 +79,7 @@ class NCEClassifier(Classifier):
             else nn.Identity()
         )
         width = proj_output_dim if proj_output_dim > 0 else backbone.out_dim
-        self.nonneg = NONNEG.build(nonneg) if loss == "nce" else nn.Identity()
+        self.nonneg = NONNEG.build(nonneg, config_key="nonneg") if loss == "nce" else nn.Identity()
         self.classifier = LinearClassifier(width, num_classes, nonneg_weights=loss == "nce")
 
     def represent(self, x: Tensor) -> Encoded:

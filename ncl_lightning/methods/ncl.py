@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ncl_lightning.methods.checks import check_range
 from ncl_lightning.methods.cl import CL
 from ncl_lightning.nn.nonneg import NONNEG
 
@@ -28,7 +29,7 @@ class NCL(CL):
         self, backbone: nn.Module, nonneg: str | nn.Module = "rep_relu", **kwargs: Any
     ) -> None:
         super().__init__(backbone, **kwargs)
-        self.nonneg = NONNEG.build(nonneg)
+        self.nonneg = NONNEG.build(nonneg, config_key="nonneg")
 
     def features(self, p: Tensor) -> Tensor:
         return self.nonneg(p)
@@ -45,8 +46,7 @@ class NCLTopK(NCL):
 
     def __init__(self, backbone: nn.Module, topk: int = 32, **kwargs: Any) -> None:
         super().__init__(backbone, **kwargs)
-        if not 1 <= topk <= self.projector.out_dim:
-            raise ValueError(f"topk must be in [1, {self.projector.out_dim}], got {topk}")
+        check_range("topk", topk, 1, self.projector.out_dim)
         self.topk = topk
 
     def features(self, p: Tensor) -> Tensor:

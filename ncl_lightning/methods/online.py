@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ncl_lightning.errors import ConfigError
 from ncl_lightning.metrics.functional.knn import check_knn_arguments, weighted_knn_predict
 from ncl_lightning.nn.gather import gather_no_grad
 
@@ -30,7 +31,7 @@ class OnlineEvaluator(nn.Module):
     def __init__(self, in_dim: int, num_classes: int, knn_k: int, knn_temperature: float) -> None:
         super().__init__()
         if num_classes < 1:
-            raise ValueError(f"online evaluation needs num_classes >= 1, got {num_classes}")
+            raise ConfigError(f"online evaluation needs num_classes >= 1, got {num_classes}")
         check_knn_arguments(knn_k, knn_temperature, prefix="knn_")
         self.probe = nn.Linear(in_dim, num_classes)
         self.num_classes = num_classes

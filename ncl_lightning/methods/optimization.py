@@ -11,6 +11,8 @@ from typing import Any
 import lightning as L
 import torch
 
+from ncl_lightning.errors import ConfigError
+from ncl_lightning.methods.checks import check_at_least, check_range
 from ncl_lightning.optim import scale_lr as scaled
 from ncl_lightning.optim import warmup_cosine
 
@@ -39,8 +41,9 @@ def configure_warmup_cosine(
     trainer = module.trainer
     if scale_lr:
         if batch_size is None:
-            raise ValueError(
-                "scale_lr=True needs the per-device batch_size (ncl-cli links it from the data)"
+            raise ConfigError(
+                "batch_size must be set when scale_lr is true (the per-device batch size "
+                "scales the learning rate), got None"
             )
         world = trainer.world_size * trainer.accumulate_grad_batches
         for group in optimizer.param_groups:
@@ -48,7 +51,9 @@ def configure_warmup_cosine(
     total = int(trainer.estimated_stepping_batches)
     epochs = trainer.max_epochs
     if not epochs or epochs < 1:
-        raise ValueError("the warmup-cosine schedule needs trainer.max_epochs >= 1")
+        raise ConfigError(
+            f"trainer.max_epochs must be >= 1 for the warmup-cosine schedule, got {epochs}"
+        )
     warmup = round(warmup_epochs * total / epochs)
     scheduler = warmup_cosine(optimizer, warmup, total, min_lr_ratio)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -71,9 +76,11 @@ class WarmupCosineOptimization:
         )
 
 
-def check_common_arguments(batch_size: int | None, warmup_epochs: float) -> None:
-    """One-line errors for the optimisation arguments every module takes."""
-    if batch_size is not None and batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if warmup_epochs < 0:
-        raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
+def check_common_arguments(
+    batch_size: int | None, warmup_epochs: float, min_lr_ratio: float = 0.0
+) -> None:
+    """One-line ``ConfigError`` for the optimisation arguments every module takes."""
+    if batch_size is not None:
+        check_at_least("batch_size", batch_size, 1)
+    check_at_least("warmup_epochs", warmup_epochs, 0)
+    check_range("min_lr_ratio", min_lr_ratio, 0, 1)

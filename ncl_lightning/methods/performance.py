@@ -27,6 +27,8 @@ from typing import Any, ClassVar, Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from ncl_lightning.methods.checks import check_choice
+
 CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 
 
@@ -76,10 +78,8 @@ class PerformanceSwitches:
 
 
 def check_compile_mode(mode: str) -> None:
-    """Raise ``ValueError`` naming the valid modes when ``mode`` is not one of them."""
-    valid = ("default", "reduce-overhead", "max-autotune")
-    if mode not in valid:
-        raise ValueError(f"compile_mode must be one of {list(valid)}, got {mode!r}")
+    """Raise ``ConfigError`` naming the valid modes when ``mode`` is not one of them."""
+    check_choice("compile_mode", mode, ("default", "reduce-overhead", "max-autotune"))
 
 
 @contextmanager

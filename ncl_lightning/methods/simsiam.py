@@ -6,15 +6,16 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from ncl_lightning.errors import ConfigError
 from ncl_lightning.losses import symmetric_negative_cosine
 from ncl_lightning.methods.base import Encoded, SSLMethod
+from ncl_lightning.methods.checks import check_at_least, check_projector
 from ncl_lightning.nn.heads import MLP
 
 
 def optional_mlp(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int) -> nn.Module:
     """``MLP`` with ``num_layers`` linear layers, or ``Identity`` (width ``in_dim``) for 0."""
-    if num_layers < 0:
-        raise ValueError(f"num_layers must be >= 0, got {num_layers}")
+    check_at_least("num_layers", num_layers, 0)
     if num_layers == 0:
         identity = nn.Identity()
         identity.out_dim = in_dim  # type: ignore[assignment]
@@ -57,12 +58,10 @@ class SimSiam(SSLMethod):
         **kwargs: Any,
     ) -> None:
         super().__init__(backbone, **kwargs)
-        for name, value in (
-            ("proj_num_layers", proj_num_layers),
-            ("pred_num_layers", pred_num_layers),
-        ):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+        check_projector(proj_hidden_dim, proj_output_dim, proj_num_layers, low_layers=0)
+        check_at_least("pred_num_layers", pred_num_layers, 0)
+        if pred_num_layers > 1:
+            check_at_least("pred_hidden_dim", pred_hidden_dim, 1)
         self.projector = optional_mlp(
             backbone.out_dim, proj_hidden_dim, proj_output_dim, proj_num_layers
         )
@@ -80,7 +79,7 @@ class SimSiam(SSLMethod):
 
     def objective(self, views: list[Encoded]) -> Tensor:
         if len(views) != 2:
-            raise ValueError(f"{type(self).__name__} expects 2 views per image, got {len(views)}")
+            raise ConfigError(f"{type(self).__name__} expects 2 views per image, got {len(views)}")
         p1, p2 = (self.predictor(v.z) for v in views)
         z1, z2 = self.targets(views)
         return symmetric_negative_cosine(p1, p2, z1, z2)

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
+from ncl_lightning.errors import ConfigError
 from ncl_lightning.losses.supcon import SupConLoss
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.cl import CL
@@ -39,7 +40,7 @@ class _SupConMixin:
         **kwargs: Any,
     ) -> None:
         if objective != "info_nce":
-            raise ValueError(
+            raise ConfigError(
                 f"{type(self).__name__} uses the supervised InfoNCE loss (SupCon); objective "
                 f"must be 'info_nce', got {objective!r}"
             )
@@ -55,7 +56,7 @@ class _SupConMixin:
     def objective(self, views: list[Encoded], labels: Tensor) -> Tensor:
         """SupCon over the two views' features ``[B, d]`` and the labels ``[B]``."""
         if len(views) != 2:
-            raise ValueError(f"{type(self).__name__} expects 2 views per image, got {len(views)}")
+            raise ConfigError(f"{type(self).__name__} expects 2 views per image, got {len(views)}")
         return self.loss_fn(views[0].z, views[1].z, labels)
 
 

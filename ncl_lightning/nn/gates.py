@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ncl_lightning.errors import ConfigError
 from ncl_lightning.registry import Registry
 
 GATES: Registry[nn.Module] = Registry("gate type")
@@ -54,7 +55,7 @@ class Gate(nn.Module):
     def __init__(self, threshold: float = 0.5) -> None:
         super().__init__()
         if not 0.0 < threshold < 1.0:
-            raise ValueError(f"gate threshold must be in (0, 1), got {threshold}")
+            raise ConfigError(f"threshold must be in (0, 1), got {threshold}")
         self.threshold = threshold
 
     def hard(self, alpha: Tensor) -> Tensor:
@@ -92,7 +93,7 @@ class GumbelGate(Gate):
     def __init__(self, threshold: float = 0.5, tau: float = 1.0) -> None:
         super().__init__(threshold)
         if not tau > 0:
-            raise ValueError(f"gumbel tau must be > 0, got {tau}")
+            raise ConfigError(f"gumbel tau must be > 0, got {tau}")
         self.tau = tau
 
     def train_mask(self, alpha: Tensor) -> Tensor:

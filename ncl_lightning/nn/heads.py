@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from ncl_lightning.errors import ConfigError
+
 
 class MLP(nn.Module):
     """``num_layers`` linear layers, BatchNorm + ReLU between them, none after the last.
@@ -16,6 +18,9 @@ class MLP(nn.Module):
         out_dim: Output width.
         num_layers: Number of linear layers (>= 1; 1 is a linear projector).
         batch_norm: BatchNorm after each hidden linear layer.
+
+    The methods check their own arguments first (``proj_hidden_dim``, ``gate_hidden_dim``,
+    ...), so the message a config sees names its key; these checks guard direct use.
     """
 
     def __init__(
@@ -27,11 +32,14 @@ class MLP(nn.Module):
         batch_norm: bool = True,
     ) -> None:
         super().__init__()
-        for name, value in (("in_dim", in_dim), ("hidden_dim", hidden_dim), ("out_dim", out_dim)):
-            if value < 1:
-                raise ValueError(f"projector {name} must be >= 1, got {value}")
         if num_layers < 1:
-            raise ValueError(f"projector num_layers must be >= 1, got {num_layers}")
+            raise ConfigError(f"MLP num_layers must be >= 1, got {num_layers}")
+        widths = [("in_dim", in_dim), ("out_dim", out_dim)]
+        if num_layers > 1:  # a single linear layer has no hidden width
+            widths.append(("hidden_dim", hidden_dim))
+        for name, value in widths:
+            if value < 1:
+                raise ConfigError(f"MLP {name} must be >= 1, got {value}")
         layers: list[nn.Module] = []
         width = in_dim
         for _ in range(num_layers - 1):

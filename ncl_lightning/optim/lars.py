@@ -16,6 +16,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from ncl_lightning.errors import ConfigError
+
 
 class LARS(Optimizer):
     """SGD + momentum with layer-wise adaptive rate scaling (You et al., 2017).
@@ -35,7 +37,7 @@ class LARS(Optimizer):
 
     Args:
         params: Parameters or parameter groups (dicts; may set ``lars_exclude``).
-        lr: Learning rate (>= 0).
+        lr: Learning rate (> 0; a schedule may still take a group's rate to 0).
         momentum: Momentum factor in ``[0, 1)``.
         weight_decay: L2 penalty added to the gradient before scaling (>= 0).
         eta: Trust coefficient (> 0).
@@ -57,16 +59,16 @@ class LARS(Optimizer):
         exclude_bias_n_norm: bool = False,
         nesterov: bool = False,
     ) -> None:
-        if lr < 0.0:
-            raise ValueError(f"LARS lr must be >= 0, got {lr}")
+        if not lr > 0.0:
+            raise ConfigError(f"LARS lr must be > 0, got {lr}")
         if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"LARS momentum must be in [0, 1), got {momentum}")
-        if weight_decay < 0.0:
-            raise ValueError(f"LARS weight_decay must be >= 0, got {weight_decay}")
-        if eta <= 0.0:
-            raise ValueError(f"LARS eta must be > 0, got {eta}")
+            raise ConfigError(f"LARS momentum must be in [0, 1), got {momentum}")
+        if not weight_decay >= 0.0:
+            raise ConfigError(f"LARS weight_decay must be >= 0, got {weight_decay}")
+        if not eta > 0.0:
+            raise ConfigError(f"LARS eta must be > 0, got {eta}")
         if nesterov and momentum == 0.0:
-            raise ValueError("LARS nesterov=True requires momentum > 0")
+            raise ConfigError("LARS nesterov=True requires momentum > 0, got momentum=0.0")
         defaults = {
             "lr": lr,
             "momentum": momentum,

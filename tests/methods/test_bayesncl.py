@@ -112,9 +112,9 @@ def test_bad_gate_settings_are_clear_errors() -> None:
         _model(gate="hard")
     with pytest.raises(ValueError, match=r"prior must be in \(0, 1\)"):
         _model(prior=1.0)
-    with pytest.raises(ValueError, match="gate_layers must be 1, 2 or 3"):
+    with pytest.raises(ValueError, match="gate_layers must be one of 1, 2, 3, got 4"):
         _model(gate_layers=4)
-    with pytest.raises(ValueError, match=r"gate threshold must be in \(0, 1\)"):
+    with pytest.raises(ValueError, match=r"threshold must be in \(0, 1\)"):
         _model(threshold=0.0)
 
 

@@ -47,7 +47,7 @@ def test_projector_before_the_classifier() -> None:
     assert model.represent(torch.randn(4, 1, 8, 8)).z.shape == (4, 48)
     with pytest.raises(ValueError, match="set both proj_hidden_dim and proj_output_dim"):
         _model(proj_hidden_dim=64)
-    with pytest.raises(ValueError, match="loss must be 'ce' or 'nce'"):
+    with pytest.raises(ValueError, match="loss must be one of 'ce', 'nce', got 'mse'"):
         _model(loss="mse")
 
 
