@@ -105,7 +105,10 @@ class NCLCLI(LightningCLI):
         """Folders of the run where its checkpoints can be."""
         cfg = self._subconfig()
         trainer = cfg.get("trainer") or {}
-        roots = [trainer.get("default_root_dir") or os.getcwd()]
+        root = trainer.get("default_root_dir")
+        # Without one, Lightning writes under the working directory: search only its
+        # run folders there, never the whole tree (it may hold datasets).
+        roots = [root] if root else [Path.cwd() / "lightning_logs", Path.cwd() / "checkpoints"]
         loggers = trainer.get("logger")
         for entry in loggers if isinstance(loggers, list) else [loggers]:
             if hasattr(entry, "get") and entry.get("init_args"):
