@@ -25,11 +25,12 @@ from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import nn
 
 from ncl_lightning.errors import NCLError
-from ncl_lightning.resume import logger_versions
+from ncl_lightning.resume import logger_versions, same_class
 
 RECORD_KEY = "ncl_lightning"
 RECORD_FORMAT = 1
 BACKBONE_PREFIX = "backbone."
+SHOWN_KEYS = 8
 
 
 class CheckpointError(NCLError, ValueError):
@@ -240,12 +241,42 @@ def load_method(path: str | Path) -> L.LightningModule:
     return module.eval()
 
 
+def _listed(keys: list[str]) -> str:
+    more = f" (+{len(keys) - SHOWN_KEYS} more)" if len(keys) > SHOWN_KEYS else ""
+    return ", ".join(keys[:SHOWN_KEYS]) + more if keys else "none"
+
+
+def check_state_fits(ckpt: dict[str, Any], model: nn.Module, path: str | Path) -> None:
+    """Refuse a checkpoint whose weights do not fit ``model``: another method, or the same
+    method with other dimensions. Lists the missing, unexpected and mis-shaped keys."""
+    state = ckpt["state_dict"]
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    shapes = sorted(
+        f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+        for k in set(own) & set(state)
+        if hasattr(state[k], "shape") and state[k].shape != own[k].shape
+    )
+    written_by = ckpt[RECORD_KEY].get("method")
+    expected = f"{type(model).__module__}.{type(model).__qualname__}"
+    same = written_by is None or same_class(written_by, expected)
+    if not (missing or unexpected or shapes) and same:
+        return
+    raise CheckpointError(
+        f"ckpt_path: {path} was written by {written_by}, it does not fit {expected}: "
+        f"missing keys: {_listed(missing)}; unexpected keys: {_listed(unexpected)}"
+        + (f"; shape mismatches: {_listed(shapes)}" if shapes else "")
+    )
+
+
 __all__ = [
     "BACKBONE_PREFIX",
     "RECORD_KEY",
     "CheckpointError",
     "RecordsBackbone",
     "build_backbone_from_spec",
+    "check_state_fits",
     "load_backbone",
     "load_method",
     "make_record",

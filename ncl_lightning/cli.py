@@ -39,7 +39,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info
 
-from ncl_lightning.checkpoint import RECORD_KEY, CheckpointError, read_checkpoint
+from ncl_lightning.checkpoint import RECORD_KEY, check_state_fits, read_checkpoint
 from ncl_lightning.checkpoint_io import AtomicCheckpointIO
 from ncl_lightning.cli_errors import instantiation_message, one_line, summarize
 from ncl_lightning.errors import ConfigError, NCLError
@@ -54,7 +54,6 @@ from ncl_lightning.resume import (
 # ``--ckpt_path`` checkpoint's hyper-parameters (files move between machines).
 PATH_ARGUMENTS = ("checkpoint", "pretrained")
 TRACEBACK_ENV = "NCL_TRACEBACK"
-SHOWN_KEYS = 8
 
 
 def _option_keys(parser: Any) -> list[str]:
@@ -163,7 +162,7 @@ class NCLCLI(LightningCLI):
         self._resume_checkpoint = ckpt
         configured = (cfg.get("model") or {}).get("class_path")
         if configured and not same_class(configured, ckpt[RECORD_KEY].get("method", "")):
-            return  # checked with the model's keys in _check_checkpoint_fits
+            return  # checked with the model's keys in check_state_fits
         if sub == "fit":
             continue_loggers(cfg["trainer"].get("logger"), ckpt[RECORD_KEY].get("loggers", []))
         init_args = cfg.get("model.init_args")
@@ -186,7 +185,7 @@ class NCLCLI(LightningCLI):
             preflight(_example_batch(datamodule))
         ckpt = getattr(self, "_resume_checkpoint", None)
         if ckpt is not None:
-            _check_checkpoint_fits(ckpt, model, self._subconfig()["ckpt_path"])
+            check_state_fits(ckpt, model, self._subconfig()["ckpt_path"])
             if stage == "fit":
                 for logger in trainer.loggers:
                     restore_csv_rows(logger, int(ckpt.get("global_step", 0)))
@@ -211,35 +210,6 @@ def _example_batch(datamodule: Any) -> torch.Tensor | None:
     if isinstance(channels, int) and isinstance(size, int):
         return torch.zeros(2, channels, size, size)
     return None
-
-
-def _listed(keys: list[str]) -> str:
-    more = f" (+{len(keys) - SHOWN_KEYS} more)" if len(keys) > SHOWN_KEYS else ""
-    return ", ".join(keys[:SHOWN_KEYS]) + more if keys else "none"
-
-
-def _check_checkpoint_fits(ckpt: dict[str, Any], model: LightningModule, path: str) -> None:
-    """Refuse a checkpoint whose weights do not fit ``model``: another method, or the same
-    method with other dimensions. Lists the missing, unexpected and mis-shaped keys."""
-    state = ckpt["state_dict"]
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    shapes = sorted(
-        f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
-        for k in set(own) & set(state)
-        if hasattr(state[k], "shape") and state[k].shape != own[k].shape
-    )
-    written_by = ckpt[RECORD_KEY].get("method")
-    expected = f"{type(model).__module__}.{type(model).__qualname__}"
-    same = written_by is None or same_class(written_by, expected)
-    if not (missing or unexpected or shapes) and same:
-        return
-    raise CheckpointError(
-        f"ckpt_path: {path} was written by {written_by}, it does not fit {expected}: "
-        f"missing keys: {_listed(missing)}; unexpected keys: {_listed(unexpected)}"
-        + (f"; shape mismatches: {_listed(shapes)}" if shapes else "")
-    )
 
 
 def cli_main(args: list[str] | None = None) -> NCLCLI:
