@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_MODE ?= offline
 export PYTHONHASHSEED ?= 0
 
-.PHONY: install demo test test-fast lint format bench clean
+.PHONY: install demo test test-fast lint format bench docs docs-serve clean
 
 install: $(STAMP)
 
@@ -39,5 +39,13 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m ncl_lightning.bench
 
+# The documentation site (mkdocs.yml) into site/; --strict turns every warning (a broken link,
+# a stale API reference) into a failure. tests/test_docs.py runs the same build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
 clean:
-	rm -rf $(VENV) runs lightning_logs wandb .pytest_cache
+	rm -rf $(VENV) runs lightning_logs wandb site .pytest_cache
