@@ -17,6 +17,8 @@ from ncl_lightning.losses.supcon import SupConLoss, supcon
 from ncl_lightning.registry import Registry
 
 OBJECTIVES: Registry[nn.Module] = Registry("objective")
+"""Loss factories ``(temperature, gather_distributed) -> nn.Module`` by config name
+(``model.init_args.objective``): ``"info_nce"``, ``"spectral"``."""
 
 
 @OBJECTIVES.register("info_nce")

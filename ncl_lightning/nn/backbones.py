@@ -142,6 +142,7 @@ class SmallCNN(nn.Module):
 
 
 BACKBONES: Registry[nn.Module] = Registry("backbone")
+"""Backbone constructors by name (``build_backbone(name, ...)``)."""
 
 
 @BACKBONES.register("resnet18")

@@ -21,6 +21,7 @@ from ncl_lightning.errors import ConfigError
 from ncl_lightning.registry import Registry
 
 GATES: Registry[nn.Module] = Registry("gate type")
+"""BayesNCL gates by name (``model.init_args.gate``): ``"ste"``, ``"gumbel"``, ``"soft"``."""
 
 
 class _StraightThrough(torch.autograd.Function):

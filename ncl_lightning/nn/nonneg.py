@@ -17,6 +17,9 @@ from torch import Tensor, nn
 from ncl_lightning.registry import Registry
 
 NONNEG: Registry[nn.Module] = Registry("non-negative map")
+"""Non-negative maps σ⁺ by name (``model.init_args.nonneg``).
+
+``@NONNEG.register("name")`` on an ``nn.Module`` class adds one."""
 
 
 def gelu_grad(x: Tensor) -> Tensor:

@@ -10,6 +10,8 @@ from ncl_lightning.optim.schedulers import warmup_cosine
 from ncl_lightning.registry import Registry
 
 OPTIMIZERS: Registry[torch.optim.Optimizer] = Registry("optimizer")
+"""Optimiser classes by name: ``"lars"`` ([LARS][ncl_lightning.optim.LARS]), ``"sgd"``,
+``"adamw"``."""
 OPTIMIZERS.add("lars", LARS)
 OPTIMIZERS.add("sgd", torch.optim.SGD)
 OPTIMIZERS.add("adamw", torch.optim.AdamW)
