@@ -78,7 +78,7 @@ class FeatureMetricSet(nn.Module):
             d, c = num_features, num_classes
             labelled = {
                 "semantic_consistency": SemanticConsistency(d, c, eps),
-                f"semantic_consistency_top{top_k}": TopKSemanticConsistency(d, c, top_k),
+                f"semantic_consistency_top{top_k}": TopKSemanticConsistency(d, c, top_k, eps),
                 "semantic_entropy": SemanticEntropy(d, c, eps, "activation"),
                 "semantic_entropy_freq": SemanticEntropy(d, c, eps, "frequency"),
                 f"retrieval_p@{retrieval_k}": RetrievalPrecision(retrieval_k, retrieval_dims),

@@ -35,3 +35,12 @@ def test_feature_statistics_rejects_bad_arguments(kwargs: dict, match: str) -> N
 def test_top_activations_rejects_bad_arguments(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         TopActivations(**kwargs)
+
+
+def test_feature_metric_set_passes_eps_to_every_thresholded_metric():
+    from ncl_lightning.callbacks.feature_statistics import FeatureMetricSet
+
+    metrics = FeatureMetricSet(num_features=8, num_classes=3, eps=0.3, top_k=5)
+    thresholded = [m for m in [*metrics.unlabelled.values(), *metrics.labelled.values()]]
+    eps = {type(m).__name__: m.eps for m in thresholded if hasattr(m, "eps")}
+    assert eps and set(eps.values()) == {0.3}, eps

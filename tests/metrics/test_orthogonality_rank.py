@@ -104,3 +104,9 @@ def test_metric_flags_and_validation():
             cls(3).update(torch.ones(2, 4))
     with pytest.raises(ValueError, match="eps"):
         OrthogonalityError(3, eps=-1.0)
+
+
+def test_orthogonality_error_of_one_hot_features_is_exactly_non_negative():
+    """Total minus diagonal used to round to -3e-17 for exactly orthogonal columns."""
+    z = torch.eye(7)[torch.arange(50) % 7] * torch.rand(50, 1).add(0.5)
+    assert orthogonality_error(z).item() == 0.0

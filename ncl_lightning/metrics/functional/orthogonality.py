@@ -60,7 +60,8 @@ def orthogonality_error_from_gram(gram: Tensor, active: Tensor) -> Tensor:
     # Active columns have at least one entry > eps, so their norm is > 0.
     inv_norm = sub.diagonal().clamp_min(torch.finfo(torch.float64).tiny).rsqrt()
     cos = (sub * inv_norm[:, None] * inv_norm[None, :]).abs()
-    off_diag_sum = cos.sum() - cos.diagonal().sum()
+    # Total minus diagonal can round below zero when every off-diagonal entry is 0.
+    off_diag_sum = (cos.sum() - cos.diagonal().sum()).clamp_min(0.0)
     return (off_diag_sum / (m * (m - 1))).float()
 
 
