@@ -105,10 +105,11 @@ class FeatureMetricSet(nn.Module):
                     "activation_rate": active / self.num_features,
                 }
             elif name == "expected_activation":  # a [d] vector: log how concentrated it is
-                top = value.sort(descending=True).values
+                # Share of |EA|: for signed features (CL) the EAs can cancel in a plain sum.
+                mass = value.abs().sort(descending=True).values
                 out |= {
-                    "ea_max": top[0],
-                    "ea_top10_share": top[:10].sum() / top.sum().clamp_min(1e-12),
+                    "ea_max": value.max(),
+                    "ea_top10_share": mass[:10].sum() / mass.sum().clamp_min(1e-12),
                 }
             else:
                 out[name] = value.float()

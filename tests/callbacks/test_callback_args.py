@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from ncl_lightning.callbacks import FeatureStatistics, TopActivations
 
@@ -44,3 +45,18 @@ def test_feature_metric_set_passes_eps_to_every_thresholded_metric():
     thresholded = [m for m in [*metrics.unlabelled.values(), *metrics.labelled.values()]]
     eps = {type(m).__name__: m.eps for m in thresholded if hasattr(m, "eps")}
     assert eps and set(eps.values()) == {0.3}, eps
+
+
+def test_ea_top10_share_is_a_share_of_magnitudes_for_signed_features():
+    """Signed (CL) features have EAs that cancel: the share of |EA| stays in [0, 1]."""
+    from ncl_lightning.callbacks.feature_statistics import FeatureMetricSet
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(200, 32, generator=g)  # EAs of both signs, summing to about 0
+    metrics = FeatureMetricSet(num_features=32, num_classes=0)
+    metrics.update(z, torch.zeros(len(z), dtype=torch.long))
+    out = metrics.compute()
+    ea = (z / z.norm(dim=1, keepdim=True)).double().mean(0).abs().sort(descending=True).values
+    expected = float(ea[:10].sum() / ea.sum())
+    assert 0.0 <= float(out["ea_top10_share"]) <= 1.0
+    assert float(out["ea_top10_share"]) == pytest.approx(expected, rel=1e-3)
