@@ -146,7 +146,7 @@ def _parse_run(path: Path) -> OfflineRun | None:
     return OfflineRun(path.parent, run, rows) if run is not None and finished else None
 
 
-def read_run(folder: Path, timeout: float = 30.0) -> OfflineRun:
+def read_run(folder: Path, timeout: float = 120.0) -> OfflineRun:
     """Read ``<folder>/run-*.wandb`` (``folder``: one ``offline-run-*`` folder) once the run
     has finished writing it.
 
