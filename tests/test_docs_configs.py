@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+from tests.helpers.markdown import tables
+
 CONFIG_DOC = ROOT / "docs" / "configs.md"
 CONFIG_FILES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "configs").rglob("*.yaml"))
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -173,24 +175,11 @@ UNCHECKED = {"what it changes"}  # free-text columns of config tables
 
 
 # -- parsing docs/configs.md --------------------------------------------------------------
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
-
-
 def config_tables(text: str) -> Iterator[tuple[list[str], list[list[str]]]]:
     """``(header, rows)`` of every markdown table whose first column is ``config``."""
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        if not lines[i].lstrip().startswith("|"):
-            i += 1
-            continue
-        block = []
-        while i < len(lines) and lines[i].lstrip().startswith("|"):
-            block.append(_cells(lines[i]))
-            i += 1
-        if len(block) >= 2 and block[0][0] == "config":
-            yield block[0], block[2:]
+    for table in tables(text.splitlines()):
+        if table.columns[0] == "config":
+            yield table.columns, table.body
 
 
 def code_lines(text: str) -> list[str]:

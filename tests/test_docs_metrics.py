@@ -20,6 +20,7 @@ import torch
 from ncl_lightning import metrics
 from ncl_lightning.metrics import functional as F
 from tests.conftest import ROOT
+from tests.helpers import markdown
 
 PAGE = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
 TEXT = " ".join(PAGE.split())  # whitespace-normalised, for phrases that wrap across lines
@@ -106,7 +107,7 @@ def test_summary_table_reads_best_matches_higher_is_better() -> None:
     rows = [line for line in PAGE.splitlines() if line.startswith("| [")]
     checked = set()
     for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
+        cells = markdown.cells(row)
         found = re.fullmatch(r"\[(\w+)\]\[ncl_lightning\.metrics\.(\w+)\]", cells[1])
         if found is None:
             continue

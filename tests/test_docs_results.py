@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+from tests.helpers.markdown import ROW, in_fence, tables
+
 RESULTS = "docs/results.md"
 SOURCES = ("docs/evaluation.md", "docs/ground-truth.md", "docs/performance.md")
 
@@ -44,10 +44,7 @@ REFERENCE_TABLES = {
 LOOKS_LIKE_MARKER = re.compile(r"-+8<-+\s*\[")
 MARKER = re.compile(r"^<!-- --8<-- \[(start|end):([a-z][-_0-9a-z]*)\] -->$")
 INCLUDE = re.compile(r'^\s*-+8<-+\s+"([^"]+)"\s*$')
-FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 HEADING = re.compile(r"^#{1,6}\s")
-ROW = re.compile(r"^\s*\|.*\|\s*$")
-DELIMITER = re.compile(r"^\s*\|(\s*:?-+:?\s*\|)+\s*$")
 RUNS = r"(?:make [a-z]|ncl-cli [a-z]|(?:\.venv/bin/)?python -m ncl_lightning\b)"
 RUNS_LINE = re.compile(r"^\s*" + RUNS)
 INLINE_COMMAND = re.compile(r"\bCommand\b[^:`]*:\s*`\s*" + RUNS)
@@ -56,50 +53,8 @@ MACHINE = re.compile(r"\b(?:CPU|GPU)s?\b")
 DEMO_HEADER = "| method | online linear acc |"
 
 
-@dataclass
-class Table:
-    start: int  # index of the header row
-    rows: list[str]
-
-    @property
-    def header(self) -> str:
-        return self.rows[0].strip()
-
-
 def read(rel: str) -> list[str]:
     return (ROOT / rel).read_text(encoding="utf-8").splitlines()
-
-
-def in_fence(lines: list[str]) -> list[bool]:
-    """For each line, whether it belongs to a fenced code block (fence lines included)."""
-    flags, fence = [], None
-    for line in lines:
-        m = FENCE.match(line)
-        if fence is None and m:
-            fence = m.group(1)[0]
-            flags.append(True)
-        elif fence is not None:
-            flags.append(True)
-            if m and m.group(1)[0] == fence:
-                fence = None
-        else:
-            flags.append(False)
-    return flags
-
-
-def tables(lines: list[str]) -> list[Table]:
-    fenced = in_fence(lines)
-    found, i = [], 0
-    while i < len(lines) - 1:
-        if not fenced[i] and ROW.match(lines[i]) and DELIMITER.match(lines[i + 1]):
-            j = i + 2
-            while j < len(lines) and not fenced[j] and ROW.match(lines[j]):
-                j += 1
-            found.append(Table(i, lines[i:j]))
-            i = j
-        else:
-            i += 1
-    return found
 
 
 def heading_sections(lines: list[str]) -> list[tuple[str, int, int]]:

@@ -40,6 +40,7 @@ from ncl_lightning.data import load_imagenet100_classes
 from tests.conftest import ROOT
 from tests.data.test_ood import CORRUPTIONS, make_ood_tree
 from tests.fakes import make_image_folder
+from tests.helpers.markdown import tables
 from tests.helpers.wandb_run import OfflineRun, offline_runs, read_run
 
 DOC = ROOT / "docs" / "wandb.md"
@@ -59,32 +60,9 @@ def ticks(cell: str) -> list[str]:
     return re.findall(r"`([^`]+)`", cell)
 
 
-def cells(line: str) -> list[str]:
-    """The cells of a table row; a ``|`` inside a code span (``|ẑ|``) is text, as in
-    Python-Markdown's tables."""
-    out, cell, code = [], "", False
-    for char in line.strip().removeprefix("|").removesuffix("|"):
-        code ^= char == "`"
-        if char == "|" and not code:
-            out.append(cell.strip())
-            cell = ""
-        else:
-            cell += char
-    return [*out, cell.strip()]
-
-
 def md_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
     """``(header, rows)`` of every pipe table of a markdown page (outside code blocks)."""
-    tables, current, fenced = [], [], False
-    for line in [*text.splitlines(), ""]:
-        fenced ^= line.startswith("```")
-        if not fenced and line.startswith("|"):
-            current.append(cells(line))
-            continue
-        if current:
-            tables.append((current[0], [r for r in current[2:]]))
-            current = []
-    return tables
+    return [(t.columns, t.body) for t in tables(text.splitlines())]
 
 
 @dataclass(frozen=True)

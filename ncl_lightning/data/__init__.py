@@ -5,7 +5,7 @@ tensors ``[B, C, H, W]``) and clean ``(images, labels)`` for validation/test, an
 ``num_classes``, ``in_channels`` and ``image_size`` at construction.
 """
 
-from ncl_lightning.data.base import MultiViewDataModule, Split, TransformedDataset
+from ncl_lightning.data.base import MultiViewDataModule, Split
 from ncl_lightning.data.batch_augmentation import BatchAugmentation, sample_view_params
 from ncl_lightning.data.cifar import CIFAR10DataModule, CIFAR100DataModule
 from ncl_lightning.data.digits import DigitsDataModule
@@ -25,6 +25,7 @@ from ncl_lightning.data.ood import (
     IMAGENET_C_SEVERITIES,
     ImageNetOODDataModule,
 )
+from ncl_lightning.data.seeding import TransformedDataset
 from ncl_lightning.data.sparse_coding import SparseCodingDataModule, SparseCodingModel, mask_views
 from ncl_lightning.data.sprite_augmentation import SpriteAugmentation
 from ncl_lightning.data.transforms import (

@@ -34,7 +34,13 @@ from torchvision.transforms import v2
 
 from ncl_lightning.data.batch_augmentation import BatchAugmentation, center_crop_normalize
 from ncl_lightning.data.memory import FixedSizeUInt8, to_pil
-from ncl_lightning.data.seeding import EpochSampler, SeededTransformDataset, global_seed, mix_seed
+from ncl_lightning.data.seeding import (
+    EpochSampler,
+    SeededTransformDataset,
+    TransformedDataset,
+    global_seed,
+    mix_seed,
+)
 from ncl_lightning.data.transforms import MultiView, SimCLRAugmentation
 from ncl_lightning.errors import ConfigError, DataError
 
@@ -51,27 +57,6 @@ _STAGE_SPLITS: dict[str | None, tuple[Split, ...]] = {
     "predict": ("test",),
     None: ("train", "val", "test"),
 }
-
-
-class TransformedDataset(Dataset):
-    """Apply ``transform`` to the image of every ``(image, label)`` pair of ``dataset``.
-
-    Args:
-        dataset: Map-style dataset of ``(image, label)`` with untransformed images.
-        transform: Callable applied to each image (e.g. a ``MultiView``).
-    """
-
-    def __init__(self, dataset: Dataset, transform: Callable[[Any], Any]) -> None:
-        self.dataset = dataset
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-    def __getitem__(self, index: int | tuple[int, int]) -> tuple[Any, int]:
-        # (index, seed) keys of EpochSampler: the transform here is not random.
-        image, label = self.dataset[index[0] if isinstance(index, tuple) else index]
-        return self.transform(image), int(label)
 
 
 class MultiViewDataModule(L.LightningDataModule):

@@ -20,7 +20,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-from ncl_lightning.data.base import MultiViewDataModule, Split, TransformedDataset
+from ncl_lightning.data.base import MultiViewDataModule, Split
 from ncl_lightning.data.folder import (
     ImageListDataset,
     require_dir,
@@ -29,6 +29,7 @@ from ncl_lightning.data.folder import (
     warn_skipped,
 )
 from ncl_lightning.data.imagenet100 import SHIPPED_CLASS_LIST, load_imagenet100_classes
+from ncl_lightning.data.seeding import TransformedDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
 from ncl_lightning.errors import ConfigError
 

@@ -96,16 +96,15 @@ class EpochSampler(DistributedSampler):
             yield index, mix_seed(seed, epoch, index)
 
 
-class SeededTransformDataset(Dataset):
-    """``(transform(image), label)`` with the transform's randomness fixed by the key.
+class TransformedDataset(Dataset):
+    """Apply ``transform`` to the image of every ``(image, label)`` pair of ``dataset``.
+
+    Takes a plain index or the ``(index, sample_seed)`` keys of :class:`EpochSampler`
+    (whose seed it ignores: use it for transforms that are not random).
 
     Args:
-        dataset: Map-style dataset of ``(image, label)``.
-        transform: Random transform drawing from torch's global CPU generator
-            (torchvision transforms do).
-
-    Keys are ``(index, sample_seed)`` from :class:`EpochSampler`; a plain ``int`` index
-    uses the generator as it is.
+        dataset: Map-style dataset of ``(image, label)`` with untransformed images.
+        transform: Callable applied to each image (e.g. a ``MultiView``).
     """
 
     def __init__(self, dataset: Dataset, transform: Callable[[Any], Any]) -> None:
@@ -116,18 +115,35 @@ class SeededTransformDataset(Dataset):
         return len(self.dataset)  # type: ignore[arg-type]
 
     def __getitem__(self, key: int | tuple[int, int]) -> tuple[Any, int]:
-        if isinstance(key, tuple):
-            index, seed = key
-            image, label = self.dataset[index]
-            generator = torch.default_generator
-            state = generator.get_state()
-            generator.manual_seed(seed)
-            try:
-                return self.transform(image), int(label)
-            finally:
-                generator.set_state(state)
-        image, label = self.dataset[key]
+        image, label = self.dataset[key[0] if isinstance(key, tuple) else key]
         return self.transform(image), int(label)
 
 
-__all__ = ["EpochSampler", "SeededTransformDataset", "global_seed", "mix_seed"]
+class SeededTransformDataset(TransformedDataset):
+    """``(transform(image), label)`` with the transform's randomness fixed by the key.
+
+    The transform draws from torch's global CPU generator (torchvision transforms do). With
+    an ``(index, sample_seed)`` key from :class:`EpochSampler` the generator is set to the
+    sample's seed for the call and restored after it; a plain ``int`` index uses the
+    generator as it is.
+    """
+
+    def __getitem__(self, key: int | tuple[int, int]) -> tuple[Any, int]:
+        if not isinstance(key, tuple):
+            return super().__getitem__(key)
+        generator = torch.default_generator
+        state = generator.get_state()
+        generator.manual_seed(key[1])
+        try:
+            return super().__getitem__(key)
+        finally:
+            generator.set_state(state)
+
+
+__all__ = [
+    "EpochSampler",
+    "SeededTransformDataset",
+    "TransformedDataset",
+    "global_seed",
+    "mix_seed",
+]
