@@ -3,12 +3,14 @@
 ``ImageListDataset`` and ``scan_class_folders`` are shared by ``ImageFolderDataModule``
 (any user folder), ``ImageNet100DataModule`` (a fixed class subset) and the OOD sets. The
 scan walks only the class folders it is given, so selecting 100 classes of a full
-ImageNet tree never lists the other 900. Every error names the config key and the path.
+ImageNet tree never lists the other 900. Directory links are followed by the rules of
+:mod:`ncl_lightning.data.scan` (never back into the dataset; outside it, once), with one
+warning per split counting the links skipped. Every error names the config key and the
+path.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +22,9 @@ from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
-from ncl_lightning.data.memory import CacheMode, check_cache, decode_images, read_image
+from ncl_lightning.data.decode import read_image
+from ncl_lightning.data.memory import CacheMode, check_cache, decode_images
+from ncl_lightning.data.scan import FolderScan, warn_skipped_links
 from ncl_lightning.data.transforms import SimCLRAugmentation, scaled_augmentation
 from ncl_lightning.errors import ConfigError, CorruptImageError, DataError, DataNotFoundError
 
@@ -42,10 +46,19 @@ def require_dir(path: Path, what: str, key: str = "data", expected: str = "") ->
     return path
 
 
-def list_class_folders(split_dir: Path, key: str = "data") -> list[str]:
-    """Sorted names of the sub-folders (classes) of ``split_dir``; a clear error if none."""
+def list_class_folders(
+    split_dir: Path, key: str = "data", scan: FolderScan | None = None
+) -> list[str]:
+    """Sorted names of the sub-folders (classes) of ``split_dir``; a clear error if none.
+
+    Args:
+        split_dir: The split folder.
+        key: Config key named in the errors.
+        scan: The split's scan (records the class-folder links it will not follow);
+            ``None``: a scan whose only tree is ``split_dir``.
+    """
     require_dir(split_dir, "split", key, "<class>/<image>")
-    classes = sorted(e.name for e in os.scandir(split_dir) if e.is_dir())
+    classes = (scan or FolderScan([split_dir])).subfolders(split_dir)
     if not classes:
         raise DataNotFoundError(
             f"{key}: no class folders in {split_dir} (expected <class>/<image>)"
@@ -64,10 +77,13 @@ def scan_class_folders(
     key: str = "data",
     what: str = "",
     hint: str = "",
+    scan: FolderScan | None = None,
 ) -> list[tuple[str, int]]:
     """List the images of the given class folders, label = position in ``classes``.
 
-    Only ``is_dir`` checks and directory listings: no image is opened.
+    Only directory listings: no image is opened. Directory links are followed by the
+    rules of :mod:`ncl_lightning.data.scan`; the links skipped (also those met by
+    ``scan`` while listing the classes) are counted in one warning.
 
     Args:
         split_dir: Folder holding one sub-folder per class.
@@ -75,6 +91,8 @@ def scan_class_folders(
         key: Config key named in the errors (the setting that points at the folder).
         what: Name of the data set in the errors, e.g. ``"ImageNet-100"``.
         hint: Appended to the missing-class error, e.g. where the class list comes from.
+        scan: The split's :class:`~ncl_lightning.data.scan.FolderScan`, whose ``trees``
+            are the dataset root and its split folders; ``None``: ``[split_dir]``.
 
     Returns:
         ``(path, label)`` pairs, sorted by class then path.
@@ -82,6 +100,8 @@ def scan_class_folders(
     Raises:
         DataNotFoundError: ``split_dir`` is missing, class folders are missing (all of
             them counted, the first ones named), or a class folder holds no image.
+        DataError: A class folder is a link back into the dataset or to a folder
+            already scanned.
     """
     require_dir(split_dir, "split", key, "<class>/<image>")
     missing = [name for name in classes if not (split_dir / name).is_dir()]
@@ -90,21 +110,24 @@ def scan_class_folders(
             f"{key}: {what + ' ' if what else ''}class folder(s) missing under {split_dir}: "
             f"{_listing(missing)} ({len(missing)} of {len(classes)} classes){hint}"
         )
+    scan = scan or FolderScan([split_dir])
     samples: list[tuple[str, int]] = []
     for label, name in enumerate(classes):
         class_dir = split_dir / name
-        found = sorted(
-            os.path.join(dirpath, f)
-            for dirpath, _, files in os.walk(class_dir, followlinks=True)
-            for f in files
-            if f.lower().endswith(IMG_EXTENSIONS)
-        )
+        refused = scan.enter(class_dir)
+        if refused is not None:
+            raise DataError(
+                f"{key}: class folder {class_dir} is a link to {refused.target} "
+                f"({refused.reason}); make it a folder or a link outside the dataset"
+            )
+        found = scan.files(class_dir, IMG_EXTENSIONS)
         if not found:
             raise DataNotFoundError(
                 f"{key}: empty class folder: {class_dir} (no files with extensions "
                 f"{', '.join(IMG_EXTENSIONS)})"
             )
         samples.extend((path, label) for path in found)
+    warn_skipped_links(scan.skipped, split_dir, key)
     return samples
 
 
@@ -321,7 +344,10 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
         }
         # Listing one folder is cheap and gives num_classes to the CLI at instantiation.
         require_dir(self.root, "data", "data.init_args.root", f"{train_dir}/<class>/<image>")
-        self.classes = list_class_folders(self.root / train_dir, "data.init_args.train_dir")
+        train = self.root / train_dir
+        self.classes = list_class_folders(
+            train, "data.init_args.train_dir", FolderScan([self.root, train])
+        )
         self.num_classes = len(self.classes)
         self.in_channels = 3
         self.image_size = image_size
@@ -338,14 +364,15 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
     def scan_split(self, split: Split) -> list[tuple[str, int]]:
         """The training classes' images in ``root/<split dir>``; no other class folder."""
         split_dir, key = self.split_folder(split), self._split_keys[split]
-        extra = sorted(set(list_class_folders(split_dir, key)) - set(self.classes))
+        scan = FolderScan([self.root, *(self.split_folder(s) for s in self.split_dirs)])
+        extra = sorted(set(list_class_folders(split_dir, key, scan)) - set(self.classes))
         if extra:
             raise DataError(
                 f"{key}: {split_dir} has class folder(s) absent from the training folder "
                 f"{self.split_folder('train')}: {_listing(extra)}"
             )
         hint = f"; the classes are the sub-folders of {self.split_folder('train')}"
-        return scan_class_folders(split_dir, self.classes, key, hint=hint)
+        return scan_class_folders(split_dir, self.classes, key, hint=hint, scan=scan)
 
     def build_split(self, split: Split) -> Dataset:
         """The images of ``root/<split dir>`` (the test split defaults to the val one)."""

@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from ncl_lightning.data.base import MultiViewDataModule, Split
 from ncl_lightning.data.folder import DecodedCacheMixin, require_dir, scan_class_folders
 from ncl_lightning.data.memory import CacheMode
+from ncl_lightning.data.scan import FolderScan
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
 from ncl_lightning.errors import DataError, DataNotFoundError
 
@@ -133,7 +134,9 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
             else SHIPPED_CLASS_LIST
         )
         hint = f"; the {len(self.classes)} classes are listed in {source}"
-        return scan_class_folders(split_dir, self.classes, key, "ImageNet-100", hint)
+        folders = [self.root / d for d in self.split_dirs.values()]
+        scan = FolderScan([self.root, *folders])
+        return scan_class_folders(split_dir, self.classes, key, "ImageNet-100", hint, scan)
 
     def build_split(self, split: Split) -> Dataset:
         """Scan the listed WNID folders of ``root/<split dir>`` (test: the val folder)."""

@@ -21,40 +21,15 @@ from typing import Any, Literal, get_args
 import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
+from ncl_lightning.data.decode import corrupt_image_error
 from ncl_lightning.errors import ConfigError, CorruptImageError, DataError
 
 CacheMode = Literal["none", "memory", "disk"]
-SKIP_HINT = "set data.init_args.skip_corrupt: true to skip unreadable images"
-
-
-def corrupt_image_error(path: str, reason: str) -> CorruptImageError:
-    """The one-line error for an unreadable image; ``reason`` is kept as ``.reason``."""
-    error = CorruptImageError(f"cannot read image {path}: {reason}; {SKIP_HINT}")
-    error.path, error.reason = path, reason  # type: ignore[attr-defined]
-    return error
-
-
-def read_image(path: str) -> Image.Image:
-    """Decode the image file ``path`` fully into an RGB PIL image.
-
-    Raises:
-        CorruptImageError: The file cannot be decoded (not an image, truncated, ...);
-            the message names the path. PIL's ``LOAD_TRUNCATED_IMAGES`` is never set, so a
-            truncated file fails instead of loading with grey rows.
-    """
-    try:
-        with open(path, "rb") as f:
-            return Image.open(f).convert("RGB")
-    except UnidentifiedImageError as err:  # its text repeats the path: keep it short
-        raise corrupt_image_error(path, "cannot identify image file") from err
-    except Exception as err:  # OSError (truncated), SyntaxError/ValueError (broken chunks)
-        reason = " ".join(str(err).split()) or type(err).__name__
-        raise corrupt_image_error(path, reason) from err
 
 
 class TensorImageDataset(Dataset):

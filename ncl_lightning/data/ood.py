@@ -29,6 +29,7 @@ from ncl_lightning.data.folder import (
     warn_skipped,
 )
 from ncl_lightning.data.imagenet100 import SHIPPED_CLASS_LIST, load_imagenet100_classes
+from ncl_lightning.data.scan import FolderScan
 from ncl_lightning.data.seeding import TransformedDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
 from ncl_lightning.errors import ConfigError
@@ -163,6 +164,8 @@ class ImageNetOODDataModule(MultiViewDataModule):
         self.skipped_images: dict[str, list[tuple[str, str]]] = {}
         # name -> (folder holding the <wnid> folders, what to call it, resize)
         self._sets: dict[str, tuple[Path, str, int]] = {}
+        roots = (stylized_root, sketch_root, imagenet_c_root)
+        self._roots = [_path(r) for r in roots if r is not None]  # no link may lead into
         if stylized_root is not None:
             self._sets["stylized"] = (_path(stylized_root), "Stylized-ImageNet", self.eval_resize)
         if sketch_root is not None:
@@ -215,7 +218,8 @@ class ImageNetOODDataModule(MultiViewDataModule):
             else SHIPPED_CLASS_LIST
         )
         hint = f"; the {len(self.classes)} classes are listed in {source}"
-        self._scans[name] = scan_class_folders(folder, self.classes, key, what, hint)
+        scan = FolderScan(self._roots)
+        self._scans[name] = scan_class_folders(folder, self.classes, key, what, hint, scan)
         return self._scans[name]
 
     def build_set(self, name: str) -> Dataset:
