@@ -3,12 +3,14 @@
 The interrupted run is a real ``ncl-cli`` subprocess killed with SIGKILL in the middle of
 its second epoch; the resumed run continues from the ``last.ckpt`` written at the end of
 the first. With deterministic settings on the CPU the final weights, the data module's
-state and every row of ``metrics.csv`` equal those of an uninterrupted run.
+state and every row of ``metrics.csv`` equal those of an uninterrupted run, SEPIN's
+included (its validation views are drawn again after the resume).
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import os
 import signal
 import subprocess
@@ -48,7 +50,12 @@ def _config(run_dir: Path, marker: str = "", workers: int = 0, augment_on: str =
                 },
                 {
                     "class_path": "ncl_lightning.callbacks.FeatureStatistics",
-                    "init_args": {"every_n_epochs": 1, "spaces": ["z"], "sepin": False},
+                    "init_args": {
+                        "every_n_epochs": 1,
+                        "spaces": ["z"],
+                        "sepin": True,  # as in the demo configs: augmented views at validation
+                        "sepin_max_batches": 2,
+                    },
                 },
                 {
                     "class_path": "tests.resume_helpers.MarkSecondEpoch",
@@ -131,7 +138,10 @@ def test_killed_run_resumes_exactly(tmp_path: Path, workers: int, augment_on: st
     assert want["state_dict"].keys() == got["state_dict"].keys()
     for key, value in want["state_dict"].items():
         assert torch.equal(value, got["state_dict"][key]), key
-    assert _metrics(run) == _metrics(reference)
+    want_rows, got_rows = _metrics(reference), _metrics(run)
+    sepin = [row["val/z/sepin@1"] for row in want_rows if row.get("val/z/sepin@1")]
+    assert len(sepin) == 2 and all(math.isfinite(float(v)) for v in sepin), sepin
+    assert got_rows == want_rows
 
 
 @pytest.mark.slow

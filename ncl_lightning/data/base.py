@@ -36,6 +36,7 @@ from ncl_lightning.data.batch_augmentation import BatchAugmentation, center_crop
 from ncl_lightning.data.memory import FixedSizeUInt8, to_pil
 from ncl_lightning.data.seeding import (
     EpochSampler,
+    EvalViewSampler,
     SeededTransformDataset,
     TransformedDataset,
     global_seed,
@@ -301,7 +302,6 @@ class MultiViewDataModule(L.LightningDataModule):
     def _loader(self, dataset: Dataset | None, name: str, train: bool) -> DataLoader:
         if dataset is None:
             raise RuntimeError(f"{name} dataset is not built; call setup() first")
-        workers = self.num_workers
         sampler = None
         if train:  # (index, seed) keys from (seed, epoch): exact resume, any worker count
             trainer = self.trainer
@@ -316,12 +316,11 @@ class MultiViewDataModule(L.LightningDataModule):
             dataset,
             batch_size=self.batch_size,
             sampler=sampler,
-            # Worker base seeds from a private generator: the global stream is untouched.
-            generator=torch.Generator().manual_seed(self.seed or 0),
+            generator=torch.Generator().manual_seed(self.seed or 0),  # private: global untouched
             drop_last=train and self.drop_last,
-            num_workers=workers,
+            num_workers=self.num_workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
-            persistent_workers=self.persistent_workers and workers > 0,
+            persistent_workers=self.persistent_workers and self.num_workers > 0,
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -356,12 +355,12 @@ class MultiViewDataModule(L.LightningDataModule):
         return self.clean_dataloader("train", rank, world_size)
 
     def view_dataloader(self, split: Split, rank: int = 0, world_size: int = 1) -> DataLoader:
-        """Augmented ``(views, labels)`` batches of an evaluation split, in order.
+        """Augmented ``(views, labels)`` of an evaluation split, in order (SEPIN's pairs).
 
-        Used by metrics that need two augmented views of held-out images (SEPIN). Rank
-        ``rank`` of ``world_size`` gets samples ``rank::world_size``; batches have the
-        training ``batch_size`` (the in-batch negatives of the objective), and the last
-        incomplete batch is dropped when at least one full batch exists.
+        Rank ``rank`` of ``world_size`` gets samples ``rank::world_size`` in batches of the
+        training ``batch_size`` (the in-batch negatives), the last incomplete one dropped
+        if a full one exists. The views of sample ``i`` depend only on ``(seed, i)``
+        (:class:`EvalViewSampler`): not on the global generator, the workers or a resume.
 
         Args:
             split: ``"val"`` or ``"test"``.
@@ -372,12 +371,13 @@ class MultiViewDataModule(L.LightningDataModule):
             raise ValueError("view_dataloader is for evaluation splits ('val', 'test')")
         views = cpu_views(self.augmentation.build(), self.n_views)
         base = self.base_dataset(split)
-        shard = Subset(base, range(rank, len(base), world_size))  # type: ignore[arg-type]
+        keys = EvalViewSampler(len(base), self.seed, rank, world_size)  # type: ignore[arg-type]
         return DataLoader(
-            TransformedDataset(shard, views),
+            SeededTransformDataset(base, views),
             batch_size=self.batch_size,
-            shuffle=False,
-            drop_last=len(shard) >= self.batch_size,
+            sampler=keys,
+            generator=torch.Generator().manual_seed(keys.seed),  # private: global untouched
+            drop_last=len(keys) >= self.batch_size,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
         )

@@ -24,9 +24,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 _MASK = (1 << 64) - 1
+EVAL_KEY = -1
+"""The "epoch" of evaluation views: ``mix_seed(seed, EVAL_KEY, i)`` is no training key."""
 
 
 def mix_seed(*values: int) -> int:
@@ -96,6 +98,34 @@ class EpochSampler(DistributedSampler):
             yield index, mix_seed(seed, epoch, index)
 
 
+class EvalViewSampler(Sampler[tuple[int, int]]):
+    """``(index, sample_seed)`` keys of one rank's shard of an evaluation split, in order.
+
+    Rank ``rank`` of ``world_size`` gets samples ``rank::world_size``; sample ``i`` has the
+    seed ``mix_seed(seed, EVAL_KEY, i)`` at every iteration, so with
+    :class:`SeededTransformDataset` its views depend only on ``(seed, i)``.
+
+    Args:
+        size: Samples in the split.
+        seed: The run's seed (``None``: :func:`global_seed`).
+        rank: This rank.
+        world_size: Ranks sharing the split.
+    """
+
+    def __init__(self, size: int, seed: int | None, rank: int = 0, world_size: int = 1) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        self.indices = range(rank, size, world_size)
+        self.seed = global_seed() if seed is None else seed
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for index in self.indices:
+            yield index, mix_seed(self.seed, EVAL_KEY, index)
+
+
 class TransformedDataset(Dataset):
     """Apply ``transform`` to the image of every ``(image, label)`` pair of ``dataset``.
 
@@ -141,7 +171,9 @@ class SeededTransformDataset(TransformedDataset):
 
 
 __all__ = [
+    "EVAL_KEY",
     "EpochSampler",
+    "EvalViewSampler",
     "SeededTransformDataset",
     "TransformedDataset",
     "global_seed",
