@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ncl_lightning.losses.normalize import normalize_rows
 from ncl_lightning.nn.gather import gather_with_grad, rank
 
 
@@ -55,7 +56,7 @@ def info_nce(
     Returns:
         Scalar: the mean over local queries of ``-log softmax(ẑ_q·ẑ_k/τ)[positive]``.
     """
-    z1, z2 = F.normalize(z1, dim=1), F.normalize(z2, dim=1)
+    z1, z2 = normalize_rows(z1), normalize_rows(z2)
     queries, keys, offset = _views_and_keys(z1, z2, gather_distributed)
     n, total = z1.shape[0], keys.shape[0] // 2
     self_idx, pos_idx = pair_indices(n, total, offset, z1.device)

@@ -9,10 +9,10 @@ co-occurrence matrix.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ncl_lightning.losses.info_nce import _views_and_keys, pair_indices
+from ncl_lightning.losses.normalize import normalize_rows
 
 
 def spectral_contrastive(z1: Tensor, z2: Tensor, gather_distributed: bool = True) -> Tensor:
@@ -30,7 +30,7 @@ def spectral_contrastive(z1: Tensor, z2: Tensor, gather_distributed: bool = True
     Returns:
         Scalar loss, averaged over local queries.
     """
-    z1, z2 = F.normalize(z1, dim=1), F.normalize(z2, dim=1)
+    z1, z2 = normalize_rows(z1), normalize_rows(z2)
     queries, keys, offset = _views_and_keys(z1, z2, gather_distributed)
     n, total = z1.shape[0], keys.shape[0] // 2
     self_idx, pos_idx = pair_indices(n, total, offset, z1.device)

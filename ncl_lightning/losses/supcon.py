@@ -9,10 +9,10 @@ outside the log. With all labels distinct it is exactly InfoNCE / NT-Xent
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ncl_lightning.losses.info_nce import _views_and_keys, pair_indices
+from ncl_lightning.losses.normalize import normalize_rows
 from ncl_lightning.nn.gather import gather_no_grad
 
 
@@ -51,7 +51,7 @@ def supcon(
             f"expected labels of shape [{z1.shape[0]}] for {z1.shape[0]} samples, "
             f"got {tuple(labels.shape)}"
         )
-    z1, z2 = F.normalize(z1, dim=1), F.normalize(z2, dim=1)
+    z1, z2 = normalize_rows(z1), normalize_rows(z2)
     anchors, keys, offset = _views_and_keys(z1, z2, gather_distributed)
     key_labels = gather_no_grad(labels) if gather_distributed else labels
     n, total = z1.shape[0], keys.shape[0] // 2
