@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable
 
 import lightning as L
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 
 from ncl_lightning.errors import NCLError, closest
@@ -28,11 +29,14 @@ _NOISE = (
     "Given value:",
 )
 _PARSER_KEY = re.compile(r'^-?\s*Parser key "([^"]+)":$')
+# A class given as a callable (``optimizer``): its ``init_args`` key on the same line.
+_CALLABLE_KEY = re.compile(r'expects a function or a callable class: Parser key "([^"]+)":$')
 _PROBLEM = re.compile(r"^-?\s*Problem with given class_path '([^']+)':$")
 _UNKNOWN_OPTION = re.compile(r"Option '([^']+)' is not accepted|Key '([^']+)' is not expected")
 _NO_ATTRIBUTE = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
 _NO_MODULE = re.compile(r"No module named '([\w.]+)'")
-_EXPECTED = re.compile(r"Expected a (.+?)\. Got value: (.*)$")
+_EXPECTED = re.compile(r"Expected a (.+?)\. Got value: (.*?)(?:\. Got value: .*)?$")
+_NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: --?([\w.]+)")
 _NOT_ACCEPTED = re.compile(r"Subcommand '\w+' does not accept option '([^']+)'")
 _GROUPS = {"LightningModule": "model", "LightningDataModule": "data"}
@@ -112,6 +116,8 @@ def _expected(key: str, expected: str, got: str) -> str:
     if literal:
         return f"{key}: {got!r} is not valid; valid choices: {literal.group(1)}"
     expected = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", expected)
+    if "float" in expected and got.strip().lower() in _NON_FINITE:
+        return f"{key} must be a finite number, got {got!r}"
     return f"{key}: expected {expected}, got {got!r}"
 
 
@@ -142,6 +148,11 @@ def summarize(message: str, option_keys: Iterable[str] = ()) -> str:
         while path and path[-1][0] >= indent:
             path.pop()
         key_match, problem = _PARSER_KEY.match(line), _PROBLEM.match(line)
+        callable_key = _CALLABLE_KEY.search(line)
+        if callable_key:
+            path.append((indent, "init_args", None))
+            path.append((indent, callable_key.group(1), None))
+            continue
         if key_match:
             path.append((indent, key_match.group(1), None))
             continue
@@ -214,4 +225,41 @@ def one_line(err: BaseException) -> str:
     return lines[0] if len(lines) == 1 else " ".join(lines)
 
 
-__all__ = ["init_arguments", "instantiation_message", "one_line", "summarize"]
+def os_message(err: OSError) -> str | None:
+    """``"<path>: <problem>"`` for an OS error about a path (a folder that is a file, no
+    permission, a read-only disk...), or ``None`` when it names no path."""
+    if err.filename is None:
+        return None
+    problem = err.strerror or one_line(err)
+    paths = f"{err.filename}" + (f" -> {err.filename2}" if err.filename2 is not None else "")
+    return f"{paths}: {problem}"
+
+
+def user_error_message(err: BaseException) -> str | None:
+    """The one line ``ncl-cli`` prints for a user-caused error, or ``None`` for a bug.
+
+    User-caused: our own :class:`~ncl_lightning.errors.NCLError` (checks), a jsonargparse
+    report (config keys, types, a class's ``__init__`` refusing a value), Lightning's
+    ``MisconfigurationException`` and an ``OSError`` naming a path (the message is the
+    path and the system's reason). Anything else is a bug and keeps its traceback.
+    """
+    if isinstance(err, NCLError):
+        return one_line(err)
+    message = instantiation_message(err)
+    if message is not None:
+        return message
+    if isinstance(err, MisconfigurationException):
+        return one_line(err)
+    if isinstance(err, OSError):
+        return os_message(err)
+    return None
+
+
+__all__ = [
+    "init_arguments",
+    "instantiation_message",
+    "one_line",
+    "os_message",
+    "summarize",
+    "user_error_message",
+]

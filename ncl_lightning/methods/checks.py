@@ -14,6 +14,7 @@ Two kinds:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -26,16 +27,24 @@ from ncl_lightning.errors import ConfigError
 OPTIMIZER_LR_KEY = "model.init_args.optimizer.init_args.lr"
 
 
+def check_finite(key: str, value: float) -> None:
+    """``ConfigError`` for an infinite or NaN ``value``."""
+    if not math.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number, got {value!r}")
+
+
 def check_positive(key: str, value: float) -> None:
-    """``ConfigError`` unless ``value > 0`` (NaN fails too)."""
+    """``ConfigError`` unless ``value`` is a finite number ``> 0`` (NaN and inf fail)."""
     if not value > 0:
         raise ConfigError(f"{key} must be > 0, got {value!r}")
+    check_finite(key, value)
 
 
 def check_at_least(key: str, value: float, low: float) -> None:
-    """``ConfigError`` unless ``value >= low``."""
+    """``ConfigError`` unless ``value`` is a finite number ``>= low`` (NaN and inf fail)."""
     if not value >= low:
         raise ConfigError(f"{key} must be >= {low}, got {value!r}")
+    check_finite(key, value)
 
 
 def check_range(key: str, value: float, low: float, high: float, closed: str = "[]") -> None:
@@ -113,6 +122,9 @@ class ModelChecks:
         self._check_learning_rates()
         if example is not None:
             self._check_forward(example)
+            batch_size = self.hparams.get("batch_size")
+            if isinstance(batch_size, int) and 0 < batch_size < example.shape[0]:
+                self._check_training_batch(example[:batch_size])
 
     # -- learning rates ---------------------------------------------------------------
     def _check_learning_rates(self) -> None:
@@ -133,11 +145,12 @@ class ModelChecks:
             raise ConfigError(f"model.init_args.optimizer: {_first_line(err)}") from err
         for i, group in enumerate(optimizer.param_groups):
             lr = float(group["lr"])
-            if lr > 0:
+            if lr > 0 and math.isfinite(lr):
                 continue
             own = own_lr[i] if i < len(own_lr) else None  # the group's own rate, if any
             key = OPTIMIZER_LR_KEY if own is None else self._lr_key(own, i)
-            raise ConfigError(f"{key} must be > 0, got {lr!r}")
+            problem = "must be > 0" if not lr > 0 else "must be a finite number"
+            raise ConfigError(f"{key} {problem}, got {lr!r}")
 
     def _lr_key(self, lr: float, index: int) -> str:
         """The ``*_lr`` hyper-parameter a group's own rate came from (``probe_lr``, ...)."""
@@ -162,6 +175,32 @@ class ModelChecks:
                     self._check_width(h, backbone.out_dim)
                 self._run(module, example)
         finally:
+            for m, training in modes.items():
+                m.training = training
+
+    def _check_training_batch(self, batch: Tensor) -> None:
+        """The forward pass in training mode on a batch of the size training will see
+        (``batch_size`` per device and view): BatchNorm refuses a batch of one sample.
+        Weights, buffers (BatchNorm statistics), modes and the random state are restored."""
+        module: nn.Module = self  # type: ignore[assignment]
+        param = next(module.parameters(), None)
+        if param is not None:
+            batch = batch.to(device=param.device, dtype=param.dtype)
+        modes = {m: m.training for m in module.modules()}
+        buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
+        module.train()
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                module(batch)
+        except (RuntimeError, ValueError) as err:
+            raise ConfigError(
+                f"batch_size={batch.shape[0]} is too small for training this model "
+                f"({_first_line(err)}); set data.init_args.batch_size >= 2"
+            ) from err
+        finally:
+            with torch.no_grad():
+                for name, b in module.named_buffers():
+                    b.copy_(buffers[name])
             for m, training in modes.items():
                 m.training = training
 

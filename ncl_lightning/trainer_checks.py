@@ -1,0 +1,230 @@
+"""Checks of the ``trainer`` section of a parsed ``ncl-cli`` config, before Lightning
+builds anything.
+
+Lightning validates its ``Trainer`` arguments while it builds the trainer, the
+accelerator and the strategy, with messages that do not name the config key, and some of
+its exceptions are plain ``TypeError``/``ValueError`` (indistinguishable from a bug). An
+output folder that is a file or not writable is found only when the first log or
+checkpoint is written. :func:`check_trainer` checks each value where it is declared and
+raises one :class:`~ncl_lightning.errors.ConfigError` naming ``trainer.<key>``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.accelerators import AcceleratorRegistry
+from lightning.pytorch.strategies import StrategyRegistry
+
+from ncl_lightning.errors import ConfigError, closest
+
+_AUTO = "auto"
+
+
+def _get(cfg: Any, key: str) -> Any:
+    """``cfg[key]`` for a dict or a jsonargparse ``Namespace``; ``None`` when absent."""
+    getter = getattr(cfg, "get", None)
+    return getter(key) if callable(getter) else None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_int(key: str, value: Any, low: int, none_ok: bool = True) -> None:
+    if value is None and none_ok:
+        return
+    if not _is_int(value) or value < low:
+        raise ConfigError(f"trainer.{key} must be an integer >= {low}, got {value!r}")
+
+
+def _check_count_or_fraction(key: str, value: Any, int_low: int, allow_zero: bool) -> None:
+    """An integer ``>= int_low`` (a count) or a float in [0, 1] / (0, 1] (a fraction)."""
+    if value is None:
+        return
+    if _is_int(value):
+        if value < int_low:
+            raise ConfigError(f"trainer.{key} must be an integer >= {int_low}, got {value!r}")
+        return
+    low = "[0.0" if allow_zero else "(0.0"
+    ok = isinstance(value, float) and (0.0 <= value <= 1.0 if allow_zero else 0.0 < value <= 1.0)
+    if not ok:
+        raise ConfigError(
+            f"trainer.{key} must be an integer >= {int_low} (batches) or a fraction in "
+            f"{low}, 1.0], got {value!r}"
+        )
+
+
+def check_numbers(trainer: Any) -> None:
+    """Counts, limits and intervals of the ``trainer`` section."""
+    _check_int("max_epochs", _get(trainer, "max_epochs"), -1)
+    _check_int("min_epochs", _get(trainer, "min_epochs"), 0)
+    _check_int("max_steps", _get(trainer, "max_steps"), -1)
+    _check_int("min_steps", _get(trainer, "min_steps"), 0)
+    _check_int("check_val_every_n_epoch", _get(trainer, "check_val_every_n_epoch"), 1)
+    _check_int("log_every_n_steps", _get(trainer, "log_every_n_steps"), 0)
+    _check_int("accumulate_grad_batches", _get(trainer, "accumulate_grad_batches"), 1)
+    _check_int("num_nodes", _get(trainer, "num_nodes"), 1)
+    _check_int("num_sanity_val_steps", _get(trainer, "num_sanity_val_steps"), -1)
+    _check_count_or_fraction("val_check_interval", _get(trainer, "val_check_interval"), 1, False)
+    for split in ("train", "val", "test", "predict"):
+        key = f"limit_{split}_batches"
+        _check_count_or_fraction(key, _get(trainer, key), 0, True)
+    clip = _get(trainer, "gradient_clip_val")
+    finite = isinstance(clip, int | float) and math.isfinite(clip)
+    if clip is not None and not (finite and clip >= 0):
+        raise ConfigError(f"trainer.gradient_clip_val must be a finite number >= 0, got {clip!r}")
+
+
+def _accelerator_class(name: str) -> type:
+    """The accelerator class Lightning would pick for ``name`` (``gpu``: CUDA, else MPS)."""
+    if name == "gpu":
+        available = _available_accelerators()
+        name = next((n for n in ("mps", "cuda") if n in available), "cuda")
+    return AcceleratorRegistry[name]["accelerator"]
+
+
+def _available_accelerators() -> list[str]:
+    names = sorted(AcceleratorRegistry.available_accelerators())
+    return [n for n in names if AcceleratorRegistry[n]["accelerator"].is_available()]
+
+
+def _check_devices(devices: Any, name: str, cls: type) -> None:
+    """``devices`` through the accelerator's own parser; a parse to no device is refused."""
+    if devices is None or devices == _AUTO:
+        return
+    try:
+        parsed = cls.parse_devices(devices)
+    except (MisconfigurationException, TypeError, ValueError):
+        parsed = None
+    if parsed is None or parsed == []:
+        if name == "cpu":
+            remedy = "give a number of processes >= 1, or 'auto'"
+        else:
+            count = cls.auto_device_count() if cls.is_available() else 0
+            remedy = (
+                f"{count} {name} device(s) on this machine; give a count >= 1, a list of "
+                "indices, -1 for all, or 'auto'"
+            )
+        raise ConfigError(
+            f"trainer.devices: {devices!r} is not valid for accelerator {name!r} ({remedy})"
+        )
+
+
+def check_hardware(trainer: Any) -> None:
+    """``accelerator`` is known and present on this machine, ``devices`` is valid for it
+    (Lightning's own parser of the accelerator, attributed to the key), ``strategy`` is a
+    registered name."""
+    accelerator = _get(trainer, "accelerator")
+    if isinstance(accelerator, str):
+        name = accelerator.lower()
+        known = sorted(AcceleratorRegistry.available_accelerators())
+        if name != _AUTO and name != "gpu" and name not in known:
+            hint = closest(name, [*known, "gpu", _AUTO])
+            raise ConfigError(
+                f"trainer.accelerator: unknown accelerator {accelerator!r}"
+                + (f" (did you mean {hint!r}?)" if hint else "")
+                + f"; valid: {', '.join([_AUTO, 'gpu', *known])}"
+            )
+        if name == _AUTO:
+            available = _available_accelerators()
+            name = next((n for n in ("cuda", "mps", "tpu") if n in available), "cpu")
+        cls = _accelerator_class(name)
+        if not cls.is_available():
+            raise ConfigError(
+                f"trainer.accelerator: {accelerator!r} is not available on this machine; "
+                f"available: {', '.join(_available_accelerators())}"
+            )
+        _check_devices(_get(trainer, "devices"), name, cls)
+    strategy = _get(trainer, "strategy")
+    if isinstance(strategy, str) and strategy.lower() != _AUTO:
+        valid = StrategyRegistry.available_strategies()
+        if strategy.lower() not in valid:
+            hint = closest(strategy.lower(), valid)
+            raise ConfigError(
+                f"trainer.strategy: unknown strategy {strategy!r}"
+                + (f" (did you mean {hint!r}?)" if hint else "")
+                + f"; valid: auto, {', '.join(n for n in valid if not _variant(n))} (and "
+                f"their *_find_unused_parameters_* / *_stage_* variants)"
+            )
+
+
+def _variant(name: str) -> bool:
+    return "_find_unused_parameters_" in name or "_stage_" in name
+
+
+def check_output_dir(key: str, path: str | os.PathLike[str]) -> None:
+    """``path`` is, or can be made, a writable folder: neither it nor an ancestor is a
+    file, and its nearest existing ancestor accepts a new entry (probed with a temporary
+    folder that is removed at once, so a read-only mount or an ACL is caught too).
+
+    Raises:
+        ConfigError: Naming ``key`` and the path.
+    """
+    target = Path(path).expanduser()
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"{key}: {target} is a file, not a folder")
+    parent = target
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{key}: {target}: {parent} is a file, not a folder")
+    try:
+        probe = tempfile.mkdtemp(prefix=".ncl-write-check-", dir=parent)
+    except OSError as err:
+        raise ConfigError(
+            f"{key}: {target}: cannot create folders in {parent} ({err.strerror or err})"
+        ) from None
+    os.rmdir(probe)
+
+
+def output_dirs(trainer: Any) -> Iterator[tuple[str, str]]:
+    """``(key, path)`` of every folder the trainer writes to: ``default_root_dir``, each
+    logger's ``save_dir``/``root_dir`` and each callback's ``dirpath``."""
+    root = _get(trainer, "default_root_dir")
+    if root:
+        yield "trainer.default_root_dir", str(root)
+    loggers = _get(trainer, "logger")
+    entries = loggers if isinstance(loggers, list) else [loggers]
+    for i, entry in enumerate(entries):
+        args = _get(entry, "init_args") if entry is not None else None
+        prefix = "trainer.logger" + (f"[{i}]" if isinstance(loggers, list) else "")
+        for name in ("save_dir", "root_dir"):
+            value = _get(args, name) if args is not None else None
+            if value:
+                yield f"{prefix}.init_args.{name}", str(value)
+    for i, callback in enumerate(_get(trainer, "callbacks") or []):
+        args = (
+            _get(callback, "init_args")
+            if isinstance(callback, Mapping) or hasattr(callback, "get")
+            else None
+        )
+        value = _get(args, "dirpath") if args is not None else None
+        if value:
+            yield f"trainer.callbacks[{i}].init_args.dirpath", str(value)
+
+
+def check_trainer(trainer: Any) -> None:
+    """Every check of this module on a parsed ``trainer`` section.
+
+    Args:
+        trainer: The ``trainer`` section (a jsonargparse ``Namespace`` or a dict).
+
+    Raises:
+        ConfigError: The first value that cannot work, naming ``trainer.<key>``.
+    """
+    if trainer is None:
+        return
+    check_numbers(trainer)
+    check_hardware(trainer)
+    for key, path in output_dirs(trainer):
+        check_output_dir(key, path)
+
+
+__all__ = ["check_hardware", "check_numbers", "check_output_dir", "check_trainer", "output_dirs"]
