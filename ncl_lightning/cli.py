@@ -41,14 +41,16 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from ncl_lightning.checkpoint import RECORD_KEY, check_state_fits, read_checkpoint
 from ncl_lightning.checkpoint_io import AtomicCheckpointIO
-from ncl_lightning.cli_errors import instantiation_message, one_line, summarize
-from ncl_lightning.errors import ConfigError, NCLError
+from ncl_lightning.cli_errors import summarize, user_error_message
+from ncl_lightning.config_errors import check_config_args
+from ncl_lightning.errors import ConfigError
 from ncl_lightning.resume import (
     continue_loggers,
     find_last_checkpoint,
     restore_csv_rows,
     same_class,
 )
+from ncl_lightning.trainer_checks import check_trainer
 
 # Model arguments naming files: what this run says wins over the paths recorded in a
 # ``--ckpt_path`` checkpoint's hyper-parameters (files move between machines).
@@ -75,6 +77,18 @@ class NCLArgumentParser(LightningArgumentParser):
         if not self.exit_on_error or os.environ.get(TRACEBACK_ENV):
             super().error(message, ex)
         raise ConfigError(summarize(message, _option_keys(self))) from None
+
+    def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        """Check the ``--config`` files before jsonargparse reads them (one line naming the
+        file, ``file:line:column`` for YAML errors) and the parsed ``trainer`` section
+        before Lightning builds anything from it (:func:`check_trainer`)."""
+        check_config_args(sys.argv[1:] if args is None else [str(a) for a in args])
+        cfg = super().parse_args(args, *rest, **kwargs)
+        sub = cfg.get("subcommand")
+        section = cfg.get(sub) if sub else cfg
+        if section is not None:
+            check_trainer(section.get("trainer"))
+        return cfg
 
 
 class NCLCLI(LightningCLI):
@@ -233,9 +247,7 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
 def error_message(err: BaseException) -> str | None:
     """The one-line message ``ncl-cli`` prints for ``err``, or ``None`` for a bug (whose
     traceback is shown)."""
-    if isinstance(err, NCLError):
-        return one_line(err)
-    return instantiation_message(err)
+    return user_error_message(err)
 
 
 def main(args: list[str] | None = None) -> None:
