@@ -38,6 +38,7 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ncl_lightning.checkpoint import RECORD_KEY, check_state_fits, read_checkpoint
 from ncl_lightning.checkpoint_io import AtomicCheckpointIO
@@ -50,10 +51,18 @@ from ncl_lightning.resume import (
     restore_csv_rows,
     same_class,
 )
+from ncl_lightning.runtime import (
+    Preemption,
+    ResumeOverrides,
+    RunLock,
+    overlay_explicit,
+    run_folders,
+)
+from ncl_lightning.runtime.overrides import describe
 from ncl_lightning.trainer_checks import check_trainer
 
-# Model arguments naming files: what this run says wins over the paths recorded in a
-# ``--ckpt_path`` checkpoint's hyper-parameters (files move between machines).
+# Model arguments naming the files a model loads its weights from: a model given one is
+# trained (test/validate/predict need no --ckpt_path).
 PATH_ARGUMENTS = ("checkpoint", "pretrained")
 TRACEBACK_ENV = "NCL_TRACEBACK"
 
@@ -108,6 +117,27 @@ class NCLCLI(LightningCLI):
             help="fit: resume from the run's newest last.ckpt when there is one, else "
             "start afresh (for jobs that are re-submitted after preemption).",
         )
+        parser.add_argument(
+            "--allow_untrained",
+            type=bool,
+            default=False,
+            help="test/validate/predict: evaluate the model's initial (untrained) weights "
+            "when no --ckpt_path is given, instead of refusing.",
+        )
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        super().parse_arguments(parser, args)
+        self._args = args  # parsed again without defaults when a checkpoint is resumed
+
+    def _explicit_model(self, sub: str) -> Any:
+        """The ``model`` arguments the user gave (config files and command line), without
+        the defaults."""
+        args = getattr(self, "_args", None)
+        if isinstance(args, dict):
+            given = self.parser.parse_object(args, defaults=False)
+        else:
+            given = self.parser.parse_args(args, defaults=False)
+        return given.get(f"{sub}.model")
 
     # -- before instantiation: resolve and check the checkpoint --------------------------
     def _subconfig(self) -> Any:
@@ -166,6 +196,7 @@ class NCLCLI(LightningCLI):
             return
         cfg = self.config[sub]
         self._resume_checkpoint: dict[str, Any] | None = None
+        self._overrides: list[Any] = []
         path = self._resolve_ckpt_path()
         if path is None:
             return
@@ -179,11 +210,17 @@ class NCLCLI(LightningCLI):
             return  # checked with the model's keys in check_state_fits
         if sub == "fit":
             continue_loggers(cfg["trainer"].get("logger"), ckpt[RECORD_KEY].get("loggers", []))
-        init_args = cfg.get("model.init_args")
-        given = {k: init_args.get(k) for k in PATH_ARGUMENTS if init_args and init_args.get(k)}
+        explicit = self._explicit_model(sub)
         super()._parse_ckpt_path()
-        for key, value in given.items():
-            self.config[f"{sub}.model.init_args.{key}"] = value
+        if explicit is not None:
+            # What the user gave wins over the checkpoint's hyper-parameters (a fix for a
+            # NaN stop, a lower lr, paths that moved); the rest comes from the checkpoint.
+            self._overrides = overlay_explicit(self.config[f"{sub}.model"], explicit, "model.")
+            if self._overrides:
+                rank_zero_info(
+                    f"Resuming {path} with this run's values over the checkpoint's: "
+                    f"{describe(self._overrides)}"
+                )
 
     # -- after instantiation, before anything runs ------------------------------------
     def _preflight(self, stage: str) -> None:
@@ -200,9 +237,33 @@ class NCLCLI(LightningCLI):
         ckpt = getattr(self, "_resume_checkpoint", None)
         if ckpt is not None:
             check_state_fits(ckpt, model, self._subconfig()["ckpt_path"])
-            if stage == "fit":
-                for logger in trainer.loggers:
-                    restore_csv_rows(logger, int(ckpt.get("global_step", 0)))
+        elif stage != "fit":
+            self._check_trained(stage)
+        if stage != "fit":
+            return
+        if ckpt is not None and getattr(self, "_overrides", None):
+            trainer.callbacks.append(ResumeOverrides())
+        if rank_zero_only.rank == 0:
+            # Last: every check has passed. Other ranks of a DDP run share the folder.
+            lock = RunLock()
+            lock.acquire(run_folders(trainer))
+            trainer.callbacks.append(lock)
+        if ckpt is not None:
+            for logger in trainer.loggers:
+                restore_csv_rows(logger, int(ckpt.get("global_step", 0)))
+
+    def _check_trained(self, stage: str) -> None:
+        """Refuse to evaluate initial weights unless asked to (``--allow_untrained``)."""
+        cfg = self._subconfig()
+        init_args = cfg.get("model.init_args") or {}
+        if cfg.get("ckpt_path") or cfg.get("allow_untrained"):
+            return
+        if any(init_args.get(key) for key in PATH_ARGUMENTS):
+            return  # the model loads trained weights itself
+        raise ConfigError(
+            f"ckpt_path: {stage} without a checkpoint would evaluate untrained weights; "
+            "pass --ckpt_path <file> (or last), or --allow_untrained true"
+        )
 
     def before_fit(self) -> None:
         self._preflight("fit")
@@ -231,17 +292,28 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
 
     Args:
         args: Replaces ``sys.argv[1:]``, e.g. ``["fit", "--config", "configs/cifar10_ncl.yaml"]``.
+
+    Raises:
+        PreemptedError: A ``SystemExit`` with status ``128 + signum`` when SIGTERM,
+            SIGUSR1 or SIGINT stopped training (``last.ckpt`` saved).
     """
-    return NCLCLI(
-        model_class=LightningModule,
-        datamodule_class=LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        save_config_kwargs={"overwrite": True},
-        parser_class=NCLArgumentParser,
-        args=args,
-        auto_configure_optimizers=False,
-    )
+    preemption = Preemption()
+    try:
+        return NCLCLI(
+            model_class=LightningModule,
+            datamodule_class=LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_kwargs={"overwrite": True},
+            parser_class=NCLArgumentParser,
+            args=args,
+            auto_configure_optimizers=False,
+            trainer_defaults={"callbacks": [preemption]},
+        )
+    except (SystemExit, KeyboardInterrupt):
+        if preemption.stop is not None:
+            raise preemption.stop from None
+        raise
 
 
 def error_message(err: BaseException) -> str | None:

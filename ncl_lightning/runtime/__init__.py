@@ -1,0 +1,16 @@
+"""Run-time shell pieces that act on the process: signals, run-folder locks and the
+command line's values over a resumed checkpoint's. ``ncl-cli`` installs them on every
+run; a Python user can add the callbacks to a plain ``Trainer``."""
+
+from ncl_lightning.runtime.lock import RunFolderInUseError, RunLock, run_folders
+from ncl_lightning.runtime.overrides import ResumeOverrides, overlay_explicit
+from ncl_lightning.runtime.signals import Preemption
+
+__all__ = [
+    "Preemption",
+    "ResumeOverrides",
+    "RunFolderInUseError",
+    "RunLock",
+    "overlay_explicit",
+    "run_folders",
+]

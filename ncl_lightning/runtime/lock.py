@@ -1,0 +1,124 @@
+"""One process trains in a run folder at a time.
+
+Two copies of one job (an ``--auto_resume`` job submitted twice, two array tasks with
+the same config) would otherwise resume the same checkpoint and write into one version
+folder: interleaved ``metrics.csv`` rows, two sets of checkpoints. :class:`RunLock`
+takes an exclusive ``flock`` on ``.<folder name>.ncl-run.lock`` beside each run folder
+(not inside it: Lightning warns about non-empty new folders) before the run writes
+anything else, and a second process is refused with one line naming the folder and the
+process holding it. The lock belongs to the open file: it is released when the process
+ends, however it ends (a killed run leaves no stale lock), and the file's text (pid,
+host, start time) is only there to be read by a person.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import os
+import socket
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from lightning.pytorch.callbacks import Callback
+
+from ncl_lightning.errors import NCLError
+
+LOCK_SUFFIX = ".ncl-run.lock"
+
+
+def lock_path(folder: Path) -> Path:
+    """The lock file of ``folder``: ``<parent>/.<name>.ncl-run.lock``."""
+    return folder.parent / f".{folder.name}{LOCK_SUFFIX}"
+
+
+class RunFolderInUseError(NCLError, RuntimeError):
+    """Another process is training in this run folder."""
+
+
+def run_folders(trainer: Any) -> list[Path]:
+    """The folders a training run writes its logs and checkpoints to.
+
+    Args:
+        trainer: A Trainer whose loggers and checkpoint callbacks are configured (their
+            folders need not exist yet).
+
+    Returns:
+        Each logger's own folder (``log_dir``, or ``save_dir/name/version`` where the
+        version is already known, e.g. a resumed W&B run), each ``ModelCheckpoint``
+        ``dirpath`` given in the config, and ``default_root_dir`` when nothing else is.
+    """
+    folders: list[Path] = []
+    for logger in trainer.loggers:
+        log_dir = getattr(logger, "log_dir", None)  # CSV, TensorBoard: nothing created
+        version = None if log_dir else logger.version  # W&B: the id, when already known
+        if isinstance(log_dir, str | Path):
+            folders.append(Path(log_dir))
+        elif getattr(logger, "save_dir", None) and isinstance(version, str | int):
+            folders.append(Path(logger.save_dir) / str(logger.name or "") / str(version))
+    for callback in trainer.checkpoint_callbacks:
+        if getattr(callback, "dirpath", None):
+            folders.append(Path(callback.dirpath))
+    if not folders:
+        folders.append(Path(trainer.default_root_dir))
+    return list(dict.fromkeys(p.expanduser().resolve() for p in folders))
+
+
+class RunLock(Callback):
+    """Exclusive locks on a run's folders, held until the fit ends (as a callback: its
+    teardown or an exception releases them) or the process exits."""
+
+    def __init__(self) -> None:
+        self._files: list[IO[str]] = []
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self.release()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.release()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_files": []}  # a spawned process holds no lock of its own
+
+    def acquire(self, folders: Iterable[Path]) -> None:
+        """Lock every folder (creating its parent), or lock none.
+
+        Raises:
+            RunFolderInUseError: Another process holds one of them (named, with the
+                holder's pid, host and start time).
+        """
+        for folder in folders:
+            path = lock_path(folder)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(path, "a+")  # noqa: SIM115 - held open: the lock is the open file
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                self.release()
+                raise RunFolderInUseError(
+                    f"{folder}: another run is training in this folder ({holder}); wait for "
+                    "it to end, or give this run its own folder (trainer.default_root_dir, "
+                    "the logger's save_dir/version)"
+                ) from None
+            handle.seek(0)
+            handle.truncate()
+            started = dt.datetime.now().isoformat(timespec="seconds")
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {started}\n")
+            handle.flush()
+            self._files.append(handle)
+
+    def release(self) -> None:
+        """Unlock every folder (the lock files stay; their lock is gone)."""
+        for handle in self._files:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            finally:
+                handle.close()
+        self._files.clear()
+
+
+__all__ = ["LOCK_SUFFIX", "RunFolderInUseError", "RunLock", "lock_path", "run_folders"]

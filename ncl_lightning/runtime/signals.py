@@ -1,0 +1,157 @@
+"""Pre-emption: SIGTERM, SIGUSR1 and SIGINT save ``last.ckpt`` and exit non-zero.
+
+A cluster scheduler ends a job with SIGTERM (SLURM's ``--signal`` may send SIGUSR1
+first). Lightning notices SIGTERM at the end of the running batch and then exits with
+status 0, so a pre-empted job looks finished and is never requeued. With the
+:class:`Preemption` callback the run instead
+
+1. saves ``last.ckpt`` (in the ``ModelCheckpoint`` folder, else
+   ``<default_root_dir>/checkpoints``) at that batch boundary, every rank agreeing;
+2. prints the command that resumes it (``--ckpt_path last``);
+3. exits with ``128 + signal number`` (143 for SIGTERM, 138 for SIGUSR1, 130 for
+   SIGINT), as a shell reports a process ended by that signal.
+
+SIGUSR1 is treated as SIGTERM unless a handler is already installed for it (Lightning's
+SLURM auto-requeue installs its own). A second signal while saving is ignored.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+
+class PreemptedError(SystemExit):
+    """The run was stopped by a signal (after saving ``last.ckpt``); its exit ``code`` is
+    ``128 + signum``. A ``SystemExit``, so ``except Exception`` does not swallow it."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.message = message
+        self.signum = signum
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def last_checkpoint_path(trainer: L.Trainer) -> Path:
+    """Where ``last.ckpt`` of ``trainer``'s run goes: the ``ModelCheckpoint`` folder, else
+    ``<default_root_dir>/checkpoints``."""
+    callback = trainer.checkpoint_callback
+    folder = getattr(callback, "dirpath", None) if callback is not None else None
+    name = ModelCheckpoint.CHECKPOINT_NAME_LAST + ModelCheckpoint.FILE_EXTENSION
+    if isinstance(callback, ModelCheckpoint):
+        name = callback.CHECKPOINT_NAME_LAST + callback.FILE_EXTENSION
+    return Path(folder or Path(trainer.default_root_dir) / "checkpoints") / name
+
+
+def resume_command(argv: list[str] | None = None) -> str:
+    """The command line that resumes this run: the same arguments with ``--ckpt_path
+    last`` (an earlier ``--ckpt_path``/``--auto_resume`` is dropped)."""
+    args = list(sys.argv if argv is None else argv)
+    prog = "ncl-cli" if not args or Path(args[0]).name in ("ncl-cli", "cli.py") else args[0]
+    out, skip = [], False
+    for arg in args[1:]:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--ckpt_path", "--auto_resume"):
+            skip = True
+            continue
+        if arg.startswith(("--ckpt_path=", "--auto_resume=")):
+            continue
+        out.append(arg)
+    return shlex.join([prog, *out, "--ckpt_path", "last"])
+
+
+class Preemption(Callback):
+    """Save ``last.ckpt`` and exit ``128 + signum`` on SIGTERM, SIGUSR1 or SIGINT.
+
+    The checkpoint is written at the batch boundary where Lightning stops (the end of the
+    running batch); resuming it with ``--ckpt_path last`` continues from that step.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.stop: PreemptedError | None = None
+        self._previous: dict[int, Any] = {}
+
+    # -- signal handlers ------------------------------------------------------------
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.signum, self.stop = None, None
+        # Lightning has installed its SIGTERM handler (it stops at the batch end); note
+        # which signal arrived, and let SIGUSR1 stop the run the same way.
+        self._hook(signal.SIGTERM)
+        if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+            self._install(signal.SIGUSR1, self._as_sigterm)
+
+    def _hook(self, signum: int) -> None:
+        previous = signal.getsignal(signum)
+
+        def handler(num: int, frame: Any) -> None:
+            self.signum = self.signum or num
+            if callable(previous):
+                previous(num, frame)
+
+        self._install(signum, handler)
+
+    def _as_sigterm(self, num: int, frame: Any) -> None:
+        self.signum = self.signum or num
+        handler = signal.getsignal(signal.SIGTERM)  # Lightning's, wrapped by _hook
+        if callable(handler):
+            handler(signal.SIGTERM, frame)
+
+    def _install(self, signum: int, handler: Any) -> None:
+        self._previous.setdefault(signum, signal.getsignal(signum))
+        signal.signal(signum, handler)
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore()
+
+    # -- the stop -------------------------------------------------------------------
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """Save ``last.ckpt`` when Lightning stops on a signal; the error is kept in
+        :attr:`stop` (Lightning finishes its teardown, then ``ncl-cli`` raises it)."""
+        if isinstance(exception, SIGTERMException):
+            signum = self.signum or signal.SIGTERM
+        elif isinstance(exception, KeyboardInterrupt):
+            signum = signal.SIGINT
+            if trainer.world_size > 1:
+                return  # only this rank was interrupted: a collective save would hang
+        else:
+            return
+        self._restore()
+        name = signal.Signals(signum).name
+        if trainer.state.fn != "fit" or trainer.global_step == 0:
+            self.stop = PreemptedError(f"stopped by {name} before any training step", signum)
+            return
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            path = last_checkpoint_path(trainer)
+            trainer.save_checkpoint(path)  # collective: every rank calls it, rank 0 writes
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        message = (
+            f"stopped by {name} at step {trainer.global_step} (epoch {trainer.current_epoch}); "
+            f"saved {path}; resume with: {resume_command()}"
+        )
+        rank_zero_info(f"ncl-cli: {message}")
+        self.stop = PreemptedError(message, int(signum))
+
+
+__all__ = ["PreemptedError", "Preemption", "last_checkpoint_path", "resume_command"]
