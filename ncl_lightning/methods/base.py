@@ -38,7 +38,12 @@ from ncl_lightning.methods.checks import (
     check_choice,
     check_positive,
 )
-from ncl_lightning.methods.guard import NONFINITE_CHOICES, NonFiniteGuard, NonFiniteLoss
+from ncl_lightning.methods.guard import (
+    NONFINITE_CHOICES,
+    NonFiniteGuard,
+    NonFiniteLoss,
+    check_grad_norm_limit,
+)
 from ncl_lightning.methods.online import OnlineEvaluator
 from ncl_lightning.methods.optimization import (
     WarmupCosineOptimization,
@@ -99,7 +104,12 @@ class SSLMethod(
         compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
             ``max-autotune``).
         nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
-            :class:`~ncl_lightning.errors.NonFiniteLossError`) or ``skip`` the batch.
+            :class:`~ncl_lightning.errors.NonFiniteLossError`) or ``skip`` the batch; the
+            same for non-finite gradients or BatchNorm statistics with a finite loss.
+        grad_norm_limit: Treat a step whose gradient norm (over every parameter, before
+            any clipping) exceeds this like a non-finite one (``nonfinite_loss``); None
+            (default): only non-finite gradients count. Not clipping: that is
+            ``trainer.gradient_clip_val``.
 
     Attributes:
         needs_labels: Class flag: ``objective`` also receives the batch labels ``[B]``
@@ -125,6 +135,7 @@ class SSLMethod(
         torch_compile: bool = False,
         compile_mode: CompileMode = "default",
         nonfinite_loss: NonFiniteLoss = "stop",
+        grad_norm_limit: float | None = None,
     ) -> None:
         super().__init__()
         check_compile_mode(compile_mode)
@@ -135,6 +146,7 @@ class SSLMethod(
         check_at_least("knn_k", knn_k, 1)
         check_positive("knn_temperature", knn_temperature)
         check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_CHOICES)
+        check_grad_norm_limit(grad_norm_limit)
         # Under ncl-cli the stored hparams are the parsed config (backbone and optimizer as
         # class_path dicts), so `load_from_checkpoint` rebuilds the module from the file alone.
         # Built from Python, the module objects are not put into the checkpoint's hparams.

@@ -30,7 +30,12 @@ from torchmetrics.classification import MulticlassAccuracy
 from ncl_lightning.checkpoint import RecordsBackbone
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.checks import ModelChecks, check_at_least, check_choice, check_range
-from ncl_lightning.methods.guard import NONFINITE_CHOICES, NonFiniteGuard, NonFiniteLoss
+from ncl_lightning.methods.guard import (
+    NONFINITE_CHOICES,
+    NonFiniteGuard,
+    NonFiniteLoss,
+    check_grad_norm_limit,
+)
 from ncl_lightning.methods.optimization import (
     WarmupCosineOptimization,
     check_common_arguments,
@@ -89,7 +94,12 @@ class Classifier(
         compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
             ``max-autotune``).
         nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
-            :class:`~ncl_lightning.errors.NonFiniteLossError`) or ``skip`` the batch.
+            :class:`~ncl_lightning.errors.NonFiniteLossError`) or ``skip`` the batch; the
+            same for non-finite gradients or BatchNorm statistics with a finite loss.
+        grad_norm_limit: Treat a step whose gradient norm (over every parameter, before
+            any clipping) exceeds this like a non-finite one (``nonfinite_loss``); None
+            (default): only non-finite gradients count. Not clipping: that is
+            ``trainer.gradient_clip_val``.
 
     Attributes:
         label: Class attribute naming the protocol in metric keys (``offline_linear``).
@@ -111,6 +121,7 @@ class Classifier(
         torch_compile: bool = False,
         compile_mode: CompileMode = "default",
         nonfinite_loss: NonFiniteLoss = "stop",
+        grad_norm_limit: float | None = None,
     ) -> None:
         super().__init__()
         check_compile_mode(compile_mode)
@@ -118,6 +129,7 @@ class Classifier(
         check_common_arguments(batch_size, warmup_epochs, min_lr_ratio)
         check_range("label_smoothing", label_smoothing, 0, 1, closed="[)")
         check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_CHOICES)
+        check_grad_norm_limit(grad_norm_limit)
         from_cli = _given_hyperparameters.get() is not None
         self.save_hyperparameters(ignore=[] if from_cli else ["backbone", "optimizer"])
         self.optimizer_factory = optimizer or default_sgd
