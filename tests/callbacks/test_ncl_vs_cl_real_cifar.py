@@ -1,6 +1,11 @@
 """Done-when of the metrics issue: on real CIFAR-10 images, a short NCL run has clearly
-higher sparsity and semantic consistency than CL, whose dense features sit at exactly
-100 x (largest class share) -- 100/C on a balanced split."""
+higher sparsity and semantic consistency than CL, whose dense features sit at 100 x
+(largest class share) -- 100/C on a balanced split.
+
+Training differs slightly between hosts (thread counts, CPU kernels), so the checks are
+properties with margins: a handful of CL entries may fall under the 1e-5 activation
+threshold on one host and not on another, moving CL's consistency by about 1e-3.
+"""
 
 from __future__ import annotations
 
@@ -36,8 +41,16 @@ def test_short_ncl_run_is_sparser_and_more_consistent_than_cl(
     counts = [len(list(d.iterdir())) for d in sorted((cifar_subset / "val").iterdir())]
     dense_consistency = 100.0 * max(counts) / sum(counts)
     cl, ncl = metrics["cl"], metrics["ncl"]
-    assert cl["val/z/sparsity"] < 0.01
-    assert cl["val/z/semantic_consistency"] == pytest.approx(dense_consistency, abs=1e-3)
+    shown = ("val/z/sparsity", "val/z/semantic_consistency")
+    print(
+        f"measured: dense {dense_consistency:.4f}",
+        *(f"{m} {metrics[m][k]:.5f}" for m in metrics for k in shown),
+    )
+    assert cl["val/z/sparsity"] < 0.01  # dense: at most 1 % of the entries under 1e-5
+    # A dimension active on all N samples scores exactly the largest class share; each
+    # inactive entry moves the mean over d dims by at most ~100 / (N d) (4e-4 here), so
+    # the band holds up to ~1,000 of them, and stays far below NCL's margin.
+    assert abs(cl["val/z/semantic_consistency"] - dense_consistency) < 0.5, (cl, dense_consistency)
     assert ncl["val/z/sparsity"] > cl["val/z/sparsity"] + 0.3, (cl, ncl)
     assert ncl["val/z/semantic_consistency"] > cl["val/z/semantic_consistency"] + 2.0, (cl, ncl)
 
