@@ -91,6 +91,23 @@ _ssl_cases = {
     "topk": (partial(_ssl, NCLTopK, topk=13), "topk must be in [1, 12], got 13"),
     "topk-zero": (partial(_ssl, NCLTopK, topk=0), "topk must be in [1, 12], got 0"),
     "probe_lr": (partial(_ssl, probe_lr=0.0), "probe_lr must be > 0, got 0.0"),
+    "temperature-inf": (
+        partial(_ssl, CL, temperature=float("inf")),
+        "temperature must be a finite number, got inf",
+    ),
+    "temperature-nan": (
+        partial(_ssl, CL, temperature=float("nan")),
+        "temperature must be > 0, got nan",
+    ),
+    "kl_weight-inf": (
+        partial(_ssl, BayesNCL, kl_weight=float("inf")),
+        "kl_weight must be a finite number, got inf",
+    ),
+    "prior-nan": (partial(_ssl, BayesNCL, prior=float("nan")), "prior must be in (0, 1), got nan"),
+    "warmup_epochs-inf": (
+        partial(_ssl, warmup_epochs=float("inf")),
+        "warmup_epochs must be a finite number, got inf",
+    ),
     "gate_lr": (partial(_ssl, BayesNCL, gate_lr=0.0), "gate_lr must be > 0, got 0.0"),
     "prior": (partial(_ssl, BayesNCL, prior=1.0), "prior must be in (0, 1), got 1.0"),
     "threshold": (partial(_ssl, BayesNCL, threshold=0.0), "threshold must be in (0, 1), got 0.0"),
@@ -221,6 +238,10 @@ _lr_cases = {
         "model.init_args.optimizer.init_args.lr must be > 0, got 0.0",
     ),
     "probe_lr": (_probe_lr_zero, "probe_lr must be > 0, got 0.0"),
+    "sgd-inf": (
+        lambda: _ssl(optimizer=lambda p: torch.optim.SGD(p, lr=float("inf"))),
+        "model.init_args.optimizer.init_args.lr must be a finite number, got inf",
+    ),
     "gate_lr": (_gate_lr_negative, "gate_lr must be > 0, got -0.2"),
     "other-optimizer-error": (
         lambda: _ssl(optimizer=lambda p: LARS(p, lr=0.1, momentum=1.0)),
@@ -309,3 +330,23 @@ def test_preflight_changes_nothing(cls: type) -> None:
     after = model.state_dict()
     assert all(torch.equal(after[k], v) for k, v in state.items())
     assert all(p.grad is None for p in model.parameters())
+
+
+def _batch_of(cls: type, batch_size: int) -> nn.Module:
+    if cls is NCEClassifier:
+        return _nce(batch_size=batch_size, proj_hidden_dim=16, proj_output_dim=8)
+    return _ssl(cls, batch_size=batch_size)
+
+
+@pytest.mark.parametrize("cls", [NCL, BayesNCL, NCEClassifier])
+def test_preflight_refuses_a_batch_of_one_for_batchnorm(cls: type) -> None:
+    """batch_size 1 trains a BatchNorm projector on one value per channel: refused by
+    preflight (before fit writes anything), the model left as it was; 2 passes."""
+    model = _batch_of(cls, 1)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ConfigError) as info:
+        model.preflight(torch.zeros(2, 1, 8, 8))
+    assert str(info.value).startswith("batch_size=1 is too small for training this model (")
+    assert str(info.value).endswith("; set data.init_args.batch_size >= 2")
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+    _batch_of(cls, 2).preflight(torch.zeros(2, 1, 8, 8))
