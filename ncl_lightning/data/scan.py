@@ -28,6 +28,8 @@ from typing import NamedTuple
 
 from lightning.pytorch.utilities import rank_zero_warn
 
+from ncl_lightning.errors import DataError
+
 SHOWN = 3  # skipped links named in the warning before "and N more"
 
 
@@ -107,13 +109,19 @@ class FolderScan:
         end with one of ``extensions`` (lower-cased), by the rules of this module.
 
         ``top`` itself is read as given (check it with :meth:`enter` first).
+
+        Raises:
+            DataError: A folder cannot be listed (permissions, I/O error); names it.
         """
         stack = [(str(top), os.path.realpath(top))]
         found: list[str] = []
         while stack:
             folder, real = stack.pop()
-            with os.scandir(folder) as it:
-                entries = sorted(it, key=lambda e: e.name)
+            try:
+                with os.scandir(folder) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError as err:  # os.walk would skip it silently
+                raise DataError(f"cannot list folder {folder}: {err.strerror or err}") from err
             for entry in entries:
                 if not entry.is_dir():
                     if entry.name.lower().endswith(extensions):

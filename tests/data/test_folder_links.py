@@ -182,3 +182,21 @@ def test_fit_through_the_cli_with_two_loops(images: Path, tmp_path: Path) -> Non
     assert cli.trainer.global_step == 2
     assert cli.datamodule.num_classes == len(CLASSES)
     assert cli.datamodule.split_size("train") == N_TRAIN * len(CLASSES)
+
+
+def test_an_unlistable_folder_is_named(images: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``os.walk`` skipped folders it could not list without a word (as root here, so the
+    permission error is simulated)."""
+    locked = images / "train" / "bird" / "more"
+    locked.mkdir()
+    scandir = os.scandir
+
+    def refuse(path: str | Path) -> object:
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    dm = ImageFolderDataModule(root=str(images), batch_size=4, num_workers=0)
+    with pytest.raises(DataError, match=f"^cannot list folder {locked}: Permission denied$"):
+        dm.setup("fit")
