@@ -42,10 +42,10 @@ def _fit_and_save(
 def checkpoints(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, tuple[Path, L.LightningModule]]:
-    # Seed 1: with seeds 0 and 3 the 2-step BayesNCL run blows its BatchNorm weights up
-    # to 1e9+ (NaN features), which makes the load comparison meaningless (see the issue-8
-    # note: BayesNCL's gated, re-normalised features can explode early in training).
-    torch.manual_seed(1)
+    # Seeds 0 and 3 once blew BayesNCL's BatchNorm weights up to 1e9+ here (issue 17: a
+    # gated-to-zero feature row had a 1/eps gradient in the loss); covered by
+    # tests/methods/test_nonfinite_gradients.py.
+    torch.manual_seed(0)
     root = tmp_path_factory.mktemp("ckpts")
     out = {}
     for name, factory in FACTORIES.items():
