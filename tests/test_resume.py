@@ -27,7 +27,9 @@ from ncl_lightning.checkpoint import read_checkpoint
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _config(run_dir: Path, marker: str = "", workers: int = 0, augment_on: str = "cpu") -> dict:
+def _config(
+    run_dir: Path, marker: str = "", workers: int = 0, augment_on: str = "cpu", save: str = ""
+) -> dict:
     return {
         "seed_everything": 3,
         "trainer": {
@@ -59,7 +61,7 @@ def _config(run_dir: Path, marker: str = "", workers: int = 0, augment_on: str =
                 },
                 {
                     "class_path": "tests.resume_helpers.MarkSecondEpoch",
-                    "init_args": {"marker": marker},
+                    "init_args": {"marker": marker, "save": save},
                 },
             ],
         },
@@ -101,6 +103,18 @@ def _write(path: Path, config: dict) -> Path:
     return path
 
 
+def _kill_in_second_epoch(config: Path, marker: Path) -> None:
+    proc, _ = _cli(config, wait=False)
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, "the run never reached its second epoch"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # mid-epoch: no clean-up runs
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+
 def _metrics(run_dir: Path) -> list[dict[str, str]]:
     (path,) = run_dir.glob("digits/version_*/metrics.csv")
     with open(path, newline="") as f:
@@ -116,15 +130,7 @@ def test_killed_run_resumes_exactly(tmp_path: Path, workers: int, augment_on: st
     run = tmp_path / "run"
     marker = tmp_path / "in-second-epoch"
     config = _write(tmp_path / "run.yaml", _config(run, str(marker), workers, augment_on))
-    proc, _ = _cli(config, wait=False)
-    deadline = time.monotonic() + 300
-    while not marker.exists():
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
-        assert time.monotonic() < deadline, "the run never reached its second epoch"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)  # mid-epoch: no clean-up runs
-    proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
+    _kill_in_second_epoch(config, marker)
     (last,) = run.glob("digits/version_0/checkpoints/last.ckpt")
     assert read_checkpoint(last)["epoch"] == 0  # written at the end of the first epoch
 
@@ -145,6 +151,32 @@ def test_killed_run_resumes_exactly(tmp_path: Path, workers: int, augment_on: st
     for want_row, got_row in zip(want_rows, got_rows, strict=True):
         differ = {k: (v, got_row.get(k)) for k, v in want_row.items() if got_row.get(k) != v}
         assert got_row.keys() == want_row.keys() and not differ, differ  # (reference, resumed)
+
+
+@pytest.mark.slow
+def test_mid_epoch_checkpoint_resumes_with_the_next_batch(tmp_path: Path) -> None:
+    # A pre-empted job saves last.ckpt after the running batch: the resumed run must go on
+    # with the next batch of the same epoch, not replay the epoch from its start.
+    reference = tmp_path / "reference"
+    _cli(_write(tmp_path / "ref.yaml", _config(reference)))
+    run, marker, mid = tmp_path / "run", tmp_path / "in-second-epoch", tmp_path / "mid.ckpt"
+    config = _write(tmp_path / "run.yaml", _config(run, str(marker), save=str(mid)))
+    _kill_in_second_epoch(config, marker)
+    assert read_checkpoint(mid)["DigitsDataModule"]["batches"] == 4  # batches 0..3 done
+
+    _cli(config, "--ckpt_path", str(mid))
+    want = read_checkpoint(next(reference.glob("digits/version_0/checkpoints/last.ckpt")))
+    got = read_checkpoint(next(run.glob("digits/version_*/checkpoints/last.ckpt")))
+    assert got["global_step"] == want["global_step"]
+    for key, value in want["state_dict"].items():
+        assert torch.equal(value, got["state_dict"][key]), key
+    # The epoch's validation, SEPIN included; the kNN bank of the interrupted epoch holds
+    # only the batches trained after the resume, so val/knn_acc is left out.
+    (want_val,) = [r for r in _metrics(reference) if r["epoch"] == "1" and r["val/z/sepin@1"]]
+    (got_val,) = [r for r in _metrics(run) if r["epoch"] == "1" and r["val/z/sepin@1"]]
+    differ = {k: (v, got_val[k]) for k, v in want_val.items() if k.startswith("val/") and
+              k != "val/knn_acc" and got_val[k] != v}  # fmt: skip
+    assert not differ, differ
 
 
 @pytest.mark.slow

@@ -37,10 +37,10 @@ from ncl_lightning.data.memory import FixedSizeUInt8, to_pil
 from ncl_lightning.data.seeding import (
     EpochSampler,
     EvalViewSampler,
+    ResumableData,
     SeededTransformDataset,
     TransformedDataset,
     global_seed,
-    mix_seed,
 )
 from ncl_lightning.data.transforms import MultiView, SimCLRAugmentation
 from ncl_lightning.errors import ConfigError, DataError
@@ -60,7 +60,7 @@ _STAGE_SPLITS: dict[str | None, tuple[Split, ...]] = {
 }
 
 
-class MultiViewDataModule(L.LightningDataModule):
+class MultiViewDataModule(ResumableData, L.LightningDataModule):
     """Base of every DataModule: multi-view training data, clean evaluation data.
 
     Subclasses set ``num_classes``, ``in_channels`` and ``image_size`` in ``__init__``
@@ -139,6 +139,7 @@ class MultiViewDataModule(L.LightningDataModule):
         self._augmentation = augmentation
         self._base: dict[Split, Dataset] = {}
         self.seed: int | None = None  # the training data's seed, kept in checkpoints
+        self.resumed = (0, 0)  # (epoch, batches done) of the checkpoint resumed from
         self.train_dataset: Dataset | None = None
         self.val_dataset: Dataset | None = None
         self.test_dataset: Dataset | None = None
@@ -235,35 +236,6 @@ class MultiViewDataModule(L.LightningDataModule):
         if "test" in splits and self.test_dataset is None:
             self.test_dataset = TransformedDataset(self.base_dataset("test"), clean)
 
-    # ----------------------------------------------------------- resumable randomness
-    def state_dict(self) -> dict[str, Any]:
-        """The training data's seed and the next epoch to load: a resumed run draws the
-        batches and views the uninterrupted run would have drawn."""
-        if self.seed is None:
-            return {}
-        return {"seed": self.seed, "epoch": self.train_epoch()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if state_dict.get("seed") is not None:
-            self.seed = int(state_dict["seed"])
-        self._resumed_epoch = int(state_dict.get("epoch", 0))
-
-    def train_epoch(self) -> int:
-        """The training epoch being loaded: Lightning's count of processed epochs, or the
-        checkpoint's when larger (Lightning makes the first iterator of a resumed run,
-        to count its batches, before it restores its loop)."""
-        trainer = self.trainer
-        processed = int(trainer.fit_loop.epoch_progress.current.processed) if trainer else 0
-        return max(processed, getattr(self, "_resumed_epoch", 0))
-
-    def _batch_seed(self) -> int:
-        # One seed per training batch and rank, from the run's seed and the loop's
-        # batch count (restored on resume): the device views of a batch are reproducible.
-        trainer = self.trainer
-        rank = trainer.global_rank if trainer is not None else 0
-        count = trainer.fit_loop.epoch_loop.batch_progress.total.ready if trainer else 0
-        return mix_seed(self.seed or 0, rank, count)
-
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """With ``augment_on: device``, turn a transferred training batch ``(uint8 images
         [B, C, S, S], labels)`` into ``(views, labels)`` on its device."""
@@ -311,6 +283,7 @@ class MultiViewDataModule(L.LightningDataModule):
                 epoch_fn=self.train_epoch,
                 num_replicas=trainer.world_size if trainer is not None else 1,
                 rank=trainer.global_rank if trainer is not None else 0,
+                skip_fn=self.skipped_samples,
             )
         return DataLoader(
             dataset,

@@ -66,6 +66,9 @@ class EpochSampler(DistributedSampler):
         num_replicas: Number of ranks.
         rank: This rank.
         shuffle: Draw a permutation (else the natural order).
+        skip_fn: Returns how many of this rank's keys of the epoch were already trained
+            on (a run resumed from a mid-epoch checkpoint goes on with the next batch);
+            the length stays the epoch's, which Lightning's batch counts expect.
     """
 
     def __init__(
@@ -76,10 +79,12 @@ class EpochSampler(DistributedSampler):
         num_replicas: int = 1,
         rank: int = 0,
         shuffle: bool = True,
+        skip_fn: Callable[[], int] = lambda: 0,
     ) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle)
         self.seed_fn = seed_fn
         self.epoch_fn = epoch_fn
+        self.skip_fn = skip_fn
 
     def indices(self, seed: int, epoch: int) -> list[int]:
         """The dataset indices this rank visits in ``epoch`` (padded to equal shards)."""
@@ -94,7 +99,7 @@ class EpochSampler(DistributedSampler):
 
     def __iter__(self) -> Iterator[tuple[int, int]]:  # type: ignore[override]
         seed, epoch = self.seed_fn(), self.epoch_fn()
-        for index in self.indices(seed, epoch):
+        for index in self.indices(seed, epoch)[self.skip_fn() :]:
             yield index, mix_seed(seed, epoch, index)
 
 
@@ -124,6 +129,64 @@ class EvalViewSampler(Sampler[tuple[int, int]]):
     def __iter__(self) -> Iterator[tuple[int, int]]:
         for index in self.indices:
             yield index, mix_seed(self.seed, EVAL_KEY, index)
+
+
+class ResumableData:
+    """DataModule mixin: the training data's position, kept in checkpoints.
+
+    Needs ``trainer``, ``seed`` (the training data's seed), ``batch_size`` and ``resumed``
+    (``(epoch, batches done)`` of the checkpoint resumed from, ``(0, 0)`` if none).
+    """
+
+    trainer: Any
+    seed: int | None
+    batch_size: int
+    resumed: tuple[int, int]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training data's seed, the epoch being loaded and its batches done: a resumed
+        run draws the batches and views the uninterrupted run would have drawn."""
+        if self.seed is None:
+            return {}
+        return {"seed": self.seed, "epoch": self.train_epoch(), "batches": self.batches_done()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (Lightning calls it before the first training iterator)."""
+        if state_dict.get("seed") is not None:
+            self.seed = int(state_dict["seed"])
+        self.resumed = int(state_dict.get("epoch", 0)), int(state_dict.get("batches", 0))
+
+    def train_epoch(self) -> int:
+        """The training epoch being loaded: Lightning's count of processed epochs, or the
+        checkpoint's when larger (Lightning makes the first iterator of a resumed run, to
+        count its batches, before it restores its loop)."""
+        trainer = self.trainer
+        processed = int(trainer.fit_loop.epoch_progress.current.processed) if trainer else 0
+        return max(processed, self.resumed[0])
+
+    def batches_done(self) -> int:
+        """Batches of the unfinished training epoch already trained on, for a checkpoint
+        written now (0 once its last batch is done: a resume starts the next epoch).
+        ``processed``, not ``completed``: a checkpoint saved in ``on_train_batch_end``
+        counts its batch as done (Lightning completes it when restoring)."""
+        if self.trainer is None:
+            return 0
+        done = int(self.trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+        return done if done < self.trainer.num_training_batches else 0
+
+    def skipped_samples(self) -> int:
+        """This rank's samples of the epoch being loaded that were trained on before the
+        mid-epoch checkpoint resumed from (0 in any other epoch)."""
+        epoch, batches = self.resumed
+        return batches * self.batch_size if self.train_epoch() == epoch else 0
+
+    def _batch_seed(self) -> int:
+        # One seed per training batch and rank, from the run's seed and the loop's
+        # batch count (restored on resume): the device views of a batch are reproducible.
+        trainer = self.trainer
+        rank = trainer.global_rank if trainer is not None else 0
+        count = trainer.fit_loop.epoch_loop.batch_progress.total.ready if trainer else 0
+        return mix_seed(self.seed or 0, rank, count)
 
 
 class TransformedDataset(Dataset):
@@ -174,6 +237,7 @@ __all__ = [
     "EVAL_KEY",
     "EpochSampler",
     "EvalViewSampler",
+    "ResumableData",
     "SeededTransformDataset",
     "TransformedDataset",
     "global_seed",
