@@ -48,6 +48,8 @@ def _check_count_or_fraction(key: str, value: Any, int_low: int, allow_zero: boo
     """An integer ``>= int_low`` (a count) or a float in [0, 1] / (0, 1] (a fraction)."""
     if value is None:
         return
+    if isinstance(value, float) and value > 1.0 and value.is_integer():
+        value = int(value)  # jsonargparse reads `3` as 3.0 here; Lightning counts it as 3
     if _is_int(value):
         if value < int_low:
             raise ConfigError(f"trainer.{key} must be an integer >= {int_low}, got {value!r}")

@@ -33,8 +33,9 @@ def lock_path(folder: Path) -> Path:
     return folder.parent / f".{folder.name}{LOCK_SUFFIX}"
 
 
-class RunFolderInUseError(NCLError, RuntimeError):
-    """Another process is training in this run folder."""
+class RunFolderInUseError(NCLError, OSError):
+    """Another process is training in this run folder (refused before anything is
+    written, like a bad input: ``ncl-cli`` exits with status 2)."""
 
 
 def run_folders(trainer: Any) -> list[Path]:

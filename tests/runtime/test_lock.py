@@ -1,0 +1,85 @@
+"""A run folder is locked while a process trains in it: the same ``--auto_resume`` job
+started twice is refused with one line, and the first run's files are left alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ncl_lightning.runtime import RunFolderInUseError, RunLock
+from ncl_lightning.runtime.lock import lock_path
+from tests.conftest import ROOT
+from tests.runtime.test_signals import digits_config, start, wait_for
+
+
+def test_second_lock_on_a_folder_is_refused_and_released_with_the_first(tmp_path: Path) -> None:
+    first, second = RunLock(), RunLock()
+    first.acquire([tmp_path / "a", tmp_path / "b"])
+    assert (tmp_path / ".a.ncl-run.lock").is_file() and not (tmp_path / "a").exists()
+    with pytest.raises(
+        RunFolderInUseError, match=rf"{tmp_path / 'b'}: another run .*pid {os.getpid()}"
+    ):
+        second.acquire([tmp_path / "c", tmp_path / "b"])
+    third = RunLock()
+    third.acquire([tmp_path / "c"])  # the refused acquire let go of the folders it had
+    third.release()
+    first.release()
+    second.acquire([tmp_path / "a", tmp_path / "b"])
+    second.release()
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
+    code = (
+        "import sys, time; from pathlib import Path; from ncl_lightning.runtime import RunLock;"
+        "lock = RunLock(); lock.acquire([Path(sys.argv[1])]); print('locked', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "locked"
+    with pytest.raises(RunFolderInUseError, match=f"pid {proc.pid}"):
+        RunLock().acquire([tmp_path / "run"])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert lock_path(tmp_path / "run").is_file()  # the file stays, its lock is gone
+    lock = RunLock()
+    lock.acquire([tmp_path / "run"])
+    lock.release()
+
+
+@pytest.mark.slow
+def test_same_job_started_twice_is_refused_before_writing(tmp_path: Path) -> None:
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    config = digits_config(run, str(marker))
+    config["trainer"]["callbacks"][1]["init_args"]["pause"] = 5.0  # hold the second epoch
+    first = start(config, tmp_path / "first.yaml", "--auto_resume", "true")
+    try:
+        wait_for(marker, first)
+        (csv_path,) = run.glob("digits/version_0/metrics.csv")
+        before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+        before.pop(csv_path)  # the first run may still write its rows
+        (tmp_path / "second.yaml").write_text(yaml.safe_dump(digits_config(run)))
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+        second = subprocess.run(
+            [sys.executable, "-m", "ncl_lightning.cli", "fit", "--config",
+             str(tmp_path / "second.yaml"), "--auto_resume", "true"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert first.poll() is None, "the first run ended before the second was refused"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)
+    assert second.returncode == 2, second.stderr[-3000:]
+    errors = [line for line in second.stderr.splitlines() if line.startswith("ncl-cli: error")]
+    assert len(errors) == 1 and "Traceback" not in second.stderr, second.stderr[-3000:]
+    folder = run / "digits" / "version_0"
+    assert f"{folder}: another run is training in this folder (pid {first.pid}" in errors[0]
+    after = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file() and p != csv_path}
+    assert after == before  # the refused run wrote nothing
+    assert not list(run.glob("digits/version_1"))

@@ -1,0 +1,127 @@
+"""Pre-emption through the real entry point: a ``ncl-cli fit`` subprocess that gets
+SIGTERM (or SIGUSR1) mid-epoch saves ``last.ckpt`` at the batch boundary, prints the
+command that resumes it and exits ``128 + signum``, and that command finishes the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ncl_lightning.checkpoint import read_checkpoint
+from ncl_lightning.data import DigitsDataModule
+from ncl_lightning.runtime.signals import resume_command
+from tests.conftest import ROOT
+
+
+def digits_config(run_dir: Path, marker: str = "", max_epochs: int = 2) -> dict:
+    """A small BayesNCL run on the bundled digits whose second epoch can be interrupted."""
+    return {
+        "seed_everything": 3,
+        "trainer": {
+            "accelerator": "cpu",
+            "devices": 1,
+            "max_epochs": max_epochs,
+            "deterministic": True,
+            "log_every_n_steps": 2,
+            "default_root_dir": str(run_dir),
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(run_dir), "name": "digits"},
+            },
+            "callbacks": [
+                {
+                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                    "init_args": {"save_last": True},
+                },
+                {
+                    "class_path": "tests.resume_helpers.MarkSecondEpoch",
+                    "init_args": {"marker": marker},
+                },
+            ],
+        },
+        "model": {
+            "class_path": "ncl_lightning.methods.BayesNCL",
+            "init_args": {
+                "backbone": {
+                    "class_path": "ncl_lightning.nn.SmallCNN",
+                    "init_args": {"in_channels": 1, "width": 8, "out_dim": 32},
+                },
+                "proj_hidden_dim": 64,
+                "proj_output_dim": 32,
+                "warmup_epochs": 1,
+                "knn_k": 5,
+            },
+        },
+        "data": {
+            "class_path": "ncl_lightning.data.DigitsDataModule",
+            "init_args": {"batch_size": 64, "num_workers": 0},
+        },
+    }
+
+
+def start(config: dict, path: Path, *extra: str) -> subprocess.Popen:
+    """``python -m ncl_lightning.cli fit --config <path> ...`` in the repository root."""
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "ncl_lightning.cli", "fit", "--config", str(path), *extra]
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def digits_steps_per_epoch(batch_size: int) -> int:
+    data = DigitsDataModule(batch_size=batch_size, num_workers=0)
+    data.setup("fit")
+    return len(data.train_dataloader())
+
+
+def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_signal_saves_last_and_exits_nonzero(tmp_path: Path, signum: int) -> None:
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    proc = start(digits_config(run, str(marker)), tmp_path / "run.yaml")
+    wait_for(marker, proc)  # in the second epoch
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, out[-3000:]
+    (last,) = run.glob("digits/version_0/checkpoints/last.ckpt")
+    ckpt = read_checkpoint(last)
+    steps_per_epoch = digits_steps_per_epoch(batch_size=64)
+    assert steps_per_epoch < ckpt["global_step"] < 2 * steps_per_epoch  # mid-epoch
+    lines = [line for line in out.splitlines() if line.startswith("ncl-cli: stopped by")]
+    assert len(lines) == 1, out[-3000:]
+    name = signal.Signals(signum).name
+    assert f"stopped by {name} at step {ckpt['global_step']}" in lines[0]
+    assert str(last) in lines[0] and lines[0].endswith("--ckpt_path last")
+    assert "Traceback" not in out
+
+    resumed = start(digits_config(run), tmp_path / "run.yaml", "--ckpt_path", "last")
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out[-3000:]
+    assert f"Resuming from {last}" in out
+    final = read_checkpoint(last)
+    assert final["epoch"] == 1 and final["global_step"] == 2 * steps_per_epoch
+
+
+def test_resume_command_keeps_the_arguments_and_asks_for_last() -> None:
+    argv = ["/x/ncl-cli", "fit", "--config", "a b.yaml", "--ckpt_path", "old.ckpt", "--x=1"]
+    assert resume_command(argv) == "ncl-cli fit --config 'a b.yaml' --x=1 --ckpt_path last"
+    argv = ["/x/python", "fit", "--auto_resume=true", "--config", "c.yaml"]
+    assert resume_command(argv) == "/x/python fit --config c.yaml --ckpt_path last"
