@@ -38,6 +38,7 @@ from ncl_lightning.data.seeding import (
     EpochSampler,
     EvalViewSampler,
     ResumableData,
+    ResumableLoader,
     SeededTransformDataset,
     TransformedDataset,
     global_seed,
@@ -285,7 +286,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
                 rank=trainer.global_rank if trainer is not None else 0,
                 skip_fn=self.skipped_samples,
             )
-        return DataLoader(
+        return (ResumableLoader if train else DataLoader)(
             dataset,
             batch_size=self.batch_size,
             sampler=sampler,

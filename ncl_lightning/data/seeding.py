@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 _MASK = (1 << 64) - 1
 EVAL_KEY = -1
@@ -189,6 +189,21 @@ class ResumableData:
         return mix_seed(self.seed or 0, rank, count)
 
 
+class ResumableLoader(DataLoader):
+    """The training ``DataLoader`` of a :class:`ResumableData` DataModule.
+
+    Its position (epoch, batches done) is saved and restored with the DataModule's state,
+    and its :class:`EpochSampler` skips the batches already trained on; these two methods
+    tell Lightning that a mid-epoch checkpoint resumes exactly (it warns otherwise).
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # kept by the DataModule (ResumableData.state_dict)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to restore here: the DataModule's state is restored first."""
+
+
 class TransformedDataset(Dataset):
     """Apply ``transform`` to the image of every ``(image, label)`` pair of ``dataset``.
 
@@ -238,6 +253,7 @@ __all__ = [
     "EpochSampler",
     "EvalViewSampler",
     "ResumableData",
+    "ResumableLoader",
     "SeededTransformDataset",
     "TransformedDataset",
     "global_seed",

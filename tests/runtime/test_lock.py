@@ -37,7 +37,8 @@ def test_second_lock_on_a_folder_is_refused_and_released_with_the_first(tmp_path
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     code = (
         "import sys, time; from pathlib import Path; from ncl_lightning.runtime import RunLock;"
-        "lock = RunLock(); lock.acquire([Path(sys.argv[1])]); print('locked', flush=True); time.sleep(60)"
+        "lock = RunLock(); lock.acquire([Path(sys.argv[1])]);"
+        "print('locked', flush=True); time.sleep(60)"
     )
     proc = subprocess.Popen(
         [sys.executable, "-c", code, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True

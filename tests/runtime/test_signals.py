@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from ncl_lightning.checkpoint import read_checkpoint
@@ -118,6 +119,15 @@ def test_signal_saves_last_and_exits_nonzero(tmp_path: Path, signum: int) -> Non
     assert f"Resuming from {last}" in out
     final = read_checkpoint(last)
     assert final["epoch"] == 1 and final["global_step"] == 2 * steps_per_epoch
+    assert "resuming from a checkpoint that ended before the epoch ended" not in out
+    if signum == signal.SIGTERM:  # the mid-epoch checkpoint resumes exactly
+        reference = start(digits_config(tmp_path / "ref"), tmp_path / "ref.yaml")
+        out, _ = reference.communicate(timeout=300)
+        assert reference.returncode == 0, out[-3000:]
+        (ref,) = (tmp_path / "ref").glob("digits/version_0/checkpoints/last.ckpt")
+        expected = read_checkpoint(ref)["state_dict"]
+        differ = [k for k, v in final["state_dict"].items() if not torch.equal(v, expected[k])]
+        assert not differ, differ
 
 
 def test_resume_command_keeps_the_arguments_and_asks_for_last() -> None:
