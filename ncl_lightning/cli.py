@@ -59,7 +59,7 @@ from ncl_lightning.runtime import (
     run_folders,
 )
 from ncl_lightning.runtime.overrides import describe
-from ncl_lightning.trainer_checks import check_trainer
+from ncl_lightning.trainer_checks import check_seed, check_trainer
 
 # Model arguments naming the files a model loads its weights from: a model given one is
 # trained (test/validate/predict need no --ckpt_path).
@@ -96,6 +96,7 @@ class NCLArgumentParser(LightningArgumentParser):
         sub = cfg.get("subcommand")
         section = cfg.get(sub) if sub else cfg
         if section is not None:
+            check_seed(section.get("seed_everything"))
             check_trainer(section.get("trainer"))
         return cfg
 
@@ -234,6 +235,10 @@ class NCLCLI(LightningCLI):
         preflight = getattr(model, "preflight", None)
         if callable(preflight):
             preflight(_example_batch(datamodule))
+        _check_views(model, datamodule)
+        check_trainer = getattr(model, "check_trainer", None)
+        if stage == "fit" and callable(check_trainer):
+            check_trainer(trainer)
         ckpt = getattr(self, "_resume_checkpoint", None)
         if ckpt is not None:
             check_state_fits(ckpt, model, self._subconfig()["ckpt_path"])
@@ -276,6 +281,17 @@ class NCLCLI(LightningCLI):
 
     def before_predict(self) -> None:
         self._preflight("predict")
+
+
+def _check_views(model: Any, datamodule: Any) -> None:
+    """The views per image the DataModule yields are those the method trains on."""
+    expected = getattr(model, "views_per_image", None)
+    given = getattr(datamodule, "n_views", None)
+    if isinstance(expected, int) and isinstance(given, int) and given != expected:
+        raise ConfigError(
+            f"data.init_args.n_views: {type(model).__name__} trains on {expected} views per "
+            f"image, got {given}"
+        )
 
 
 def _example_batch(datamodule: Any) -> torch.Tensor | None:

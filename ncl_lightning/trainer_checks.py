@@ -212,6 +212,19 @@ def output_dirs(trainer: Any) -> Iterator[tuple[str, str]]:
             yield f"trainer.callbacks[{i}].init_args.dirpath", str(value)
 
 
+SEED_MAX = 2**32 - 1  # numpy's seeds, which Lightning's seed_everything sets too
+
+
+def check_seed(seed: Any) -> None:
+    """``seed_everything``: a bool (true draws a seed) or an integer numpy accepts."""
+    if seed is None or isinstance(seed, bool):
+        return
+    if not _is_int(seed) or not 0 <= seed <= SEED_MAX:
+        raise ConfigError(
+            f"seed_everything must be true, false or an integer in [0, {SEED_MAX}], got {seed!r}"
+        )
+
+
 def check_trainer(trainer: Any) -> None:
     """Every check of this module on a parsed ``trainer`` section.
 
@@ -229,4 +242,11 @@ def check_trainer(trainer: Any) -> None:
         check_output_dir(key, path)
 
 
-__all__ = ["check_hardware", "check_numbers", "check_output_dir", "check_trainer", "output_dirs"]
+__all__ = [
+    "check_hardware",
+    "check_numbers",
+    "check_output_dir",
+    "check_seed",
+    "check_trainer",
+    "output_dirs",
+]

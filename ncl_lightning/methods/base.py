@@ -114,9 +114,12 @@ class SSLMethod(
     Attributes:
         needs_labels: Class flag: ``objective`` also receives the batch labels ``[B]``
             (supervised contrastive variants); ``False`` for self-supervised methods.
+        views_per_image: Class value: the augmented views of each image ``objective``
+            trains on (``ncl-cli`` checks the DataModule's ``n_views`` against it).
     """
 
     needs_labels: ClassVar[bool] = False
+    views_per_image: ClassVar[int] = 2
 
     def __init__(
         self,

@@ -48,15 +48,20 @@ def configure_warmup_cosine(
         world = trainer.world_size * trainer.accumulate_grad_batches
         for group in optimizer.param_groups:
             group["lr"] = scaled(group["lr"], batch_size * world)
+    check_schedule_epochs(trainer.max_epochs)
     total = int(trainer.estimated_stepping_batches)
     epochs = trainer.max_epochs
-    if not epochs or epochs < 1:
-        raise ConfigError(
-            f"trainer.max_epochs must be >= 1 for the warmup-cosine schedule, got {epochs}"
-        )
     warmup = round(warmup_epochs * total / epochs)
     scheduler = warmup_cosine(optimizer, warmup, total, min_lr_ratio)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def check_schedule_epochs(max_epochs: int | None) -> None:
+    """The warmup-cosine schedule is laid out over ``trainer.max_epochs`` epochs."""
+    if not max_epochs or max_epochs < 1:
+        raise ConfigError(
+            f"trainer.max_epochs must be >= 1 for the warmup-cosine schedule, got {max_epochs}"
+        )
 
 
 class WarmupCosineOptimization:
@@ -74,6 +79,10 @@ class WarmupCosineOptimization:
             warmup_epochs=hp.warmup_epochs,
             min_lr_ratio=hp.min_lr_ratio,
         )
+
+    def check_trainer(self, trainer: L.Trainer) -> None:
+        """What ``configure_optimizers`` needs of the trainer, checked before ``fit``."""
+        check_schedule_epochs(trainer.max_epochs)
 
 
 def check_common_arguments(
