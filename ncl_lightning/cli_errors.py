@@ -102,7 +102,7 @@ def _unknown_class(key: str, value: str, module_name: str, name: str) -> str:
 def _unknown_key(prefix: str, option: str, class_path: str | None) -> str:
     cls = _import_class(class_path) if class_path else None
     valid = init_arguments(cls) if cls is not None else []
-    hint = closest(option, valid)
+    hint = closest(option, [v for v in valid if v != option])  # never "did you mean" itself
     text = f"{prefix}.{option}: no such key"
     if cls is not None:
         text += f" for {cls.__name__}"
