@@ -54,7 +54,8 @@ def _fit(tmp_path: Path, *extra: str):
 
 @pytest.mark.slow
 def test_resume_with_a_fix_trains_with_the_fix(tmp_path: Path, caplog) -> None:
-    caplog.set_level(logging.INFO)
+    # the notice goes through Lightning's logger (which another test may have quietened)
+    caplog.set_level(logging.INFO, logger="lightning.pytorch")
     _fit(tmp_path)
     assert "this run's values" not in caplog.text
     caplog.clear()
