@@ -32,3 +32,69 @@ class MarkSecondEpoch(Callback):
                 trainer.save_checkpoint(self.save)
             Path(self.marker).write_text(str(os.getpid()))
             time.sleep(self.pause)
+
+
+def digits_run_config(
+    run_dir: Path,
+    marker: str = "",
+    workers: int = 0,
+    augment_on: str = "cpu",
+    save: str = "",
+    max_epochs: int = 2,
+    pause: float = 0.5,
+) -> dict:
+    """A small deterministic BayesNCL run on the bundled digits (CSV log, ``last.ckpt``,
+    SEPIN on as in the demo configs) whose second epoch :class:`MarkSecondEpoch` marks."""
+    return {
+        "seed_everything": 3,
+        "trainer": {
+            "accelerator": "cpu",
+            "devices": 1,
+            "max_epochs": max_epochs,
+            "deterministic": True,
+            "log_every_n_steps": 2,
+            "default_root_dir": str(run_dir),
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(run_dir), "name": "digits"},
+            },
+            "callbacks": [
+                {
+                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                    "init_args": {"save_last": True},
+                },
+                {
+                    "class_path": "ncl_lightning.callbacks.FeatureStatistics",
+                    "init_args": {
+                        "every_n_epochs": 1,
+                        "spaces": ["z"],
+                        "sepin": True,  # as in the demo configs: augmented views at validation
+                        "sepin_max_batches": 2,
+                    },
+                },
+                {
+                    "class_path": "tests.resume_helpers.MarkSecondEpoch",
+                    "init_args": {"marker": marker, "save": save, "pause": pause},
+                },
+            ],
+        },
+        "model": {
+            "class_path": "ncl_lightning.methods.BayesNCL",
+            "init_args": {
+                "backbone": {
+                    "class_path": "ncl_lightning.nn.SmallCNN",
+                    "init_args": {"in_channels": 1, "width": 8, "out_dim": 32},
+                },
+                "proj_hidden_dim": 64,
+                "proj_output_dim": 32,
+                "warmup_epochs": 1,
+                "knn_k": 5,
+            },
+        },
+        "data": {
+            "class_path": "ncl_lightning.data.DigitsDataModule",
+            "init_args": {"batch_size": 64, "num_workers": workers, "augment_on": augment_on},
+        },
+    }

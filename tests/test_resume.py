@@ -23,66 +23,9 @@ import torch
 import yaml
 
 from ncl_lightning.checkpoint import read_checkpoint
+from tests.resume_helpers import digits_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _config(
-    run_dir: Path, marker: str = "", workers: int = 0, augment_on: str = "cpu", save: str = ""
-) -> dict:
-    return {
-        "seed_everything": 3,
-        "trainer": {
-            "accelerator": "cpu",
-            "devices": 1,
-            "max_epochs": 2,
-            "deterministic": True,
-            "log_every_n_steps": 2,
-            "default_root_dir": str(run_dir),
-            "enable_progress_bar": False,
-            "enable_model_summary": False,
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": str(run_dir), "name": "digits"},
-            },
-            "callbacks": [
-                {
-                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                    "init_args": {"save_last": True},
-                },
-                {
-                    "class_path": "ncl_lightning.callbacks.FeatureStatistics",
-                    "init_args": {
-                        "every_n_epochs": 1,
-                        "spaces": ["z"],
-                        "sepin": True,  # as in the demo configs: augmented views at validation
-                        "sepin_max_batches": 2,
-                    },
-                },
-                {
-                    "class_path": "tests.resume_helpers.MarkSecondEpoch",
-                    "init_args": {"marker": marker, "save": save},
-                },
-            ],
-        },
-        "model": {
-            "class_path": "ncl_lightning.methods.BayesNCL",
-            "init_args": {
-                "backbone": {
-                    "class_path": "ncl_lightning.nn.SmallCNN",
-                    "init_args": {"in_channels": 1, "width": 8, "out_dim": 32},
-                },
-                "proj_hidden_dim": 64,
-                "proj_output_dim": 32,
-                "warmup_epochs": 1,
-                "knn_k": 5,
-            },
-        },
-        "data": {
-            "class_path": "ncl_lightning.data.DigitsDataModule",
-            "init_args": {"batch_size": 64, "num_workers": workers, "augment_on": augment_on},
-        },
-    }
 
 
 def _cli(config: Path, *extra: str, wait: bool = True) -> tuple[subprocess.Popen, str]:
@@ -125,11 +68,11 @@ def _metrics(run_dir: Path) -> list[dict[str, str]]:
 @pytest.mark.parametrize(("workers", "augment_on"), [(0, "cpu"), (2, "device")])
 def test_killed_run_resumes_exactly(tmp_path: Path, workers: int, augment_on: str) -> None:
     reference = tmp_path / "reference"
-    _cli(_write(tmp_path / "ref.yaml", _config(reference, "", workers, augment_on)))
+    _cli(_write(tmp_path / "ref.yaml", digits_run_config(reference, "", workers, augment_on)))
 
     run = tmp_path / "run"
     marker = tmp_path / "in-second-epoch"
-    config = _write(tmp_path / "run.yaml", _config(run, str(marker), workers, augment_on))
+    config = _write(tmp_path / "run.yaml", digits_run_config(run, str(marker), workers, augment_on))
     _kill_in_second_epoch(config, marker)
     (last,) = run.glob("digits/version_0/checkpoints/last.ckpt")
     assert read_checkpoint(last)["epoch"] == 0  # written at the end of the first epoch
@@ -158,9 +101,9 @@ def test_mid_epoch_checkpoint_resumes_with_the_next_batch(tmp_path: Path) -> Non
     # A pre-empted job saves last.ckpt after the running batch: the resumed run must go on
     # with the next batch of the same epoch, not replay the epoch from its start.
     reference = tmp_path / "reference"
-    _cli(_write(tmp_path / "ref.yaml", _config(reference)))
+    _cli(_write(tmp_path / "ref.yaml", digits_run_config(reference)))
     run, marker, mid = tmp_path / "run", tmp_path / "in-second-epoch", tmp_path / "mid.ckpt"
-    config = _write(tmp_path / "run.yaml", _config(run, str(marker), save=str(mid)))
+    config = _write(tmp_path / "run.yaml", digits_run_config(run, str(marker), save=str(mid)))
     _kill_in_second_epoch(config, marker)
     assert read_checkpoint(mid)["DigitsDataModule"]["batches"] == 4  # batches 0..3 done
 
@@ -182,7 +125,7 @@ def test_mid_epoch_checkpoint_resumes_with_the_next_batch(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_auto_resume_starts_fresh_then_resumes(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    config = _write(tmp_path / "run.yaml", _config(run))
+    config = _write(tmp_path / "run.yaml", digits_run_config(run))
     _, out = _cli(config, "--auto_resume", "true", "--trainer.max_epochs", "1")
     assert "no last checkpoint found; starting a new run" in out
     (last,) = run.glob("digits/version_0/checkpoints/last.ckpt")

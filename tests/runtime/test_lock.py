@@ -57,8 +57,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_same_job_started_twice_is_refused_before_writing(tmp_path: Path) -> None:
     run, marker = tmp_path / "run", tmp_path / "marker"
-    config = digits_config(run, str(marker))
-    config["trainer"]["callbacks"][1]["init_args"]["pause"] = 5.0  # hold the second epoch
+    config = digits_config(run, str(marker), pause=5.0)  # hold the second epoch
     first = start(config, tmp_path / "first.yaml", "--auto_resume", "true")
     try:
         wait_for(marker, first)

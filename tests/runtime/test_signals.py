@@ -19,54 +19,17 @@ from ncl_lightning.checkpoint import read_checkpoint
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.runtime.signals import resume_command
 from tests.conftest import ROOT
+from tests.resume_helpers import digits_run_config
 
 
-def digits_config(run_dir: Path, marker: str = "", max_epochs: int = 2) -> dict:
-    """A small BayesNCL run on the bundled digits whose second epoch can be interrupted."""
-    return {
-        "seed_everything": 3,
-        "trainer": {
-            "accelerator": "cpu",
-            "devices": 1,
-            "max_epochs": max_epochs,
-            "deterministic": True,
-            "log_every_n_steps": 2,
-            "default_root_dir": str(run_dir),
-            "enable_progress_bar": False,
-            "enable_model_summary": False,
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": str(run_dir), "name": "digits"},
-            },
-            "callbacks": [
-                {
-                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                    "init_args": {"save_last": True},
-                },
-                {
-                    "class_path": "tests.resume_helpers.MarkSecondEpoch",
-                    "init_args": {"marker": marker},
-                },
-            ],
-        },
-        "model": {
-            "class_path": "ncl_lightning.methods.BayesNCL",
-            "init_args": {
-                "backbone": {
-                    "class_path": "ncl_lightning.nn.SmallCNN",
-                    "init_args": {"in_channels": 1, "width": 8, "out_dim": 32},
-                },
-                "proj_hidden_dim": 64,
-                "proj_output_dim": 32,
-                "warmup_epochs": 1,
-                "knn_k": 5,
-            },
-        },
-        "data": {
-            "class_path": "ncl_lightning.data.DigitsDataModule",
-            "init_args": {"batch_size": 64, "num_workers": 0},
-        },
-    }
+def digits_config(run_dir: Path, marker: str = "", max_epochs: int = 2, **kwargs) -> dict:
+    """The resume tests' small BayesNCL run on the digits, without SEPIN (not needed here)."""
+    config = digits_run_config(run_dir, marker, max_epochs=max_epochs, **kwargs)
+    callbacks = config["trainer"]["callbacks"]
+    config["trainer"]["callbacks"] = [
+        c for c in callbacks if "FeatureStatistics" not in c["class_path"]
+    ]
+    return config
 
 
 def start(config: dict, path: Path, *extra: str) -> subprocess.Popen:
