@@ -1,4 +1,4 @@
-"""``FeatureStatistics``: every interpretability metric of DESIGN.md §6, during training.
+"""``FeatureStatistics``: every interpretability metric of docs/metrics.md, during training.
 
 At validation (every ``every_n_epochs`` epochs) and at every test, the callback streams
 the features the method's ``validation_step`` / ``test_step`` return (:class:`Encoded`:
@@ -42,7 +42,7 @@ SPACES = ("z", "h")
 
 
 class FeatureMetricSet(nn.Module):
-    """Every metric of DESIGN.md §6 for one feature space; label metrics need ``C > 0``.
+    """Every metric of docs/metrics.md for one feature space; label metrics need ``C > 0``.
 
     Args:
         num_features: Feature width ``d``.
@@ -123,7 +123,7 @@ class FeatureStatistics(L.Callback):
         every_n_epochs: Measure at the validation of every n-th epoch (and the last one).
         spaces: Fields of the eval steps' output to measure: ``z`` (objective features),
             ``h`` (backbone output), and for BayesNCL ``mask`` (the gate itself).
-        eps: Activation threshold on ``|ẑ|`` (DESIGN.md §6).
+        eps: Activation threshold on ``|ẑ|`` (docs/metrics.md).
         top_k: Samples per dimension of the top-k semantic consistency.
         retrieval_k: Neighbours of the retrieval precision ("mAP@10" of the NCL paper).
         retrieval_dims: Dimensions kept by expected activation for retrieval (NCL paper

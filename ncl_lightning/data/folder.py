@@ -285,7 +285,7 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
     center-cropped to ``image_size``.
 
     Args:
-        root: Dataset root, e.g. ``../shared/data/cifar10-real-subset``.
+        root: Dataset root, e.g. ``data/cifar10-subset``.
         train_dir: Training folder, relative to ``root``.
         val_dir: Validation folder, relative to ``root``.
         test_dir: Test folder, relative to ``root``; ``None`` uses ``val_dir``.

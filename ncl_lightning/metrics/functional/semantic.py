@@ -26,7 +26,7 @@ from ncl_lightning.metrics.functional.sparsity import (
 
 EntropyWeighting = Literal["activation", "frequency"]
 ENTROPY_WEIGHTINGS = ("activation", "frequency")
-# Classes with probability at most this are dropped from the entropy (DESIGN §6).
+# Classes with probability at most this are dropped from the entropy (see docs/metrics.md).
 _MIN_PROB = 1e-5
 
 
