@@ -28,12 +28,9 @@ from typing import Any, Literal, get_args
 
 import lightning as L
 import torch
-from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
-from torchvision.transforms import v2
 
-from ncl_lightning.data.batch_augmentation import BatchAugmentation, center_crop_normalize
-from ncl_lightning.data.memory import FixedSizeUInt8, to_pil
+from ncl_lightning.data.memory import FixedSizeUInt8
 from ncl_lightning.data.seeding import (
     EpochSampler,
     EvalViewSampler,
@@ -43,7 +40,8 @@ from ncl_lightning.data.seeding import (
     TransformedDataset,
     global_seed,
 )
-from ncl_lightning.data.transforms import MultiView, SimCLRAugmentation
+from ncl_lightning.data.transforms import SimCLRAugmentation
+from ncl_lightning.data.views import DeviceViews, cpu_views
 from ncl_lightning.errors import ConfigError, DataError
 
 Split = Literal["train", "val", "test"]
@@ -388,42 +386,3 @@ def default_workers(augment_on: AugmentOn) -> int:
     local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     workers = max(1, min(MAX_AUTO_WORKERS, (cores or 1) // max(1, local_ranks) - 1))
     return min(workers, 2) if augment_on == "device" else workers
-
-
-def cpu_views(transform: Callable[[Any], Tensor], n_views: int) -> Callable[[Any], list[Tensor]]:
-    """``n_views`` independent CPU augmentations of one image; uint8 tensors go through
-    PIL, whose per-image ops are the fastest on a CPU (about 1.6x torchvision's tensor ops
-    on 32x32 images)."""
-    return v2.Compose([to_pil, MultiView(transform, n_views)])
-
-
-class DeviceViews:
-    """The training views of a DataModule made on the batch's device.
-
-    Args:
-        datamodule: Supplies ``augmentation``, ``train_transform``, ``n_views`` and
-            ``image_size``.
-        seed: Seed of the parameter generator.
-    """
-
-    def __init__(self, datamodule: MultiViewDataModule, seed: int | None = 0) -> None:
-        aug = datamodule.augmentation
-        self.n_views = datamodule.n_views
-        self.mode = datamodule.train_transform
-        self.crop_size = aug.crop_size
-        source = aug.crop_flip() if self.mode == "crop_flip" else aug
-        self.augment = BatchAugmentation(source, seed=seed)
-
-    def __call__(self, images: Tensor, seed: int | None = None) -> list[Tensor]:
-        """uint8 ``[B, C, S, S]`` -> ``n_views`` float32 ``[B, C, crop, crop]``; ``seed``
-        re-seeds the parameter generator first (one seed per batch: reproducible views)."""
-        if seed is not None and self.augment.generator is not None:
-            self.augment.generator.manual_seed(seed)
-        if self.augment.mean.device != images.device:
-            self.augment.to(images.device)
-        if self.mode == "none":
-            clean = center_crop_normalize(
-                images, self.crop_size, self.augment.mean, self.augment.std
-            )
-            return [clean] * self.n_views
-        return self.augment(images, self.n_views)
