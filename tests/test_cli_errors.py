@@ -22,6 +22,7 @@ from ncl_lightning.cli import main
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.methods import BayesNCL
 from ncl_lightning.nn import SmallCNN
+from tests.helpers.cli import refused_fit
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "configs" / "demo"
@@ -151,20 +152,9 @@ def test_bad_input_is_one_line_before_anything_is_written(
     config: str, extra, expected: list[str], tmp_path: Path, cifar_subset: Path,
     bayesncl_ckpt: Path, capsys: pytest.CaptureFixture,
 ) -> None:  # fmt: skip
-    out = tmp_path / "out"
-    args = ["fit", "--config", str(DEMO / f"{config}.yaml"), "--trainer.default_root_dir",
-            str(out), "--trainer.logger.init_args.save_dir", str(out),
-            *extra(tmp_path, cifar_subset, bayesncl_ckpt)]  # fmt: skip
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("ncl-cli: error:")]
-    assert len(lines) == 1, err
+    line = refused_fit(config, extra(tmp_path, cifar_subset, bayesncl_ckpt), tmp_path, capsys)
     for part in expected:
-        assert part in lines[0], f"{part!r} not in {lines[0]!r}"
-    assert not out.exists(), sorted(str(p) for p in out.rglob("*"))
+        assert part in line, f"{part!r} not in {line!r}"
 
 
 @pytest.mark.slow

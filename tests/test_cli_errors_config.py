@@ -19,11 +19,10 @@ import pytest
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-from ncl_lightning.cli import main
 from ncl_lightning.cli_errors import user_error_message
+from tests.helpers.cli import refused_fit
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "configs" / "demo"
 NO_GPU = not torch.cuda.is_available() and not torch.backends.mps.is_available()
 
 
@@ -144,28 +143,12 @@ GPU_CASES = [
 ]  # fmt: skip
 
 
-def _run_case(config: str, extra: list[str], tmp: Path, capsys: pytest.CaptureFixture) -> str:
-    """Run ``ncl-cli fit``; assert exit 2, one error line, no traceback, nothing written."""
-    out = tmp / "out"
-    args = ["fit", "--config", str(DEMO / f"{config}.yaml"), "--trainer.default_root_dir",
-            str(out), "--trainer.logger.init_args.save_dir", str(out), *extra]  # fmt: skip
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("ncl-cli: error:")]
-    assert len(lines) == 1, err
-    assert not out.exists(), sorted(str(p) for p in out.rglob("*"))
-    return lines[0]
-
-
 @pytest.mark.parametrize(("config", "extra", "expected"), [c[1:] for c in CASES],
                          ids=[c[0] for c in CASES])  # fmt: skip
 def test_bad_input_is_one_line_before_anything_is_written(
     config: str, extra, expected: list[str], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    line = _run_case(config, extra(tmp_path), tmp_path, capsys)
+    line = refused_fit(config, extra(tmp_path), tmp_path, capsys)
     for part in expected:
         assert part in line, f"{part!r} not in {line!r}"
 
@@ -176,7 +159,7 @@ def test_bad_input_is_one_line_before_anything_is_written(
 def test_missing_accelerator_is_one_line(
     config: str, extra, expected: list[str], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    line = _run_case(config, extra(tmp_path), tmp_path, capsys)
+    line = refused_fit(config, extra(tmp_path), tmp_path, capsys)
     for part in expected:
         assert part in line, f"{part!r} not in {line!r}"
 
@@ -189,7 +172,7 @@ def test_unwritable_output_folder_is_one_line(
     locked.mkdir()
     locked.chmod(0o555)
     try:
-        line = _run_case("digits_ncl", ["--trainer.default_root_dir", str(locked / "run")],
+        line = refused_fit("digits_ncl", ["--trainer.default_root_dir", str(locked / "run")],
                          tmp_path, capsys)  # fmt: skip
     finally:
         locked.chmod(0o755)
@@ -202,7 +185,7 @@ def test_output_folder_on_a_filesystem_that_refuses_it(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """/proc refuses new folders even to root: the probe finds it, not the first write."""
-    line = _run_case("digits_ncl", ["--trainer.logger.init_args.save_dir", "/proc/ncl-run"],
+    line = refused_fit("digits_ncl", ["--trainer.logger.init_args.save_dir", "/proc/ncl-run"],
                      tmp_path, capsys)  # fmt: skip
     assert line.startswith("ncl-cli: error: trainer.logger.init_args.save_dir: /proc/ncl-run: ")
     assert "cannot create folders in /proc" in line

@@ -17,7 +17,8 @@ from ncl_lightning.losses import (
 
 
 def _unit(v: torch.Tensor) -> torch.Tensor:
-    return v / v.norm()
+    """``v / ||v||``; a zero vector stays zero (its similarity to anything is 0)."""
+    return v / v.norm() if v.norm() > 0 else v
 
 
 def reference_info_nce(z1: torch.Tensor, z2: torch.Tensor, t: float) -> float:
