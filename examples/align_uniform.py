@@ -2,7 +2,7 @@
 
 Run it with the demo data:
 
-    python -m ncl_lightning.cli fit --config configs/demo/digits_ncl.yaml \
+    python -m ncl_lightning.runtime.cli fit --config configs/demo/digits_ncl.yaml \
         --model examples.align_uniform.AlignUniformNCL --model.init_args.nonneg squared_relu
 
 The loss is alignment + uniformity (Wang & Isola, "Understanding Contrastive Representation

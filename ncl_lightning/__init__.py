@@ -1,6 +1,6 @@
 """ncl_lightning: interpretable self-supervised learning with PyTorch Lightning."""
 
-from ncl_lightning.checkpoint import CheckpointError, load_backbone, load_method
+from ncl_lightning.runtime.checkpoint import CheckpointError, load_backbone, load_method
 
 __version__ = "0.1.0"
 

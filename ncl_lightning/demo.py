@@ -21,7 +21,7 @@ import yaml
 
 from ncl_lightning.callbacks import TopActivations
 from ncl_lightning.callbacks.pictures import side_by_side
-from ncl_lightning.cli import cli_main
+from ncl_lightning.runtime.cli import cli_main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 DEFAULT = [CONFIGS / "demo" / f"digits_{m}.yaml" for m in ("cl", "ncl", "bayesncl")]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from examples.align_uniform import AlignUniformNCL, SquaredReLU, align_uniform
-from ncl_lightning.cli import cli_main
+from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 
 

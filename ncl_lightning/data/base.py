@@ -42,7 +42,7 @@ from ncl_lightning.data.seeding import (
 )
 from ncl_lightning.data.transforms import SimCLRAugmentation
 from ncl_lightning.data.views import DeviceViews, cpu_views
-from ncl_lightning.errors import ConfigError, DataError
+from ncl_lightning.runtime.errors import ConfigError, DataError
 
 Split = Literal["train", "val", "test"]
 TrainTransform = Literal["simclr", "crop_flip", "none"]

@@ -20,7 +20,7 @@ from torchvision.datasets.utils import check_integrity, extract_archive
 from ncl_lightning.data.base import MultiViewDataModule, Split
 from ncl_lightning.data.memory import TensorImageDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, cifar_augmentation
-from ncl_lightning.errors import DataError, DataNotFoundError
+from ncl_lightning.runtime.errors import DataError, DataNotFoundError
 
 SAMPLES_PER_FILE = 10_000  # every CIFAR batch file (md5-checked) holds 10,000 images
 

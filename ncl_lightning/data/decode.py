@@ -32,7 +32,7 @@ from typing import Literal
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from ncl_lightning.errors import CorruptImageError
+from ncl_lightning.runtime.errors import CorruptImageError
 
 SKIP_HINT = "set data.init_args.skip_corrupt: true to skip unreadable images"
 ALPHA_MODES = frozenset({"LA", "La", "PA", "RGBA", "RGBa"})

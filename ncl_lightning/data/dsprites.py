@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from ncl_lightning.data.base import check_train_batches
 from ncl_lightning.data.sprite_augmentation import SpriteAugmentation
-from ncl_lightning.errors import ConfigError
+from ncl_lightning.runtime.errors import ConfigError
 
 DSPRITES_FACTOR_NAMES = ("shape", "scale", "orientation", "pos_x", "pos_y")
 DSPRITES_FACTOR_SIZES = (3, 6, 40, 32, 32)

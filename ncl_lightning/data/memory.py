@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from ncl_lightning.data.decode import corrupt_image_error
-from ncl_lightning.errors import ConfigError, CorruptImageError, DataError
+from ncl_lightning.runtime.errors import ConfigError, CorruptImageError, DataError
 
 CacheMode = Literal["none", "memory", "disk"]
 

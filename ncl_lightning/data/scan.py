@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from ncl_lightning.errors import DataError
+from ncl_lightning.runtime.errors import DataError
 
 SHOWN = 3  # skipped links named in the warning before "and N more"
 

@@ -26,6 +26,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
+from ncl_lightning.runtime.internals import (
+    batches_fetched_total,
+    batches_processed,
+    epochs_processed,
+)
+
 _MASK = (1 << 64) - 1
 EVAL_KEY = -1
 """The "epoch" of evaluation views: ``mix_seed(seed, EVAL_KEY, i)`` is no training key."""
@@ -161,7 +167,7 @@ class ResumableData:
         checkpoint's when larger (Lightning makes the first iterator of a resumed run, to
         count its batches, before it restores its loop)."""
         trainer = self.trainer
-        processed = int(trainer.fit_loop.epoch_progress.current.processed) if trainer else 0
+        processed = epochs_processed(trainer)
         return max(processed, self.resumed[0])
 
     def batches_done(self) -> int:
@@ -171,7 +177,7 @@ class ResumableData:
         counts its batch as done (Lightning completes it when restoring)."""
         if self.trainer is None:
             return 0
-        done = int(self.trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+        done = batches_processed(self.trainer)
         return done if done < self.trainer.num_training_batches else 0
 
     def skipped_samples(self) -> int:
@@ -185,7 +191,7 @@ class ResumableData:
         # batch count (restored on resume): the device views of a batch are reproducible.
         trainer = self.trainer
         rank = trainer.global_rank if trainer is not None else 0
-        count = trainer.fit_loop.epoch_loop.batch_progress.total.ready if trainer else 0
+        count = batches_fetched_total(trainer)
         return mix_seed(self.seed or 0, rank, count)
 
 

@@ -38,7 +38,7 @@ from torch.utils.data import (
 )
 
 from ncl_lightning.data.base import check_train_batches
-from ncl_lightning.errors import ConfigError
+from ncl_lightning.runtime.errors import ConfigError
 
 Latent = Literal["symmetric", "binary"]
 ViewScheme = Literal["independent", "dependent"]

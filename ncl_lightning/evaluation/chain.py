@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ncl_lightning.callbacks.pictures import accuracy_vs_k
-from ncl_lightning.cli import cli_main
+from ncl_lightning.runtime.cli import cli_main
 
 # Column -> (protocol, metric key); selection keys get the reported k filled in.
 COLUMNS: dict[str, tuple[str, str]] = {

@@ -15,12 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ncl_lightning.checkpoint import RecordsBackbone, load_backbone
 from ncl_lightning.evaluation.features import extract_features
 from ncl_lightning.methods.base import Encoded
-from ncl_lightning.methods.checks import check_at_least, check_positive
 from ncl_lightning.methods.classifier import accuracy_metrics, first_view
 from ncl_lightning.metrics.functional.knn import weighted_knn_predict
+from ncl_lightning.runtime.checkpoint import RecordsBackbone, load_backbone
+from ncl_lightning.runtime.validation import check_at_least, check_positive
 
 
 class KNNClassifier(RecordsBackbone, L.LightningModule):

@@ -28,11 +28,8 @@ from torch import Tensor
 
 from ncl_lightning.callbacks.pictures import accuracy_vs_k
 from ncl_lightning.callbacks.schedule import run_dir
-from ncl_lightning.checkpoint import RecordsBackbone, load_method
 from ncl_lightning.data.base import MultiViewDataModule
-from ncl_lightning.errors import ConfigError
 from ncl_lightning.evaluation.features import extract_features, probe_accuracy
-from ncl_lightning.methods.checks import check_at_least, check_choice, check_positive
 from ncl_lightning.methods.classifier import first_view
 from ncl_lightning.metrics.functional import (
     expected_activation,
@@ -40,6 +37,9 @@ from ncl_lightning.metrics.functional import (
     select_by_expected_activation,
 )
 from ncl_lightning.nn.gather import gather_uneven
+from ncl_lightning.runtime.checkpoint import RecordsBackbone, load_method
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_at_least, check_choice, check_positive
 
 RULES = ("ea", "random")
 

@@ -25,19 +25,11 @@ from typing import Any, ClassVar, NamedTuple
 import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from ncl_lightning.checkpoint import RecordsBackbone
-from ncl_lightning.methods.checks import (
-    ModelChecks,
-    check_at_least,
-    check_backbone,
-    check_choice,
-    check_positive,
-)
+from ncl_lightning.methods.checks import ModelChecks, check_backbone
 from ncl_lightning.methods.guard import (
     NONFINITE_CHOICES,
     NonFiniteGuard,
@@ -57,6 +49,9 @@ from ncl_lightning.methods.performance import (
     float32,
 )
 from ncl_lightning.optim import LARS, decay_param_groups
+from ncl_lightning.runtime.checkpoint import RecordsBackbone
+from ncl_lightning.runtime.internals import built_by_cli
+from ncl_lightning.runtime.validation import check_at_least, check_choice, check_positive
 
 
 class Encoded(NamedTuple):
@@ -104,7 +99,7 @@ class SSLMethod(
         compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
             ``max-autotune``).
         nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
-            :class:`~ncl_lightning.errors.NonFiniteLossError`) or ``skip`` the batch; the
+            :class:`~ncl_lightning.runtime.errors.NonFiniteLossError`) or ``skip`` the batch; the
             same for non-finite gradients or BatchNorm statistics with a finite loss.
         grad_norm_limit: Treat a step whose gradient norm (over every parameter, before
             any clipping) exceeds this like a non-finite one (``nonfinite_loss``); None
@@ -153,7 +148,7 @@ class SSLMethod(
         # Under ncl-cli the stored hparams are the parsed config (backbone and optimizer as
         # class_path dicts), so `load_from_checkpoint` rebuilds the module from the file alone.
         # Built from Python, the module objects are not put into the checkpoint's hparams.
-        from_cli = _given_hyperparameters.get() is not None
+        from_cli = built_by_cli()
         self.save_hyperparameters(ignore=[] if from_cli else ["backbone", "optimizer"])
         self.backbone = backbone
         self.optimizer_factory = optimizer or default_optimizer

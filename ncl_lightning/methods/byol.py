@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from ncl_lightning.methods.base import Encoded
-from ncl_lightning.methods.checks import check_choice, check_range
 from ncl_lightning.methods.simsiam import SimSiam
+from ncl_lightning.runtime.validation import check_choice, check_range
 
 EMASchedule = Literal["cosine", "constant"]
 

@@ -3,7 +3,7 @@
 Two kinds:
 
 * argument checks in ``__init__`` (:func:`check_positive`, :func:`check_at_least`, ...):
-  one-line :class:`~ncl_lightning.errors.ConfigError` messages of the form
+  one-line :class:`~ncl_lightning.runtime.errors.ConfigError` messages of the form
   ``<key> must be ..., got <value>`` that name the ``__init__`` argument (the key under
   ``model.init_args`` in a config);
 * :meth:`ModelChecks.preflight`, which ``ncl-cli`` calls before ``trainer.fit``: it builds
@@ -16,52 +16,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.errors import ConfigError
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_at_least
 
 OPTIMIZER_LR_KEY = "model.init_args.optimizer.init_args.lr"
-
-
-def check_finite(key: str, value: float) -> None:
-    """``ConfigError`` for an infinite or NaN ``value``."""
-    if not math.isfinite(value):
-        raise ConfigError(f"{key} must be a finite number, got {value!r}")
-
-
-def check_positive(key: str, value: float) -> None:
-    """``ConfigError`` unless ``value`` is a finite number ``> 0`` (NaN and inf fail)."""
-    if not value > 0:
-        raise ConfigError(f"{key} must be > 0, got {value!r}")
-    check_finite(key, value)
-
-
-def check_at_least(key: str, value: float, low: float) -> None:
-    """``ConfigError`` unless ``value`` is a finite number ``>= low`` (NaN and inf fail)."""
-    if not value >= low:
-        raise ConfigError(f"{key} must be >= {low}, got {value!r}")
-    check_finite(key, value)
-
-
-def check_range(key: str, value: float, low: float, high: float, closed: str = "[]") -> None:
-    """``ConfigError`` unless ``value`` lies in the interval; ``closed`` gives its brackets
-    (``"[]"``, ``"[)"``, ``"(]"``, ``"()"``)."""
-    above = value >= low if closed[0] == "[" else value > low
-    below = value <= high if closed[1] == "]" else value < high
-    if not (above and below):
-        raise ConfigError(f"{key} must be in {closed[0]}{low}, {high}{closed[1]}, got {value!r}")
-
-
-def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:
-    """``ConfigError`` listing ``choices`` unless ``value`` is one of them."""
-    choices = list(choices)
-    if value not in choices:
-        valid = ", ".join(repr(c) for c in choices)
-        raise ConfigError(f"{key} must be one of {valid}, got {value!r}")
 
 
 def check_backbone(backbone: nn.Module) -> None:

@@ -6,11 +6,12 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ncl_lightning.errors import ConfigError
 from ncl_lightning.losses import OBJECTIVES
 from ncl_lightning.methods.base import Encoded, SSLMethod
-from ncl_lightning.methods.checks import check_positive, check_projector
+from ncl_lightning.methods.checks import check_projector
 from ncl_lightning.nn.heads import MLP
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_positive
 
 
 class CL(SSLMethod):

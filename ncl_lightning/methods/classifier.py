@@ -22,14 +22,12 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from ncl_lightning.checkpoint import RecordsBackbone
 from ncl_lightning.methods.base import Encoded
-from ncl_lightning.methods.checks import ModelChecks, check_at_least, check_choice, check_range
+from ncl_lightning.methods.checks import ModelChecks
 from ncl_lightning.methods.guard import (
     NONFINITE_CHOICES,
     NonFiniteGuard,
@@ -47,6 +45,9 @@ from ncl_lightning.methods.performance import (
     float32,
 )
 from ncl_lightning.optim import decay_param_groups
+from ncl_lightning.runtime.checkpoint import RecordsBackbone
+from ncl_lightning.runtime.internals import built_by_cli
+from ncl_lightning.runtime.validation import check_at_least, check_choice, check_range
 
 
 def default_sgd(params: Iterable) -> torch.optim.Optimizer:
@@ -94,7 +95,7 @@ class Classifier(
         compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
             ``max-autotune``).
         nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
-            :class:`~ncl_lightning.errors.NonFiniteLossError`) or ``skip`` the batch; the
+            :class:`~ncl_lightning.runtime.errors.NonFiniteLossError`) or ``skip`` the batch; the
             same for non-finite gradients or BatchNorm statistics with a finite loss.
         grad_norm_limit: Treat a step whose gradient norm (over every parameter, before
             any clipping) exceeds this like a non-finite one (``nonfinite_loss``); None
@@ -130,7 +131,7 @@ class Classifier(
         check_range("label_smoothing", label_smoothing, 0, 1, closed="[)")
         check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_CHOICES)
         check_grad_norm_limit(grad_norm_limit)
-        from_cli = _given_hyperparameters.get() is not None
+        from_cli = built_by_cli()
         self.save_hyperparameters(ignore=[] if from_cli else ["backbone", "optimizer"])
         self.optimizer_factory = optimizer or default_sgd
         self.train_metrics = accuracy_metrics(num_classes).clone(prefix=f"train/{self.label}/")

@@ -6,7 +6,7 @@ Every trainable module of the package (:class:`~ncl_lightning.methods.SSLMethod`
 
 * ``stop`` (default): the weights are still the last finite state (no backward has run
   for this loss), so they are saved to ``last-finite.ckpt`` beside the run's checkpoints
-  and training stops with :class:`~ncl_lightning.errors.NonFiniteLossError`, one line
+  and training stops with :class:`~ncl_lightning.runtime.errors.NonFiniteLossError`, one line
   naming the step, the epoch, the batch and the file.
 * ``skip``: the batch changes nothing, neither the weights nor the optimiser state (no
   momentum, weight decay or Adam moment update), the online probe's metrics nor the kNN
@@ -53,8 +53,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from ncl_lightning.errors import NonFiniteLossError
-from ncl_lightning.methods.checks import check_positive
+from ncl_lightning.runtime.errors import NonFiniteLossError
+from ncl_lightning.runtime.internals import batch_index
+from ncl_lightning.runtime.validation import check_positive
 
 NonFiniteLoss = Literal["stop", "skip"]
 NONFINITE_CHOICES: tuple[str, ...] = ("stop", "skip")
@@ -151,7 +152,7 @@ class NonFiniteGuard:
         trainer = self._trainer  # type: ignore[attr-defined]
         return (
             f"step {trainer.global_step} (epoch {trainer.current_epoch}, "
-            f"batch {trainer.fit_loop.epoch_loop.batch_idx})"
+            f"batch {batch_index(trainer)})"
         )
 
     def loss_is_finite(self, loss: Tensor) -> bool:

@@ -15,13 +15,14 @@ from typing import Any, Literal
 
 from torch import Tensor, nn
 
-from ncl_lightning.checkpoint import load_backbone
-from ncl_lightning.errors import ConfigError
 from ncl_lightning.methods.base import Encoded
-from ncl_lightning.methods.checks import check_at_least, check_backbone, check_choice
+from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.classifier import Classifier
 from ncl_lightning.nn.heads import MLP, LinearClassifier
 from ncl_lightning.nn.nonneg import NONNEG
+from ncl_lightning.runtime.checkpoint import load_backbone
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_at_least, check_choice
 
 
 class NCEClassifier(Classifier):

@@ -7,9 +7,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.methods.checks import check_range
 from ncl_lightning.methods.cl import CL
 from ncl_lightning.nn.nonneg import NONNEG
+from ncl_lightning.runtime.validation import check_range
 
 
 class NCL(CL):

@@ -11,10 +11,10 @@ from typing import Any
 import lightning as L
 import torch
 
-from ncl_lightning.errors import ConfigError
-from ncl_lightning.methods.checks import check_at_least, check_range
 from ncl_lightning.optim import scale_lr as scaled
 from ncl_lightning.optim import warmup_cosine
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_at_least, check_range
 
 
 def configure_warmup_cosine(

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.methods.checks import check_choice
+from ncl_lightning.runtime.validation import check_choice
 
 CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 

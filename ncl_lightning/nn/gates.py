@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.errors import ConfigError
 from ncl_lightning.registry import Registry
+from ncl_lightning.runtime.errors import ConfigError
 
 GATES: Registry[nn.Module] = Registry("gate type")
 """BayesNCL gates by name (``model.init_args.gate``): ``"ste"``, ``"gumbel"``, ``"soft"``."""

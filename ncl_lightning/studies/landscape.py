@@ -100,8 +100,8 @@ def run_one(variant: str, sparsity: float, seed: int, out: str, extra: Sequence[
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*args parameter is intended.*")
-    from ncl_lightning.cli import cli_main
     from ncl_lightning.metrics.functional.dictionary import dictionary_recovery
+    from ncl_lightning.runtime.cli import cli_main
 
     root = run_dir(Path(out), variant, sparsity, seed)
     result_file = root / "result.json"

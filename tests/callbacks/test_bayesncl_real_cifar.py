@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ncl_lightning.cli import cli_main
+from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 
 

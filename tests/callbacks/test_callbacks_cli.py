@@ -14,7 +14,7 @@ from PIL import Image
 
 from ncl_lightning.callbacks import TopActivations
 from ncl_lightning.callbacks.pictures import DPI, FIGSIZE, grid_size
-from ncl_lightning.cli import cli_main
+from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 
 METRICS = [

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ncl_lightning.cli import main
+from ncl_lightning.runtime.cli import main
 from tests.conftest import ROOT
 
 DEMO = ROOT / "configs" / "demo"

@@ -15,11 +15,11 @@ import pytest
 import torch
 from lightning.pytorch.strategies import DDPStrategy
 
-from ncl_lightning.cli import main
 from ncl_lightning.data import DigitsDataModule
-from ncl_lightning.errors import ConfigError
 from ncl_lightning.methods import BayesNCL
 from ncl_lightning.nn import SmallCNN
+from ncl_lightning.runtime.cli import main
+from ncl_lightning.runtime.errors import ConfigError
 from tests.conftest import ROOT
 from tests.methods.grad_poison import Poison
 from tests.test_checkpoint import FACTORIES, _fit_and_save

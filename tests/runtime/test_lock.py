@@ -67,7 +67,7 @@ def test_same_job_started_twice_is_refused_before_writing(tmp_path: Path) -> Non
         (tmp_path / "second.yaml").write_text(yaml.safe_dump(digits_config(run)))
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
         second = subprocess.run(
-            [sys.executable, "-m", "ncl_lightning.cli", "fit", "--config",
+            [sys.executable, "-m", "ncl_lightning.runtime.cli", "fit", "--config",
              str(tmp_path / "second.yaml"), "--auto_resume", "true"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from jsonargparse import Namespace
 
-from ncl_lightning.cli import cli_main, main
 from ncl_lightning.runtime import overlay_explicit
+from ncl_lightning.runtime.cli import cli_main, main
 from tests.runtime.test_signals import digits_config
 
 

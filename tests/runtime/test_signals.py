@@ -15,8 +15,8 @@ import pytest
 import torch
 import yaml
 
-from ncl_lightning.checkpoint import read_checkpoint
 from ncl_lightning.data import DigitsDataModule
+from ncl_lightning.runtime.checkpoint import read_checkpoint
 from ncl_lightning.runtime.signals import resume_command
 from tests.conftest import ROOT
 from tests.resume_helpers import digits_run_config
@@ -33,10 +33,10 @@ def digits_config(run_dir: Path, marker: str = "", max_epochs: int = 2, **kwargs
 
 
 def start(config: dict, path: Path, *extra: str) -> subprocess.Popen:
-    """``python -m ncl_lightning.cli fit --config <path> ...`` in the repository root."""
+    """``python -m ncl_lightning.runtime.cli fit --config <path> ...`` in the repository root."""
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "ncl_lightning.cli", "fit", "--config", str(path), *extra]
+    cmd = [sys.executable, "-m", "ncl_lightning.runtime.cli", "fit", "--config", str(path), *extra]
     return subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

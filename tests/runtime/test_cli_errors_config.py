@@ -4,8 +4,8 @@ a batch size the model cannot train on, and broken ``--config`` files are each o
 naming the key or the file (``file:line:column`` for YAML errors), exit status 2, before
 anything is written.
 
-Every case runs the real entry point (``ncl_lightning.cli.main``) on a demo config with one
-thing wrong; the checks are those of ``tests/test_cli_errors.py``.
+Every case runs the real entry point (``ncl_lightning.runtime.cli.main``) on a demo config with one
+thing wrong; the checks are those of ``tests/runtime/test_cli_errors.py``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import pytest
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-from ncl_lightning.cli_errors import user_error_message
+from ncl_lightning.runtime.cli_errors import user_error_message
 from tests.helpers.cli import refused_fit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NO_GPU = not torch.cuda.is_available() and not torch.backends.mps.is_available()
 
 
@@ -226,7 +226,7 @@ def test_process_exit_status_and_traceback_on_request(tmp_path: Path) -> None:
     """Through a real process: a YAML error is one line with its location and exit 2;
     ``NCL_TRACEBACK=1`` shows the traceback instead."""
     bad = _file(tmp_path, "bad.yaml", "model:\n  init_args: {a: 1\n")
-    cmd = [sys.executable, "-m", "ncl_lightning.cli", "fit", "--config", str(bad)]
+    cmd = [sys.executable, "-m", "ncl_lightning.runtime.cli", "fit", "--config", str(bad)]
     env = {k: v for k, v in os.environ.items() if k != "NCL_TRACEBACK"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2

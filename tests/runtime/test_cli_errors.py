@@ -1,7 +1,7 @@
 """Every bad input of issue 8 through ``ncl-cli``: one line naming the culprit, before
 anything is trained or written.
 
-Each case runs the real entry point (``ncl_lightning.cli.main``) on a real config with
+Each case runs the real entry point (``ncl_lightning.runtime.cli.main``) on a real config with
 one thing wrong and checks: exit status 2, exactly one ``ncl-cli: error:`` line and no
 traceback on stderr, the offending key/value/path (and the valid choice, where there is
 one) in that line, and an output folder that was never created.
@@ -18,13 +18,13 @@ import pytest
 import torch
 from PIL import Image
 
-from ncl_lightning.cli import main
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.methods import BayesNCL
 from ncl_lightning.nn import SmallCNN
+from ncl_lightning.runtime.cli import main
 from tests.helpers.cli import refused_fit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "configs" / "demo"
 WNIDS = (ROOT / "ncl_lightning/data/resources/imagenet100_classes.txt").read_text().split()
 

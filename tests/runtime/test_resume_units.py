@@ -9,8 +9,8 @@ from pathlib import Path
 from jsonargparse import Namespace
 from lightning.pytorch.loggers import CSVLogger
 
-from ncl_lightning.loggers import WandbLogger
-from ncl_lightning.resume import continue_loggers, find_last_checkpoint, logger_versions
+from ncl_lightning.runtime.loggers import WandbLogger
+from ncl_lightning.runtime.resume import continue_loggers, find_last_checkpoint, logger_versions
 
 
 def test_newest_last_checkpoint_wins_and_partial_files_are_ignored(tmp_path: Path) -> None:
@@ -29,7 +29,7 @@ def test_recorded_versions_go_back_to_matching_loggers(tmp_path: Path) -> None:
     loggers = [CSVLogger(tmp_path, version=3), WandbLogger(save_dir=tmp_path, version="abc123")]
     recorded = logger_versions(loggers)
     assert [r["version"] for r in recorded] == [3, "abc123"]
-    csv, wandb = "lightning.pytorch.loggers.CSVLogger", "ncl_lightning.loggers.WandbLogger"
+    csv, wandb = "lightning.pytorch.loggers.CSVLogger", "ncl_lightning.runtime.loggers.WandbLogger"
     config = [
         Namespace(class_path=wandb, init_args=Namespace(version=None)),
         Namespace(class_path=csv, init_args=Namespace(version=None)),

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from ncl_lightning.checkpoint_io import AtomicCheckpointIO, atomic_save, is_partial
-from ncl_lightning.cli import cli_main
-from ncl_lightning.resume import find_last_checkpoint
+from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO, atomic_save, is_partial
+from ncl_lightning.runtime.cli import cli_main
+from ncl_lightning.runtime.resume import find_last_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Saves v1, then starts saving v2 with a torch.save that stops half-way (and signals it).
 WRITER = textwrap.dedent(
     """
     import io, sys, time, torch
-    import ncl_lightning.checkpoint_io as io_module
+    import ncl_lightning.runtime.checkpoint_io as io_module
     path, marker = sys.argv[1], sys.argv[2]
     io_module.atomic_save({"version": 1, "w": torch.ones(1000)}, path)
     real = torch.save
@@ -63,7 +63,7 @@ def test_failed_save_leaves_no_temporary_file(tmp_path: Path, monkeypatch) -> No
         f.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr("ncl_lightning.checkpoint_io.torch.save", broken)
+    monkeypatch.setattr("ncl_lightning.runtime.checkpoint_io.torch.save", broken)
     with pytest.raises(OSError, match="disk full"):
         AtomicCheckpointIO().save_checkpoint({"version": 2}, path)
     assert torch.load(path, weights_only=True) == {"version": 1}

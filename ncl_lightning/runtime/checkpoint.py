@@ -21,11 +21,11 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import nn
 
-from ncl_lightning.errors import NCLError
-from ncl_lightning.resume import logger_versions, same_class
+from ncl_lightning.runtime.errors import NCLError
+from ncl_lightning.runtime.internals import outside_cli
+from ncl_lightning.runtime.resume import logger_versions, same_class
 
 RECORD_KEY = "ncl_lightning"
 RECORD_FORMAT = 1
@@ -84,7 +84,7 @@ class RecordsBackbone:
         record = make_record(self, self.backbone_spec())  # type: ignore[arg-type]
         trainer = getattr(self, "_trainer", None)
         if trainer is not None:
-            # The run's logger versions, so a resume continues them (ncl_lightning.resume),
+            # The run's logger versions, so a resume continues them (ncl_lightning.runtime.resume),
             # and everything logged so far flushed: a kill after this checkpoint loses no
             # row that the resumed run will not log again.
             record["loggers"] = logger_versions(trainer.loggers)
@@ -229,15 +229,13 @@ def load_method(path: str | Path) -> L.LightningModule:
         kwargs["backbone"] = build_backbone_from_spec(record["backbone"], path)
     # Called while ncl-cli instantiates an evaluation module, the CLI's "given
     # hyper-parameters" context is set; it belongs to that module, not to this one.
-    token = _given_hyperparameters.set(None)
     try:
-        module = cls.load_from_checkpoint(path, map_location="cpu", weights_only=True, **kwargs)
+        with outside_cli():
+            module = cls.load_from_checkpoint(path, map_location="cpu", weights_only=True, **kwargs)
     except RuntimeError as err:
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         detail = "; ".join(lines[1:4]) or (lines[0] if lines else "")
         raise CheckpointError(f"{path}: state does not fit {cls.__name__}: {detail}") from None
-    finally:
-        _given_hyperparameters.reset(token)
     return module.eval()
 
 

@@ -15,11 +15,11 @@ import pytest
 import wandb
 from wandb.sdk import wandb_setup
 
-from ncl_lightning import loggers
 from ncl_lightning.data import DigitsDataModule
-from ncl_lightning.loggers import WandbLogger
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import SmallCNN
+from ncl_lightning.runtime import loggers
+from ncl_lightning.runtime.loggers import WandbLogger
 
 VALID_FORMAT_KEY = "x" * 40  # passes wandb's format check; never sent anywhere
 

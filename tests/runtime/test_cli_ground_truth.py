@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ncl_lightning.cli import cli_main
 from ncl_lightning.metrics.functional.dictionary import dictionary_recovery
+from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.studies import landscape
 from tests.conftest import ROOT
 

@@ -14,7 +14,17 @@ from collections.abc import Iterable
 
 
 class NCLError(Exception):
-    """Base of the errors ``ncl-cli`` reports in one line."""
+    """Base of every error a user can cause; ``ncl-cli`` reports it in one line.
+
+    Args:
+        message: The one line: the culprit, what was expected, what to do.
+        key: The config key at fault (``model.init_args.temperature``, ``temperature``,
+            ``data.init_args.root``), when one is; ``None`` otherwise.
+    """
+
+    def __init__(self, message: str = "", *args: object, key: str | None = None) -> None:
+        super().__init__(message, *args)
+        self.key = key
 
 
 class ConfigError(NCLError, ValueError):

@@ -22,15 +22,23 @@ import pytest
 import torch
 import yaml
 
-from ncl_lightning.checkpoint import read_checkpoint
+from ncl_lightning.runtime.checkpoint import read_checkpoint
 from tests.resume_helpers import digits_run_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(config: Path, *extra: str, wait: bool = True) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "ncl_lightning.cli", "fit", "--config", str(config), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ncl_lightning.runtime.cli",
+        "fit",
+        "--config",
+        str(config),
+        *extra,
+    ]
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

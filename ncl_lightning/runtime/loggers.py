@@ -21,6 +21,8 @@ from lightning.pytorch.loggers.logger import DummyExperiment, rank_zero_experime
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import Tensor, nn
 
+from ncl_lightning.runtime.internals import wandb_settings_and_key
+
 PROBE_TIMEOUT_S = 3.0
 ONLINE_MODES = ("online", "run", "shared")  # the others: offline, dryrun, disabled
 
@@ -129,22 +131,16 @@ class WandbLogger(_LightningWandbLogger):
 
     def _online_problem(self) -> str | None:
         """Why an online run cannot start (no or malformed API key, unreachable host), or None."""
+        mode = "offline" if self._offline else self._wandb_init.get("mode")
         try:  # wandb's own settings (environment, settings files) and key lookup: no network
-            from wandb.sdk import wandb_setup
-            from wandb.sdk.lib import wbauth
-
-            settings = wandb_setup.singleton().settings
-            mode = "offline" if self._offline else self._wandb_init.get("mode")
-            if (mode or os.environ.get("WANDB_MODE") or settings.mode) not in ONLINE_MODES:
-                return None
-            url = os.environ.get("WANDB_BASE_URL") or settings.base_url
-            key = wbauth.authenticate_session(
-                host=url, source="WandbLogger", prompt=False, update_session=False
-            )
+            found = wandb_settings_and_key(mode, ONLINE_MODES, os.environ)
         except (ImportError, AttributeError):  # another wandb version: wandb.init decides
             return None
         except Exception as err:  # wandb's AuthenticationError: a malformed key
             return str(err)
+        if found is None:
+            return None
+        url, key = found
         return _unreachable(url) if key else "no API key"
 
     def _start(self) -> None:

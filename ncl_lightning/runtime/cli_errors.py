@@ -18,7 +18,7 @@ import lightning as L
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 
-from ncl_lightning.errors import NCLError, closest
+from ncl_lightning.runtime.errors import NCLError, closest
 
 _NOISE = (
     "Does not validate against any of the Union subtypes",
@@ -238,7 +238,7 @@ def os_message(err: OSError) -> str | None:
 def user_error_message(err: BaseException) -> str | None:
     """The one line ``ncl-cli`` prints for a user-caused error, or ``None`` for a bug.
 
-    User-caused: our own :class:`~ncl_lightning.errors.NCLError` (checks), a jsonargparse
+    User-caused: our own :class:`~ncl_lightning.runtime.errors.NCLError` (checks), a jsonargparse
     report (config keys, types, a class's ``__init__`` refusing a value), Lightning's
     ``MisconfigurationException`` and an ``OSError`` naming a path (the message is the
     path and the system's reason). Anything else is a bug and keeps its traceback.

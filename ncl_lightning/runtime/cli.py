@@ -40,16 +40,6 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from ncl_lightning.checkpoint import RECORD_KEY, check_state_fits, read_checkpoint
-from ncl_lightning.checkpoint_io import AtomicCheckpointIO
-from ncl_lightning.cli_errors import summarize, user_error_message
-from ncl_lightning.errors import ConfigError
-from ncl_lightning.resume import (
-    continue_loggers,
-    find_last_checkpoint,
-    restore_csv_rows,
-    same_class,
-)
 from ncl_lightning.runtime import (
     Preemption,
     ResumeOverrides,
@@ -57,8 +47,18 @@ from ncl_lightning.runtime import (
     overlay_explicit,
     run_folders,
 )
+from ncl_lightning.runtime.checkpoint import RECORD_KEY, check_state_fits, read_checkpoint
+from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO
+from ncl_lightning.runtime.cli_errors import summarize, user_error_message
 from ncl_lightning.runtime.config_files import check_config_args
+from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.overrides import describe
+from ncl_lightning.runtime.resume import (
+    continue_loggers,
+    find_last_checkpoint,
+    restore_csv_rows,
+    same_class,
+)
 from ncl_lightning.runtime.trainer_checks import check_seed, check_trainer
 
 # Model arguments naming the files a model loads its weights from: a model given one is

@@ -1,7 +1,7 @@
 """Resuming a killed run: its last checkpoint, and its loggers continued, not duplicated.
 
 Checkpoints of the package record the version of every logger of the run (the CSV
-``version_N``, the W&B run id; see :mod:`ncl_lightning.checkpoint`). On resume
+``version_N``, the W&B run id; see :mod:`ncl_lightning.runtime.checkpoint`). On resume
 ``ncl-cli`` gives those versions back to the configured loggers, so checkpoints and logs
 go on in the same folders and the W&B run is resumed (``id`` + ``resume="allow"``). The
 CSV logger deletes its ``metrics.csv`` when it starts; the rows written before the
@@ -21,7 +21,7 @@ from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger, Logger
 
-from ncl_lightning.checkpoint_io import is_partial
+from ncl_lightning.runtime.checkpoint_io import is_partial
 
 LAST_NAME = re.compile(r"^last(-v\d+)?\.ckpt$")
 

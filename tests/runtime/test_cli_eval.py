@@ -20,12 +20,12 @@ import pytest
 import torch
 import yaml
 
-from ncl_lightning.cli import cli_main
 from ncl_lightning.data import load_imagenet100_classes
+from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 from tests.data.test_ood import CORRUPTIONS, make_ood_tree
 from tests.fakes import make_image_folder
-from tests.test_cli import _data_root
+from tests.runtime.test_cli import _data_root
 
 EVAL = ROOT / "configs" / "eval"
 EVAL_CONFIGS = sorted(c for c in EVAL.glob("*.yaml") if not c.stem.endswith("_ood"))

@@ -35,8 +35,8 @@ import pytest
 import wandb
 import yaml
 
-from ncl_lightning.cli import cli_main
 from ncl_lightning.data import load_imagenet100_classes
+from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 from tests.data.test_ood import CORRUPTIONS, make_ood_tree
 from tests.fakes import make_image_folder
@@ -195,7 +195,7 @@ def _logs_to_wandb(config: Path) -> bool:
     loggers = logger if isinstance(logger, list) else [logger]
     assert len(loggers) == 1, f"{config}: several loggers; extend this test"
     return isinstance(loggers[0], dict) and (
-        loggers[0].get("class_path") == "ncl_lightning.loggers.WandbLogger"
+        loggers[0].get("class_path") == "ncl_lightning.runtime.loggers.WandbLogger"
     )
 
 

@@ -15,14 +15,14 @@ import wandb
 import yaml
 from torchvision.datasets import CIFAR10, CIFAR100
 
-from ncl_lightning.cli import cli_main
 from ncl_lightning.data import load_imagenet100_classes
 from ncl_lightning.methods import NCL
+from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 from tests.fakes import make_fake_cifar, make_image_folder
 
-# Image pre-training configs only: tests/test_cli_eval.py runs eval and NCE/CE, and
-# tests/test_cli_ground_truth*.py the ground-truth studies.
+# Image pre-training configs only: tests/runtime/test_cli_eval.py runs eval and NCE/CE, and
+# tests/runtime/test_cli_ground_truth*.py the ground-truth studies.
 CONFIGS = sorted(
     c
     for c in (ROOT / "configs").rglob("*.yaml")

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ncl_lightning.cli import cli_main
 from ncl_lightning.data import DSpritesDataModule
 from ncl_lightning.nn import SpriteEncoder
+from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 
 CONFIGS = {

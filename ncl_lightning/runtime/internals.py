@@ -1,0 +1,117 @@
+"""The one module that touches private or undocumented APIs of Lightning, jsonargparse and
+wandb.
+
+Every other module calls the small functions here. When an upgrade moves one of these
+names, :func:`missing_private_apis` lists it and the test suite fails with a message naming
+the name and this module (``tests/runtime/test_internals.py``), instead of a run failing
+later in some unrelated place.
+
+What is used, and why:
+
+* ``lightning.pytorch.core.mixins.hparams_mixin._given_hyperparameters``: the parsed
+  config LightningCLI hands to ``save_hyperparameters`` while it builds a module. Whether it
+  is set tells a module built by ``ncl-cli`` (its hyper-parameters are the config, class
+  paths included) from one built in Python; loading a nested checkpoint must clear it.
+* ``Trainer.fit_loop`` progress counters: the epoch and the batch a training epoch is at,
+  for the exact mid-epoch resume of the DataModules and for naming the step in errors.
+* ``LightningCLI._parse_ckpt_path``: overridden by ``ncl-cli`` to read a checkpoint safely
+  and lay the user's values over its hyper-parameters.
+* ``wandb.sdk.wandb_setup`` and ``wandb.sdk.lib.wbauth``: wandb's settings and API-key
+  lookup, without network, to fall back to offline logging before ``wandb.init`` hangs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from lightning.pytorch.core.mixins import hparams_mixin
+
+#: ``(module, attribute)`` of every private name the package relies on.
+PRIVATE_APIS: tuple[tuple[str, str], ...] = (
+    ("lightning.pytorch.core.mixins.hparams_mixin", "_given_hyperparameters"),
+    ("lightning.pytorch.cli", "LightningCLI._parse_ckpt_path"),
+    ("lightning.pytorch.loops.fit_loop", "_FitLoop"),
+    ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop"),
+    ("wandb.sdk.wandb_setup", "singleton"),
+    ("wandb.sdk.lib.wbauth", "authenticate_session"),
+)
+
+
+def missing_private_apis() -> list[str]:
+    """``module:attribute`` of each entry of :data:`PRIVATE_APIS` the installed versions lack.
+
+    The fit-loop counters are instance attributes; the test reads them off a real run."""
+    missing = []
+    for module_name, dotted in PRIVATE_APIS:
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in dotted.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            missing.append(f"{module_name}:{dotted}")
+    return missing
+
+
+# -- LightningCLI's hyper-parameter hand-over ------------------------------------------
+def built_by_cli() -> bool:
+    """Whether the module being constructed now is built by LightningCLI from a config."""
+    return hparams_mixin._given_hyperparameters.get() is not None
+
+
+@contextmanager
+def outside_cli() -> Iterator[None]:
+    """Build modules as from Python: clears LightningCLI's hand-over for the block (loading
+    a checkpoint while ``ncl-cli`` builds another module)."""
+    token = hparams_mixin._given_hyperparameters.set(None)
+    try:
+        yield
+    finally:
+        hparams_mixin._given_hyperparameters.reset(token)
+
+
+# -- fit-loop progress ------------------------------------------------------------------
+def epochs_processed(trainer: Any) -> int:
+    """Training epochs Lightning has started processing (0 without a trainer)."""
+    return int(trainer.fit_loop.epoch_progress.current.processed) if trainer else 0
+
+
+def batches_processed(trainer: Any) -> int:
+    """Batches of the current training epoch processed so far."""
+    return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+
+
+def batches_fetched_total(trainer: Any) -> int:
+    """Training batches fetched over the whole run (restored on resume; 0 without trainer)."""
+    return int(trainer.fit_loop.epoch_loop.batch_progress.total.ready) if trainer else 0
+
+
+def batch_index(trainer: Any) -> int:
+    """Index of the training batch being processed in its epoch."""
+    return int(trainer.fit_loop.epoch_loop.batch_idx)
+
+
+# -- wandb ------------------------------------------------------------------------------
+def wandb_settings_and_key(mode: str | None, online_modes: tuple[str, ...], env: Any) -> Any:
+    """wandb's resolved ``(mode, base_url, api_key)``, read without network.
+
+    Returns:
+        ``None`` when the run is not online (nothing to check), else ``(url, key)``.
+
+    Raises:
+        ImportError, AttributeError: Another wandb version (the caller lets ``wandb.init``
+            decide); wandb's own errors for a malformed key.
+    """
+    from wandb.sdk import wandb_setup
+    from wandb.sdk.lib import wbauth
+
+    settings = wandb_setup.singleton().settings
+    if (mode or env.get("WANDB_MODE") or settings.mode) not in online_modes:
+        return None
+    url = env.get("WANDB_BASE_URL") or settings.base_url
+    key = wbauth.authenticate_session(
+        host=url, source="WandbLogger", prompt=False, update_session=False
+    )
+    return url, key

@@ -1,0 +1,53 @@
+"""Argument checks shared by every layer: one-line :class:`ConfigError` messages.
+
+Each check names the argument (the key under ``init_args`` in a config) and carries it as
+``err.key``: ``<key> must be ..., got <value>``. NaN and infinities fail every numeric check.
+These are the only copies: modules, DataModules, metrics and callbacks all call them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from ncl_lightning.runtime.errors import ConfigError
+
+
+def check_finite(key: str, value: float) -> None:
+    """``ConfigError`` for an infinite or NaN ``value``."""
+    if not math.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number, got {value!r}", key=key)
+
+
+def check_positive(key: str, value: float) -> None:
+    """``ConfigError`` unless ``value`` is a finite number ``> 0`` (NaN and inf fail)."""
+    if not value > 0:
+        raise ConfigError(f"{key} must be > 0, got {value!r}", key=key)
+    check_finite(key, value)
+
+
+def check_at_least(key: str, value: float, low: float) -> None:
+    """``ConfigError`` unless ``value`` is a finite number ``>= low`` (NaN and inf fail)."""
+    if not value >= low:
+        raise ConfigError(f"{key} must be >= {low}, got {value!r}", key=key)
+    check_finite(key, value)
+
+
+def check_range(key: str, value: float, low: float, high: float, closed: str = "[]") -> None:
+    """``ConfigError`` unless ``value`` lies in the interval; ``closed`` gives its brackets
+    (``"[]"``, ``"[)"``, ``"(]"``, ``"()"``)."""
+    above = value >= low if closed[0] == "[" else value > low
+    below = value <= high if closed[1] == "]" else value < high
+    if not (above and below):
+        raise ConfigError(
+            f"{key} must be in {closed[0]}{low}, {high}{closed[1]}, got {value!r}", key=key
+        )
+
+
+def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:
+    """``ConfigError`` listing ``choices`` unless ``value`` is one of them."""
+    choices = list(choices)
+    if value not in choices:
+        valid = ", ".join(repr(c) for c in choices)
+        raise ConfigError(f"{key} must be one of {valid}, got {value!r}", key=key)
