@@ -1,9 +1,10 @@
 """``make demo``: CL, NCL and BayesNCL on scikit-learn's bundled digits, side by side, on CPU.
 
-``--configs`` compares any configs the same way (e.g. ``configs/subset/`` on the real
-CIFAR-10 images).
+``--configs`` compares any configs the same way: files, or the names of packaged configs
+(``subset/cifar10_subset_cl subset/cifar10_subset_ncl`` on the real CIFAR-10 images).
 
-Trains the methods with the configs in ``configs/demo/`` through the real ``ncl-cli``
+Trains the methods with the packaged configs ``demo/digits_{cl,ncl,bayesncl}`` (the
+repository's ``configs/demo/``, also inside an installed wheel) through the real ``ncl-cli``
 entry point (Lightning progress bar, CSV logs, checkpoints, feature statistics and
 pictures), then prints one table of the final validation numbers, writes it to
 ``<out>/results.md`` and puts the top-activation pictures side by side in
@@ -21,10 +22,10 @@ import yaml
 
 from ncl_lightning.callbacks import TopActivations
 from ncl_lightning.callbacks.pictures import side_by_side
+from ncl_lightning.resources import config_path, config_root
 from ncl_lightning.runtime.cli import cli_main
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-DEFAULT = [CONFIGS / "demo" / f"digits_{m}.yaml" for m in ("cl", "ncl", "bayesncl")]
+DEFAULT = [f"demo/digits_{m}" for m in ("cl", "ncl", "bayesncl")]
 COLUMNS = {
     "online linear acc": ("val/online_acc", "{:.1%}"),
     "kNN acc": ("val/knn_acc", "{:.1%}"),
@@ -36,6 +37,19 @@ COLUMNS = {
 }
 
 
+def resolve(config: str) -> Path:
+    """A config file: ``config`` itself when that file exists, else the packaged config so named."""
+    path = Path(config)
+    return path if path.is_file() else config_path(config)
+
+
+def label(config: Path) -> str:
+    """How the report names a config: ``configs/<name>.yaml`` for a packaged one, else its path."""
+    root = config_root()
+    packaged = config.is_relative_to(root)
+    return f"configs/{config.relative_to(root).as_posix()}" if packaged else str(config)
+
+
 def method_name(config: Path) -> str:
     """Row name of a config: its model class (``CL``, ``NCL``, ...)."""
     return yaml.safe_load(config.read_text())["model"]["class_path"].rsplit(".", 1)[-1]
@@ -43,8 +57,6 @@ def method_name(config: Path) -> str:
 
 def run(config: Path, out: Path, extra: list[str]) -> tuple[dict[str, float], Path | None]:
     """Fit one config; return its final logged metrics and its top-activation PNG."""
-    if not config.is_file():
-        raise FileNotFoundError(f"config not found: {config} (run from a clone of the repository)")
     run_dir = str(out / config.stem)
     args = ["fit", "--config", str(config), "--trainer.default_root_dir", run_dir]
     args += ["--trainer.logger.init_args.save_dir", run_dir, *extra]
@@ -73,9 +85,13 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="run directory")
     parser.add_argument(
-        "--configs", type=Path, nargs="+", default=DEFAULT, help="configs to compare"
+        "--configs",
+        nargs="+",
+        default=DEFAULT,
+        help="configs to compare: files, or packaged names (default: %(default)s)",
     )
     args, extra = parser.parse_known_args(argv)  # the rest goes to every `ncl-cli fit`
+    args.configs = [resolve(c) for c in args.configs]
     results, dims, pics = {}, {}, {}
     start = time.perf_counter()
     for config in args.configs:
@@ -85,7 +101,7 @@ def main(argv: list[str] | None = None) -> str:
             yaml.safe_load(config.read_text())["model"]["init_args"]["proj_output_dim"]
         )
     minutes = (time.perf_counter() - start) / 60
-    configs = ", ".join(str(c) for c in args.configs)
+    configs = ", ".join(label(c) for c in args.configs)
     report = f"{table(results, dims)}\n\nValidation split after the last epoch ({configs}); "
     report += f"{minutes:.1f} min on {torch.get_num_threads()} CPU threads.\n"
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,11 @@
 """Sparse-coding landscape study: Table 1 of Pokle et al. (AISTATS 2022) and its ablations.
 
-Every run is an ordinary ``ncl-cli fit`` of a config in ``configs/ground_truth/`` (plus
-overlays), so one cell of the table can be rerun by hand. For each variant, sparsity
-``Pr(non-zero) ∈ {0.1, 0.2, 0.3}`` and seed, the study trains on fresh data (the seed
-draws the dictionary, the samples, the masks and the initialisation) and records the
-dictionary recovery of the final encoder (max / median / min over atoms of
+Every run is an ordinary ``ncl-cli fit`` of a packaged config in ``ground_truth/`` (the
+repository's ``configs/ground_truth/``, plus overlays from its ``overlays/``), so one cell
+of the table can be rerun by hand. For each variant, sparsity
+``Pr(non-zero) ∈ {0.1, 0.2, 0.3}`` and seed, the study trains on fresh data (the seed draws
+the dictionary, the samples, the masks and the initialisation) and records the dictionary
+recovery of the final encoder (max / median / min over atoms of
 ``max_i |cos(W_i, M_j)|``) and the curves of the min-max-cosine and the loss::
 
     python -m ncl_lightning.studies.landscape --out runs/landscape
@@ -28,7 +29,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "ground_truth"
+from ncl_lightning.resources import config_path
+from ncl_lightning.runtime.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -40,11 +42,12 @@ class Variant:
     group: str = "table1"
     description: str = ""
 
-    def config_args(self, root: Path = CONFIGS) -> list[str]:
-        args = ["--config", str(root / self.config)]
-        for overlay in self.overlays:
-            args += ["--config", str(root / "overlays" / overlay)]
-        return args
+    def config_args(self) -> list[str]:
+        """``--config`` arguments: the packaged base config, then each overlay in order."""
+        names = [self.config, *(f"overlays/{overlay}" for overlay in self.overlays)]
+        return [
+            arg for name in names for arg in ("--config", str(config_path(f"ground_truth/{name}")))
+        ]
 
 
 VARIANTS: dict[str, Variant] = {
@@ -228,14 +231,16 @@ def run_study(
     """Run every ``(variant, sparsity, seed)`` (``workers`` at a time) and write the report."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+        raise ConfigError(
+            f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}", key="variants"
+        )
     if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
+        raise ConfigError(f"seeds must be >= 1, got {seeds}", key="seeds")
     if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+        raise ConfigError(f"workers must be >= 1, got {workers}", key="workers")
     for sparsity in sparsities:
         if not 0.0 < sparsity <= 1.0:
-            raise ValueError(f"sparsity must be in (0, 1], got {sparsity}")
+            raise ConfigError(f"sparsity must be in (0, 1], got {sparsity}", key="sparsity")
     out.mkdir(parents=True, exist_ok=True)
     jobs = [
         (v, s, seed, str(out), tuple(extra))
