@@ -40,7 +40,7 @@ class Registry(Generic[T]):
 
         def decorator(factory: Callable[..., T]) -> Callable[..., T]:
             if key in self._factories:
-                raise ValueError(f"{self.kind} {name!r} is already registered")
+                raise ConfigError(f"{self.kind} {name!r} is already registered", key="name")
             self._factories[key] = factory
             return factory
 
@@ -71,7 +71,8 @@ class Registry(Generic[T]):
             where = f"{config_key}: " if config_key else ""
             raise ConfigError(
                 f"{where}unknown {self.kind} {name!r}; valid names: {', '.join(self.names)}"
-                f"{did_you_mean(key, self.names)}"
+                f"{did_you_mean(key, self.names)}",
+                key=config_key,
             )
         return self._factories[key]
 

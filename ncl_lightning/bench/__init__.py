@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ncl_lightning.registry import Registry
+from ncl_lightning.runtime.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> f
     initialisation of kernels) that would otherwise dominate the first call.
     """
     if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+        raise ConfigError(f"repeats must be >= 1, got {repeats}", key="repeats")
     for _ in range(warmup):
         fn()
     times = []

@@ -7,6 +7,7 @@ import datetime
 import sys
 
 from ncl_lightning.bench import BENCHMARKS, format_table, machine_info
+from ncl_lightning.runtime.errors import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.names or BENCHMARKS.names
     try:
         runs = [BENCHMARKS.get(name) for name in names]  # unknown names fail before any work
-    except ValueError as err:
+    except ConfigError as err:
         parser.error(str(err))
 
     print(f"# {datetime.date.today().isoformat()}  {machine_info()}")

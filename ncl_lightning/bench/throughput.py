@@ -39,6 +39,7 @@ from ncl_lightning.bench import Timing
 from ncl_lightning.data import ImageFolderDataModule
 from ncl_lightning.methods import CL, NCL, BayesNCL
 from ncl_lightning.nn import ResNet
+from ncl_lightning.runtime.errors import DataNotFoundError
 
 BATCH_SIZE = 256
 IMAGE_SIZE = 32
@@ -69,9 +70,10 @@ def data_root() -> Path:
     """The ImageFolder of 32x32 images the training steps read."""
     root = Path(os.environ.get("NCL_BENCH_DATA", DEFAULT_DATA)).resolve()
     if not (root / "train").is_dir():
-        raise FileNotFoundError(
+        raise DataNotFoundError(
             f"throughput benchmark: no ImageFolder at {root} (expected train/<class>/...); "
-            "set NCL_BENCH_DATA to a folder of 32x32 images"
+            "set NCL_BENCH_DATA to a folder of 32x32 images",
+            key="NCL_BENCH_DATA",
         )
     return root
 

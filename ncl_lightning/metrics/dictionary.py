@@ -16,6 +16,7 @@ from ncl_lightning.metrics.functional.dictionary import (
     check_weight_dictionary,
     dictionary_recovery,
 )
+from ncl_lightning.runtime.errors import ConfigError, EmptyMetricError
 
 
 class DictionaryRecovery(Metric):
@@ -47,7 +48,10 @@ class DictionaryRecovery(Metric):
     def __init__(self, dictionary: Tensor, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if dictionary.ndim != 2 or min(dictionary.shape) < 1:
-            raise ValueError(f"dictionary must have shape [p, d], got {tuple(dictionary.shape)}")
+            raise ConfigError(
+                f"dictionary must have shape [p, d], got {tuple(dictionary.shape)}",
+                key="dictionary",
+            )
         dictionary = dictionary.detach().float().clone()
         self.register_buffer("dictionary", dictionary, persistent=False)
         self.add_state("weight", torch.zeros(0, dictionary.shape[0]), dist_reduce_fx="mean")
@@ -60,5 +64,5 @@ class DictionaryRecovery(Metric):
     def compute(self) -> dict[str, Tensor]:
         """``{"max", "median", "min"}`` scalar tensors in ``[0, 1]``."""
         if self.weight.numel() == 0:
-            raise RuntimeError("DictionaryRecovery.compute() called before update(weight)")
+            raise EmptyMetricError("DictionaryRecovery.compute() called before update(weight)")
         return dictionary_recovery(self.weight, self.dictionary)

@@ -9,6 +9,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from ncl_lightning.metrics.functional.gate import open_frequency, open_frequency_summary
+from ncl_lightning.runtime.errors import ConfigError
 
 
 class OpenFrequency(Metric):
@@ -31,7 +32,7 @@ class OpenFrequency(Metric):
     def __init__(self, num_features: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if num_features < 1:
-            raise ValueError(f"num_features must be >= 1, got {num_features}")
+            raise ConfigError(f"num_features must be >= 1, got {num_features}", key="num_features")
         self.num_features = num_features
         self.add_state("open_count", torch.zeros(num_features, dtype=torch.float64), "sum")
         self.add_state("num_samples", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
@@ -39,7 +40,9 @@ class OpenFrequency(Metric):
     def update(self, mask: Tensor) -> None:
         """Add a batch of masks ``[N, d]``."""
         if mask.ndim != 2 or mask.shape[1] != self.num_features:
-            raise ValueError(f"expected mask [N, {self.num_features}], got {tuple(mask.shape)}")
+            raise ConfigError(
+                f"expected mask [N, {self.num_features}], got {tuple(mask.shape)}", key="mask"
+            )
         self.open_count += open_frequency(mask.detach()).double() * mask.shape[0]
         self.num_samples += mask.shape[0]
 

@@ -15,6 +15,7 @@ from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
 from ncl_lightning.metrics.functional.mig import check_codes_factors, mutual_information_gap
+from ncl_lightning.runtime.errors import ConfigError, EmptyMetricError
 
 
 class MutualInformationGap(Metric):
@@ -37,7 +38,7 @@ class MutualInformationGap(Metric):
     def __init__(self, num_bins: int = 20, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if num_bins < 1:
-            raise ValueError(f"num_bins must be >= 1, got {num_bins}")
+            raise ConfigError(f"num_bins must be >= 1, got {num_bins}", key="num_bins")
         self.num_bins = num_bins
         # Global min/max binning needs every sample: keep them all ("cat" across ranks).
         self.add_state("codes", [], dist_reduce_fx="cat")
@@ -52,6 +53,6 @@ class MutualInformationGap(Metric):
     def compute(self) -> Tensor:
         """Scalar float64 MIG in ``[0, 1]`` over all stored samples."""
         if isinstance(self.codes, list) and not self.codes:  # a Tensor once synced (DDP)
-            raise ValueError("MutualInformationGap.compute called before any update")
+            raise EmptyMetricError("MutualInformationGap.compute called before any update")
         codes, factors = dim_zero_cat(self.codes), dim_zero_cat(self.factors)
         return mutual_information_gap(codes, factors, self.num_bins)

@@ -18,18 +18,19 @@ from ncl_lightning.metrics.functional.orthogonality import (
     orthogonality_error_from_gram,
 )
 from ncl_lightning.metrics.functional.sparsity import activation_mask
+from ncl_lightning.runtime.errors import ConfigError
 
 
 def check_batch(z: Tensor, num_features: int) -> None:
-    """Raise ``ValueError`` unless ``z`` has shape ``[N, num_features]``."""
+    """``ConfigError`` (key ``z``) unless ``z`` has shape ``[N, num_features]``."""
     if z.ndim != 2 or z.shape[1] != num_features:
-        raise ValueError(f"expected features [N, {num_features}], got {tuple(z.shape)}")
+        raise ConfigError(f"expected features [N, {num_features}], got {tuple(z.shape)}", key="z")
 
 
 def check_num_features(num_features: int) -> None:
-    """Raise ``ValueError`` unless ``num_features >= 1``."""
+    """``ConfigError`` unless ``num_features >= 1``."""
     if num_features < 1:
-        raise ValueError(f"num_features must be >= 1, got {num_features}")
+        raise ConfigError(f"num_features must be >= 1, got {num_features}", key="num_features")
 
 
 class OrthogonalityError(Metric):
@@ -58,7 +59,7 @@ class OrthogonalityError(Metric):
         super().__init__(**kwargs)
         check_num_features(num_features)
         if eps < 0.0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+            raise ConfigError(f"eps must be >= 0, got {eps}", key="eps")
         self.num_features = num_features
         self.eps = eps
         d = num_features

@@ -18,6 +18,7 @@ from ncl_lightning.metrics.functional.activation import (
     select_by_expected_activation,
 )
 from ncl_lightning.metrics.functional.retrieval import retrieval_precision
+from ncl_lightning.runtime.errors import ConfigError, EmptyMetricError
 
 
 class RetrievalPrecision(Metric):
@@ -52,11 +53,13 @@ class RetrievalPrecision(Metric):
     ) -> None:
         super().__init__(**kwargs)
         if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+            raise ConfigError(f"k must be >= 1, got {k}", key="k")
         if num_selected is not None and num_selected < 1:
-            raise ValueError(f"num_selected must be >= 1 or None, got {num_selected}")
+            raise ConfigError(
+                f"num_selected must be >= 1 or None, got {num_selected}", key="num_selected"
+            )
         if chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+            raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}", key="chunk_size")
         self.k = k
         self.num_selected = num_selected
         self.chunk_size = chunk_size
@@ -66,16 +69,18 @@ class RetrievalPrecision(Metric):
     def update(self, z: Tensor, labels: Tensor) -> None:
         """Store a batch of features ``[N, d]`` and labels ``[N]``."""
         if z.ndim != 2:
-            raise ValueError(f"features must have shape [N, d], got {tuple(z.shape)}")
+            raise ConfigError(f"features must have shape [N, d], got {tuple(z.shape)}", key="z")
         if labels.shape != (z.shape[0],):
-            raise ValueError(f"labels must have shape [{z.shape[0]}], got {tuple(labels.shape)}")
+            raise ConfigError(
+                f"labels must have shape [{z.shape[0]}], got {tuple(labels.shape)}", key="labels"
+            )
         self.features.append(z.detach())
         self.labels.append(labels.detach().long())
 
     def compute(self) -> Tensor:
         """Precision@k in ``[0, 1]`` over all stored samples."""
         if isinstance(self.features, list) and not self.features:
-            raise ValueError("RetrievalPrecision.compute() called before any update")
+            raise EmptyMetricError("RetrievalPrecision.compute() called before any update")
         z = dim_zero_cat(self.features)
         labels = dim_zero_cat(self.labels)
         dims = None

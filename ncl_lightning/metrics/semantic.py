@@ -26,14 +26,15 @@ from ncl_lightning.metrics.functional.semantic import (
 )
 from ncl_lightning.metrics.functional.sparsity import activation_mask, l2_normalize_rows
 from ncl_lightning.metrics.orthogonality import check_batch, check_num_features
+from ncl_lightning.runtime.errors import ConfigError
 
 
 def _check_args(num_features: int, num_classes: int, eps: float) -> None:
     check_num_features(num_features)
     if num_classes < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        raise ConfigError(f"num_classes must be >= 1, got {num_classes}", key="num_classes")
     if eps < 0.0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+        raise ConfigError(f"eps must be >= 0, got {eps}", key="eps")
 
 
 class SemanticConsistency(Metric):
@@ -113,7 +114,7 @@ class TopKSemanticConsistency(Metric):
         super().__init__(**kwargs)
         _check_args(num_features, num_classes, eps)
         if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
+            raise ConfigError(f"top_k must be >= 1, got {top_k}", key="top_k")
         self.num_features, self.num_classes = num_features, num_classes
         self.top_k, self.eps = top_k, eps
         d = num_features
@@ -193,7 +194,9 @@ class SemanticEntropy(Metric):
         super().__init__(**kwargs)
         _check_args(num_features, num_classes, eps)
         if weighting not in ENTROPY_WEIGHTINGS:
-            raise ValueError(f"weighting must be one of {ENTROPY_WEIGHTINGS}, got {weighting!r}")
+            raise ConfigError(
+                f"weighting must be one of {ENTROPY_WEIGHTINGS}, got {weighting!r}", key="weighting"
+            )
         self.num_features, self.num_classes = num_features, num_classes
         self.eps, self.weighting = eps, weighting
         shape = (num_features, num_classes)

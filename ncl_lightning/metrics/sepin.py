@@ -20,6 +20,7 @@ from ncl_lightning.metrics.functional.sepin import (
     sepin_at_k,
     sepin_per_dimension,
 )
+from ncl_lightning.runtime.errors import ConfigError
 
 
 class SEPIN(Metric):
@@ -61,9 +62,9 @@ class SEPIN(Metric):
     ) -> None:
         super().__init__(**kwargs)
         if num_features < 1:
-            raise ValueError(f"num_features must be >= 1, got {num_features}")
+            raise ConfigError(f"num_features must be >= 1, got {num_features}", key="num_features")
         if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+            raise ConfigError(f"temperature must be > 0, got {temperature}", key="temperature")
         self.num_features = num_features
         self.temperature = temperature
         self.ks = check_ks(ks)
@@ -73,9 +74,10 @@ class SEPIN(Metric):
     def update(self, z1: Tensor, z2: Tensor) -> None:
         """Accumulate one batch of paired views ``[B, num_features]`` each."""
         if z1.ndim != 2 or z1.shape != z2.shape or z1.shape[1] != self.num_features:
-            raise ValueError(
+            raise ConfigError(
                 f"expected two views [B, {self.num_features}], "
-                f"got {tuple(z1.shape)} and {tuple(z2.shape)}"
+                f"got {tuple(z1.shape)} and {tuple(z2.shape)}",
+                key="z2",
             )
         batch = z1.shape[0]
         if batch == 0:

@@ -13,6 +13,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from ncl_lightning.metrics.functional.sparsity import activation_mask, zero_fraction
+from ncl_lightning.runtime.errors import ConfigError
 
 
 class Sparsity(Metric):
@@ -36,7 +37,7 @@ class Sparsity(Metric):
     def __init__(self, eps: float = 1e-5, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if eps < 0.0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+            raise ConfigError(f"eps must be >= 0, got {eps}", key="eps")
         self.eps = eps
         self.add_state("zero_fraction_sum", torch.tensor(0.0), dist_reduce_fx="sum")
         self.add_state("num_samples", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
@@ -78,9 +79,9 @@ class ActiveDimensions(Metric):
     ) -> None:
         super().__init__(**kwargs)
         if num_features < 1:
-            raise ValueError(f"num_features must be >= 1, got {num_features}")
+            raise ConfigError(f"num_features must be >= 1, got {num_features}", key="num_features")
         if eps < 0.0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+            raise ConfigError(f"eps must be >= 0, got {eps}", key="eps")
         self.num_features = num_features
         self.eps = eps
         self.normalize = normalize
@@ -91,7 +92,9 @@ class ActiveDimensions(Metric):
     def update(self, z: Tensor) -> None:
         """Accumulate a batch of features ``[N, num_features]``."""
         if z.ndim != 2 or z.shape[1] != self.num_features:
-            raise ValueError(f"expected features [N, {self.num_features}], got {tuple(z.shape)}")
+            raise ConfigError(
+                f"expected features [N, {self.num_features}], got {tuple(z.shape)}", key="z"
+            )
         self.activation_count += activation_mask(z.detach(), self.eps).sum(dim=0)
 
     def compute(self) -> Tensor:

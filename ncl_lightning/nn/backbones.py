@@ -16,6 +16,7 @@ import torchvision
 from torch import Tensor, nn
 
 from ncl_lightning.registry import Registry
+from ncl_lightning.runtime.errors import ConfigError
 
 _RESNETS: dict[int, tuple[Callable[..., torchvision.models.ResNet], int]] = {
     18: (torchvision.models.resnet18, 512),
@@ -62,11 +63,15 @@ class ResNet(nn.Module):
     ) -> None:
         super().__init__()
         if depth not in _RESNETS:
-            raise ValueError(f"unsupported ResNet depth {depth}; valid: {sorted(_RESNETS)}")
+            raise ConfigError(
+                f"unsupported ResNet depth {depth}; valid: {sorted(_RESNETS)}", key="depth"
+            )
         if stem not in _STEMS:
-            raise ValueError(f"unsupported ResNet stem {stem!r}; valid: {list(_STEMS)}")
+            raise ConfigError(
+                f"unsupported ResNet stem {stem!r}; valid: {list(_STEMS)}", key="stem"
+            )
         if in_channels < 1:
-            raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+            raise ConfigError(f"in_channels must be >= 1, got {in_channels}", key="in_channels")
         factory, self.out_dim = _RESNETS[depth]
         self.spec = backbone_spec(
             ResNet, depth=depth, stem=stem, in_channels=in_channels,
@@ -123,7 +128,7 @@ class SmallCNN(nn.Module):
         super().__init__()
         for name, value in (("in_channels", in_channels), ("width", width), ("out_dim", out_dim)):
             if value < 1:
-                raise ValueError(f"SmallCNN {name} must be >= 1, got {value}")
+                raise ConfigError(f"SmallCNN {name} must be >= 1, got {value}", key=name)
         self.out_dim = out_dim
         self.spec = backbone_spec(SmallCNN, in_channels=in_channels, width=width, out_dim=out_dim)
         self.features = nn.Sequential(
@@ -189,6 +194,6 @@ def build_backbone(name: str, **kwargs: object) -> nn.Module:
         The module; it has an ``out_dim`` attribute.
 
     Raises:
-        ValueError: Unknown name (the message lists the valid ones) or bad arguments.
+        ConfigError: Unknown name (the message lists the valid ones) or bad arguments.
     """
     return BACKBONES.build(name, **kwargs)

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from ncl_lightning.nn.backbones import BACKBONES, backbone_spec
+from ncl_lightning.runtime.errors import ConfigError
 
 Activation = Literal["srelu", "relu"]
 
@@ -47,8 +48,9 @@ class ThresholdActivation(nn.Module):
     ) -> None:
         super().__init__()
         if kind not in get_args(Activation):
-            raise ValueError(
-                f"activation must be one of {list(get_args(Activation))}, got {kind!r}"
+            raise ConfigError(
+                f"activation must be one of {list(get_args(Activation))}, got {kind!r}",
+                key="kind",
             )
         self.kind = kind
         bias = torch.full((width,), float(bias_init))
@@ -105,9 +107,11 @@ class SparseCodingEncoder(nn.Module):
         super().__init__()
         for name, value in (("in_dim", in_dim), ("width", width)):
             if value < 1:
-                raise ValueError(f"SparseCodingEncoder {name} must be >= 1, got {value}")
+                raise ConfigError(f"SparseCodingEncoder {name} must be >= 1, got {value}", key=name)
         if init_std is not None and not init_std > 0:
-            raise ValueError(f"SparseCodingEncoder init_std must be > 0 or None, got {init_std}")
+            raise ConfigError(
+                f"SparseCodingEncoder init_std must be > 0 or None, got {init_std}", key="init_std"
+            )
         self.out_dim = width
         self.spec = backbone_spec(
             SparseCodingEncoder,
@@ -164,12 +168,13 @@ def warm_start_(
         The atom index ``j_i`` of every row ``[m]``.
     """
     if c < 0:
-        raise ValueError(f"warm-start exponent c must be >= 0, got {c}")
+        raise ConfigError(f"warm-start exponent c must be >= 0, got {c}", key="c")
     m, p = weight.shape
     if dictionary.ndim != 2 or dictionary.shape[0] != p:
-        raise ValueError(
+        raise ConfigError(
             f"dictionary must have shape [{p}, d] for a weight [{m}, {p}], "
-            f"got {tuple(dictionary.shape)}"
+            f"got {tuple(dictionary.shape)}",
+            key="dictionary",
         )
     d = dictionary.shape[1]
     atoms = torch.arange(d)[:m]
@@ -189,7 +194,9 @@ def normalize_weight_(weight: Tensor, mode: Literal["rows", "columns"]) -> None:
     Zero rows/columns are left at zero.
     """
     if mode not in ("rows", "columns"):
-        raise ValueError(f"normalisation mode must be 'rows' or 'columns', got {mode!r}")
+        raise ConfigError(
+            f"normalisation mode must be 'rows' or 'columns', got {mode!r}", key="mode"
+        )
     dim = 1 if mode == "rows" else 0
     weight.div_(weight.norm(dim=dim, keepdim=True).clamp_min(1e-12))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ncl_lightning.nn.backbones import BACKBONES, backbone_spec
+from ncl_lightning.runtime.errors import ConfigError
 
 
 class SpriteEncoder(nn.Module):
@@ -48,9 +49,12 @@ class SpriteEncoder(nn.Module):
         for name, value in (("in_channels", in_channels), ("width", width),
                             ("hidden_dim", hidden_dim), ("out_dim", out_dim)):  # fmt: skip
             if value < 1:
-                raise ValueError(f"SpriteEncoder {name} must be >= 1, got {value}")
+                raise ConfigError(f"SpriteEncoder {name} must be >= 1, got {value}", key=name)
         if image_size < 16 or image_size % 16:
-            raise ValueError(f"SpriteEncoder image_size must be a multiple of 16, got {image_size}")
+            raise ConfigError(
+                f"SpriteEncoder image_size must be a multiple of 16, got {image_size}",
+                key="image_size",
+            )
         self.out_dim = out_dim
         self.spec = backbone_spec(
             SpriteEncoder, in_channels=in_channels, width=width, hidden_dim=hidden_dim,

@@ -8,6 +8,7 @@ from ncl_lightning.optim.lars import LARS
 from ncl_lightning.optim.param_groups import NORM_LAYERS, decay_param_groups, split_decay_params
 from ncl_lightning.optim.schedulers import warmup_cosine
 from ncl_lightning.registry import Registry
+from ncl_lightning.runtime.errors import ConfigError
 
 OPTIMIZERS: Registry[torch.optim.Optimizer] = Registry("optimizer")
 """Optimiser classes by name: ``"lars"`` ([LARS][ncl_lightning.optim.LARS]), ``"sgd"``,
@@ -28,11 +29,13 @@ def scale_lr(base_lr: float, global_batch_size: int, reference: int = 256) -> fl
         reference: Batch size ``base_lr`` was tuned for (>= 1).
     """
     if base_lr < 0.0:
-        raise ValueError(f"base_lr must be >= 0, got {base_lr}")
+        raise ConfigError(f"base_lr must be >= 0, got {base_lr}", key="base_lr")
     if global_batch_size < 1:
-        raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
+        raise ConfigError(
+            f"global_batch_size must be >= 1, got {global_batch_size}", key="global_batch_size"
+        )
     if reference < 1:
-        raise ValueError(f"reference must be >= 1, got {reference}")
+        raise ConfigError(f"reference must be >= 1, got {reference}", key="reference")
     return base_lr * global_batch_size / reference
 
 

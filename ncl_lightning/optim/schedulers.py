@@ -7,6 +7,8 @@ import math
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
+from ncl_lightning.runtime.errors import ConfigError
+
 
 class _WarmupCosineFactor:
     """Multiplicative lr factor of :func:`warmup_cosine` (a class so checkpoints pickle it)."""
@@ -56,9 +58,13 @@ def warmup_cosine(
         ``interval="step"``).
     """
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+        raise ConfigError(
+            f"warmup_steps must be an int >= 0, got {warmup_steps!r}", key="warmup_steps"
+        )
     if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-        raise ValueError(f"total_steps must be an int >= 1, got {total_steps!r}")
+        raise ConfigError(
+            f"total_steps must be an int >= 1, got {total_steps!r}", key="total_steps"
+        )
     if not 0.0 <= min_lr_ratio <= 1.0:
-        raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+        raise ConfigError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}", key="min_lr_ratio")
     return LambdaLR(optimizer, _WarmupCosineFactor(warmup_steps, total_steps, min_lr_ratio))

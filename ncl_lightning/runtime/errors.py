@@ -43,6 +43,12 @@ class CorruptImageError(DataError, OSError):
     """An image file that cannot be decoded (corrupt or truncated); names the file."""
 
 
+class EmptyMetricError(NCLError, ValueError, RuntimeError):
+    """A metric's ``compute()`` called before any ``update()``: nothing to compute from.
+
+    Both a ``ValueError`` and a ``RuntimeError``, so a caller catching either catches it."""
+
+
 class NonFiniteLossError(NCLError, RuntimeError):
     """Training stopped on a NaN/Inf loss; names the step and the checkpoint saved."""
 
@@ -64,6 +70,7 @@ __all__ = [
     "CorruptImageError",
     "DataError",
     "DataNotFoundError",
+    "EmptyMetricError",
     "NCLError",
     "NonFiniteLossError",
     "closest",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ncl_lightning.metrics.functional.sparsity import _check_features, l2_normalize_rows
+from ncl_lightning.runtime.errors import ConfigError
 
 
 def expected_activation(z: Tensor) -> Tensor:
@@ -36,7 +37,7 @@ def select_by_expected_activation(ea: Tensor, k: int) -> Tensor:
         int64 ``[k]`` indices, by decreasing EA.
     """
     if ea.ndim != 1:
-        raise ValueError(f"ea must have shape [d], got {tuple(ea.shape)}")
+        raise ConfigError(f"ea must have shape [d], got {tuple(ea.shape)}", key="ea")
     if not 1 <= k <= ea.shape[0]:
-        raise ValueError(f"k must be in [1, d], got k={k} for d={ea.shape[0]}")
+        raise ConfigError(f"k must be in [1, d], got k={k} for d={ea.shape[0]}", key="k")
     return ea.topk(k).indices

@@ -16,16 +16,22 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ncl_lightning.runtime.errors import ConfigError
+
 _NORM_EPS = 1e-12
 
 
 def check_weight_dictionary(weight: Tensor, dictionary: Tensor) -> None:
-    """Raise ``ValueError`` unless ``weight`` is ``[m, p]`` and ``dictionary`` is ``[p, d]``."""
+    """``ConfigError`` unless ``weight`` is ``[m, p]`` and ``dictionary`` is ``[p, d]``."""
     if dictionary.ndim != 2 or min(dictionary.shape) < 1:
-        raise ValueError(f"dictionary must have shape [p, d], got {tuple(dictionary.shape)}")
+        raise ConfigError(
+            f"dictionary must have shape [p, d], got {tuple(dictionary.shape)}", key="dictionary"
+        )
     p = dictionary.shape[0]
     if weight.ndim != 2 or weight.shape[0] < 1 or weight.shape[1] != p:
-        raise ValueError(f"weight must have shape [m, {p}] (m >= 1), got {tuple(weight.shape)}")
+        raise ConfigError(
+            f"weight must have shape [m, {p}] (m >= 1), got {tuple(weight.shape)}", key="weight"
+        )
 
 
 def dictionary_cosines(weight: Tensor, dictionary: Tensor) -> Tensor:

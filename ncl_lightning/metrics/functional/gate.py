@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ncl_lightning.runtime.errors import ConfigError
+
 
 def open_frequency(mask: Tensor) -> Tensor:
     """Per-dimension open frequency ``mean_x m_i(x)`` of a 0/1 mask ``[N, d]`` -> ``[d]``."""
     if mask.ndim != 2:
-        raise ValueError(f"mask must have shape [N, d], got {tuple(mask.shape)}")
+        raise ConfigError(f"mask must have shape [N, d], got {tuple(mask.shape)}", key="mask")
     return mask.float().mean(dim=0)
 
 

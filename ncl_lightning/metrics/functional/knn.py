@@ -11,13 +11,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ncl_lightning.runtime.errors import ConfigError
+
 
 def check_knn_arguments(k: int, temperature: float, prefix: str = "") -> None:
     """One-line errors for the neighbour count (>= 1) and the vote temperature (> 0)."""
     if k < 1:
-        raise ValueError(f"{prefix}k must be >= 1, got {k}")
+        raise ConfigError(f"{prefix}k must be >= 1, got {k}", key=f"{prefix}k")
     if not temperature > 0.0:
-        raise ValueError(f"{prefix}temperature must be > 0, got {temperature}")
+        raise ConfigError(
+            f"{prefix}temperature must be > 0, got {temperature}", key=f"{prefix}temperature"
+        )
 
 
 def weighted_knn_predict(
@@ -48,25 +52,27 @@ def weighted_knn_predict(
         the prediction.
     """
     if query.ndim != 2 or bank.ndim != 2 or query.shape[1] != bank.shape[1]:
-        raise ValueError(
+        raise ConfigError(
             f"query [Q, D] and bank [N, D] must share D, got {tuple(query.shape)} "
-            f"and {tuple(bank.shape)}"
+            f"and {tuple(bank.shape)}",
+            key="query",
         )
     if bank_labels.shape != (bank.shape[0],):
-        raise ValueError(
-            f"bank_labels must have shape [{bank.shape[0]}], got {tuple(bank_labels.shape)}"
+        raise ConfigError(
+            f"bank_labels must have shape [{bank.shape[0]}], got {tuple(bank_labels.shape)}",
+            key="bank_labels",
         )
     if bank.shape[0] == 0:
-        raise ValueError("bank must hold at least one sample")
+        raise ConfigError("bank must hold at least one sample", key="bank")
     if num_classes < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        raise ConfigError(f"num_classes must be >= 1, got {num_classes}", key="num_classes")
     check_knn_arguments(k, temperature)
     if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}", key="chunk_size")
     labels = bank_labels.long()
     # Out-of-range labels would corrupt scatter_add (or assert on CUDA): fail clearly.
     if labels.min() < 0 or labels.max() >= num_classes:
-        raise ValueError(f"bank_labels must lie in [0, {num_classes})")
+        raise ConfigError(f"bank_labels must lie in [0, {num_classes})", key="bank_labels")
 
     dtype = torch.promote_types(torch.promote_types(query.dtype, bank.dtype), torch.float32)
     query = F.normalize(query.to(dtype), dim=1)

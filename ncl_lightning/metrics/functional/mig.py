@@ -18,17 +18,27 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ncl_lightning.runtime.errors import ConfigError
+
 
 def check_codes_factors(codes: Tensor, factors: Tensor) -> None:
     """Validate codes ``[N, d]`` (d >= 1) and integer factors ``[N, K]`` (K >= 1)."""
     if codes.ndim != 2 or codes.shape[1] < 1:
-        raise ValueError(f"codes must have shape [N, d] with d >= 1, got {tuple(codes.shape)}")
+        raise ConfigError(
+            f"codes must have shape [N, d] with d >= 1, got {tuple(codes.shape)}", key="codes"
+        )
     if factors.ndim != 2 or factors.shape[1] < 1:
-        raise ValueError(f"factors must have shape [N, K] with K >= 1, got {tuple(factors.shape)}")
+        raise ConfigError(
+            f"factors must have shape [N, K] with K >= 1, got {tuple(factors.shape)}", key="factors"
+        )
     if factors.shape[0] != codes.shape[0]:
-        raise ValueError(f"codes have {codes.shape[0]} rows but factors have {factors.shape[0]}")
+        raise ConfigError(
+            f"codes have {codes.shape[0]} rows but factors have {factors.shape[0]}", key="codes"
+        )
     if factors.is_floating_point() or factors.is_complex():
-        raise ValueError(f"factors must be integer labels, got dtype {factors.dtype}")
+        raise ConfigError(
+            f"factors must be integer labels, got dtype {factors.dtype}", key="factors"
+        )
 
 
 def histogram_discretize(codes: Tensor, num_bins: int = 20) -> Tensor:
@@ -45,12 +55,14 @@ def histogram_discretize(codes: Tensor, num_bins: int = 20) -> Tensor:
         int64 ``[N, d]`` bin indices in ``[0, num_bins)``.
     """
     if num_bins < 1:
-        raise ValueError(f"num_bins must be >= 1, got {num_bins}")
+        raise ConfigError(f"num_bins must be >= 1, got {num_bins}", key="num_bins")
     if codes.ndim != 2 or codes.shape[0] < 1:
-        raise ValueError(f"codes must have shape [N, d] with N >= 1, got {tuple(codes.shape)}")
+        raise ConfigError(
+            f"codes must have shape [N, d] with N >= 1, got {tuple(codes.shape)}", key="codes"
+        )
     x = codes.detach().double().T.contiguous()  # [d, N]
     if not torch.isfinite(x).all():
-        raise ValueError("codes must be finite")
+        raise ConfigError("codes must be finite", key="codes")
     low, high = x.min(dim=1, keepdim=True).values, x.max(dim=1, keepdim=True).values
     steps = torch.arange(num_bins, dtype=x.dtype, device=x.device) / num_bins
     edges = low + (high - low) * steps  # [d, num_bins] left edges
@@ -92,7 +104,10 @@ def discrete_mutual_info(codes_discrete: Tensor, factors: Tensor) -> Tensor:
     """
     check_codes_factors(codes_discrete, factors)
     if codes_discrete.is_floating_point():
-        raise ValueError(f"codes_discrete must be integer, got dtype {codes_discrete.dtype}")
+        raise ConfigError(
+            f"codes_discrete must be integer, got dtype {codes_discrete.dtype}",
+            key="codes_discrete",
+        )
     codes, n_codes = _dense_labels(codes_discrete)
     labels, n_labels = _dense_labels(factors)
     num_factors = labels.shape[1]

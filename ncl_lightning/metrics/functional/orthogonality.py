@@ -19,6 +19,7 @@ from ncl_lightning.metrics.functional.sparsity import (
     activation_mask,
     l2_normalize_rows,
 )
+from ncl_lightning.runtime.errors import ConfigError
 
 
 def feature_gram(z: Tensor) -> Tensor:
@@ -49,9 +50,11 @@ def orthogonality_error_from_gram(gram: Tensor, active: Tensor) -> Tensor:
         Scalar float32 tensor in ``[0, 1]``; 0 when fewer than 2 dimensions are active.
     """
     if gram.ndim != 2 or gram.shape[0] != gram.shape[1]:
-        raise ValueError(f"gram must have shape [d, d], got {tuple(gram.shape)}")
+        raise ConfigError(f"gram must have shape [d, d], got {tuple(gram.shape)}", key="gram")
     if active.shape != (gram.shape[0],):
-        raise ValueError(f"active must have shape [{gram.shape[0]}], got {tuple(active.shape)}")
+        raise ConfigError(
+            f"active must have shape [{gram.shape[0]}], got {tuple(active.shape)}", key="active"
+        )
     idx = active.nonzero().squeeze(1)
     m = idx.numel()
     if m < 2:

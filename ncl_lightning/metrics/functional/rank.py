@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ncl_lightning.metrics.functional.orthogonality import feature_gram
+from ncl_lightning.runtime.errors import ConfigError
 
 
 def effective_rank_from_gram(gram: Tensor) -> Tensor:
@@ -30,7 +31,7 @@ def effective_rank_from_gram(gram: Tensor) -> Tensor:
         Scalar float32 tensor in ``[1, d]``; 0 for an all-zero Gram matrix.
     """
     if gram.ndim != 2 or gram.shape[0] != gram.shape[1]:
-        raise ValueError(f"gram must have shape [d, d], got {tuple(gram.shape)}")
+        raise ConfigError(f"gram must have shape [d, d], got {tuple(gram.shape)}", key="gram")
     eigvals = torch.linalg.eigvalsh(gram.double())
     tol = eigvals.max().clamp_min(0.0) * gram.shape[0] * torch.finfo(torch.float64).eps
     s = torch.where(eigvals > tol, eigvals, torch.zeros_like(eigvals)).sqrt()

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from ncl_lightning.metrics.functional.sparsity import _check_features, l2_normalize_rows
+from ncl_lightning.runtime.errors import ConfigError
 
 
 def retrieval_precision(
@@ -39,13 +40,15 @@ def retrieval_precision(
     """
     _check_features(z, 0.0)
     if labels.shape != (z.shape[0],):
-        raise ValueError(f"labels must have shape [{z.shape[0]}], got {tuple(labels.shape)}")
+        raise ConfigError(
+            f"labels must have shape [{z.shape[0]}], got {tuple(labels.shape)}", key="labels"
+        )
     if z.shape[0] < 2:
-        raise ValueError(f"retrieval needs at least 2 samples, got {z.shape[0]}")
+        raise ConfigError(f"retrieval needs at least 2 samples, got {z.shape[0]}", key="z")
     if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+        raise ConfigError(f"k must be >= 1, got {k}", key="k")
     if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}", key="chunk_size")
     if dims is not None:
         z = z[:, dims]
     z_hat = l2_normalize_rows(z)

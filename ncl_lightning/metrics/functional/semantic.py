@@ -23,6 +23,7 @@ from ncl_lightning.metrics.functional.sparsity import (
     activation_mask,
     l2_normalize_rows,
 )
+from ncl_lightning.runtime.errors import ConfigError
 
 EntropyWeighting = Literal["activation", "frequency"]
 ENTROPY_WEIGHTINGS = ("activation", "frequency")
@@ -34,13 +35,15 @@ def check_features_labels(z: Tensor, labels: Tensor, num_classes: int, eps: floa
     """Validate ``z [N, d]``, ``labels [N]`` in ``[0, num_classes)``; return labels as int64."""
     _check_features(z, eps)
     if num_classes < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        raise ConfigError(f"num_classes must be >= 1, got {num_classes}", key="num_classes")
     if labels.shape != (z.shape[0],):
-        raise ValueError(f"labels must have shape [{z.shape[0]}], got {tuple(labels.shape)}")
+        raise ConfigError(
+            f"labels must have shape [{z.shape[0]}], got {tuple(labels.shape)}", key="labels"
+        )
     labels = labels.long()
     # Out-of-range labels would break one_hot / scatter (or assert on CUDA): fail clearly.
     if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
-        raise ValueError(f"labels must lie in [0, {num_classes})")
+        raise ConfigError(f"labels must lie in [0, {num_classes})", key="labels")
     return labels
 
 
@@ -94,7 +97,7 @@ def semantic_consistency_from_counts(counts: Tensor, active: Tensor | None = Non
         Scalar float32 tensor in ``[100 / C, 100]``; NaN when no dimension is active.
     """
     if counts.ndim != 2:
-        raise ValueError(f"counts must have shape [d, C], got {tuple(counts.shape)}")
+        raise ConfigError(f"counts must have shape [d, C], got {tuple(counts.shape)}", key="counts")
     counts = counts.double()
     total = counts.sum(dim=1)
     if active is None:
@@ -116,7 +119,9 @@ def semantic_entropy_from_counts(weights: Tensor, active: Tensor | None = None) 
         Scalar float32 tensor in ``[0, ln C]``; NaN when no dimension is active.
     """
     if weights.ndim != 2:
-        raise ValueError(f"weights must have shape [d, C], got {tuple(weights.shape)}")
+        raise ConfigError(
+            f"weights must have shape [d, C], got {tuple(weights.shape)}", key="weights"
+        )
     weights = weights.double()
     total = weights.sum(dim=1, keepdim=True)
     if active is None:
@@ -158,7 +163,7 @@ def semantic_consistency(
             class_activation_counts(z, labels, num_classes, eps)
         )
     if top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
+        raise ConfigError(f"top_k must be >= 1, got {top_k}", key="top_k")
     z_hat = l2_normalize_rows(z)
     active = (z_hat.abs() > eps).any(dim=0)
     k = min(top_k, z.shape[0])
@@ -210,7 +215,9 @@ def semantic_entropy(
         Scalar float32 tensor in ``[0, ln C]``; NaN when no dimension is active.
     """
     if weighting not in ENTROPY_WEIGHTINGS:
-        raise ValueError(f"weighting must be one of {ENTROPY_WEIGHTINGS}, got {weighting!r}")
+        raise ConfigError(
+            f"weighting must be one of {ENTROPY_WEIGHTINGS}, got {weighting!r}", key="weighting"
+        )
     counts = class_activation_counts(z, labels, num_classes, eps)
     active = counts.sum(dim=1) > 0
     if weighting == "frequency":

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from ncl_lightning.losses.info_nce import info_nce
 from ncl_lightning.metrics.functional.sparsity import l2_normalize_rows
+from ncl_lightning.runtime.errors import ConfigError
 
 DEFAULT_KS: tuple[int | None, ...] = (1, 10, 100, None)
 
@@ -37,13 +38,17 @@ _CHUNK_ELEMENTS = 1 << 21
 
 def _check_views(z1: Tensor, z2: Tensor, temperature: float) -> None:
     if z1.ndim != 2 or z1.shape != z2.shape:
-        raise ValueError(
-            f"expected two [B, d] views of equal shape, got {tuple(z1.shape)} and {tuple(z2.shape)}"
+        raise ConfigError(
+            f"expected two [B, d] views of equal shape, got {tuple(z1.shape)} "
+            f"and {tuple(z2.shape)}",
+            key="z2",
         )
     if z1.shape[0] < 1 or z1.shape[1] < 1:
-        raise ValueError(f"need B >= 1 pairs and d >= 1 dimensions, got {tuple(z1.shape)}")
+        raise ConfigError(
+            f"need B >= 1 pairs and d >= 1 dimensions, got {tuple(z1.shape)}", key="z1"
+        )
     if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+        raise ConfigError(f"temperature must be > 0, got {temperature}", key="temperature")
 
 
 def _upcast(z1: Tensor, z2: Tensor) -> tuple[Tensor, Tensor]:
@@ -108,7 +113,7 @@ def sepin_per_dimension(
     """
     _check_views(z1, z2, temperature)
     if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}", key="chunk_size")
     z1, z2 = _upcast(z1, z2)
     base = info_nce(z1, z2, temperature, gather_distributed=False)
 
@@ -185,10 +190,10 @@ def check_ks(ks: Iterable[int | None]) -> tuple[int | None, ...]:
     """Validate SEPIN@k cut-offs: each ``k >= 1`` or ``None`` (all); returns them as a tuple."""
     ks = tuple(ks)
     if not ks:
-        raise ValueError("ks must name at least one k (an int >= 1, or None for all)")
+        raise ConfigError("ks must name at least one k (an int >= 1, or None for all)", key="ks")
     for k in ks:
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"each k must be an int >= 1 or None (all dims), got {k!r}")
+            raise ConfigError(f"each k must be an int >= 1 or None (all dims), got {k!r}", key="ks")
     return ks
 
 
@@ -205,7 +210,9 @@ def sepin_at_k(per_dim: Tensor, ks: Iterable[int | None] = DEFAULT_KS) -> dict[s
     """
     ks = check_ks(ks)
     if per_dim.ndim != 1 or per_dim.numel() < 1:
-        raise ValueError(f"per_dim must have shape [d] with d >= 1, got {tuple(per_dim.shape)}")
+        raise ConfigError(
+            f"per_dim must have shape [d] with d >= 1, got {tuple(per_dim.shape)}", key="per_dim"
+        )
     ordered = per_dim.sort(descending=True).values
     d = ordered.numel()
     return {

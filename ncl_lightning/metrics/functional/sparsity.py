@@ -10,12 +10,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ncl_lightning.runtime.errors import ConfigError
+
 
 def _check_features(z: Tensor, eps: float) -> None:
     if z.ndim != 2:
-        raise ValueError(f"features must have shape [N, d], got {tuple(z.shape)}")
+        raise ConfigError(f"features must have shape [N, d], got {tuple(z.shape)}", key="features")
     if eps < 0.0:
-        raise ValueError(f"eps must be >= 0, got {eps}")
+        raise ConfigError(f"eps must be >= 0, got {eps}", key="eps")
 
 
 def l2_normalize_rows(z: Tensor) -> Tensor:
