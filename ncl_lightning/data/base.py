@@ -32,7 +32,6 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from ncl_lightning.data.memory import FixedSizeUInt8
 from ncl_lightning.data.seeding import (
-    EpochSampler,
     EvalViewSampler,
     ResumableData,
     ResumableLoader,
@@ -273,17 +272,8 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
     def _loader(self, dataset: Dataset | None, name: str, train: bool) -> DataLoader:
         if dataset is None:
             raise RuntimeError(f"{name} dataset is not built; call setup() first")
-        sampler = None
-        if train:  # (index, seed) keys from (seed, epoch): exact resume, any worker count
-            trainer = self.trainer
-            sampler = EpochSampler(
-                dataset,
-                seed_fn=lambda: self.seed or 0,
-                epoch_fn=self.train_epoch,
-                num_replicas=trainer.world_size if trainer is not None else 1,
-                rank=trainer.global_rank if trainer is not None else 0,
-                skip_fn=self.skipped_samples,
-            )
+        # (index, seed) keys from (seed, epoch): exact resume, any worker count
+        sampler = self.train_sampler(dataset) if train else None
         return (ResumableLoader if train else DataLoader)(
             dataset,
             batch_size=self.batch_size,

@@ -15,17 +15,25 @@ re-seeds a global generator fragile, so nothing here reads a global RNG:
 
 The views of a sample then depend only on the seed, the epoch and the sample: the same
 with 0 or 8 workers, persistent or not, and after a resume.
+
+Vectorised data (dSprites, sparse coding) is built a whole batch at a time: a
+:class:`KeyDataset` hands the batch's keys to the ``collate_fn``, which draws the
+batch's randomness from :func:`batch_seed` of those keys. Data drawn once at
+construction (splits, dictionaries, samples) uses ``seeded_generator(seed, DATA_KEY,
+stream)``. Every DataModule's training data is thus a function of (seed, epoch, sample)
+and resumes exactly (:class:`ResumableData`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
+from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.internals import (
     batches_fetched_total,
     batches_processed,
@@ -35,6 +43,8 @@ from ncl_lightning.runtime.internals import (
 _MASK = (1 << 64) - 1
 EVAL_KEY = -1
 """The "epoch" of evaluation views: ``mix_seed(seed, EVAL_KEY, i)`` is no training key."""
+DATA_KEY = -2
+"""The "epoch" of data drawn once at construction: ``seeded_generator(seed, DATA_KEY, stream)``."""
 
 
 def mix_seed(*values: int) -> int:
@@ -52,6 +62,17 @@ def mix_seed(*values: int) -> int:
         state = (state ^ (state >> 27)) * 0x94D049BB133111EB & _MASK
         state ^= state >> 31
     return state >> 1
+
+
+def seeded_generator(*values: int) -> torch.Generator:
+    """A private CPU generator seeded with ``mix_seed(*values)`` (the global one is untouched)."""
+    return torch.Generator().manual_seed(mix_seed(*values))
+
+
+def batch_seed(keys: Sequence[tuple[int, int]]) -> int:
+    """One seed for a batch of ``(index, sample_seed)`` keys: a function of its samples'
+    seeds only, so the batch's randomness is the same in any worker and after a resume."""
+    return mix_seed(*(key[1] for key in keys))
 
 
 def global_seed() -> int:
@@ -96,8 +117,7 @@ class EpochSampler(DistributedSampler):
         """The dataset indices this rank visits in ``epoch`` (padded to equal shards)."""
         n = len(self.dataset)  # type: ignore[arg-type]
         if self.shuffle:
-            generator = torch.Generator().manual_seed(mix_seed(seed, epoch))
-            order = torch.randperm(n, generator=generator).tolist()
+            order = torch.randperm(n, generator=seeded_generator(seed, epoch)).tolist()
         else:
             order = list(range(n))
         order += order[: self.total_size - n]  # pad like DistributedSampler
@@ -125,7 +145,7 @@ class EvalViewSampler(Sampler[tuple[int, int]]):
 
     def __init__(self, size: int, seed: int | None, rank: int = 0, world_size: int = 1) -> None:
         if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+            raise ConfigError(f"rank must be in [0, {world_size}), got {rank}", key="rank")
         self.indices = range(rank, size, world_size)
         self.seed = global_seed() if seed is None else seed
 
@@ -194,6 +214,19 @@ class ResumableData:
         count = batches_fetched_total(trainer)
         return mix_seed(self.seed or 0, rank, count)
 
+    def train_sampler(self, dataset: Dataset) -> EpochSampler:
+        """The :class:`EpochSampler` of the training loader: keys from (seed, epoch, sample),
+        sharded over the trainer's ranks, skipping the batches a resumed run already did."""
+        trainer = self.trainer
+        return EpochSampler(
+            dataset,
+            seed_fn=lambda: self.seed or 0,
+            epoch_fn=self.train_epoch,
+            num_replicas=trainer.world_size if trainer is not None else 1,
+            rank=trainer.global_rank if trainer is not None else 0,
+            skip_fn=self.skipped_samples,
+        )
+
 
 class ResumableLoader(DataLoader):
     """The training ``DataLoader`` of a :class:`ResumableData` DataModule.
@@ -208,6 +241,30 @@ class ResumableLoader(DataLoader):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Nothing to restore here: the DataModule's state is restored first."""
+
+
+class KeyDataset(Dataset):
+    """``size`` samples whose item ``key`` is the key itself.
+
+    With a ``collate_fn`` that builds a whole batch from its keys (vectorised data), the
+    loader hands it the batch's ``(index, sample_seed)`` keys of :class:`EpochSampler` or
+    :class:`EvalViewSampler`, or plain indices, in one call (``__getitems__``).
+
+    Args:
+        size: Number of samples.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: Any) -> Any:
+        return key
+
+    def __getitems__(self, keys: list[Any]) -> list[Any]:
+        return keys
 
 
 class TransformedDataset(Dataset):
@@ -255,13 +312,17 @@ class SeededTransformDataset(TransformedDataset):
 
 
 __all__ = [
+    "DATA_KEY",
     "EVAL_KEY",
     "EpochSampler",
     "EvalViewSampler",
+    "KeyDataset",
     "ResumableData",
     "ResumableLoader",
     "SeededTransformDataset",
     "TransformedDataset",
+    "batch_seed",
     "global_seed",
     "mix_seed",
+    "seeded_generator",
 ]

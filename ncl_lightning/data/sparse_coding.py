@@ -16,51 +16,42 @@ Batches of ``SparseCodingDataModule``:
       tensors ``[B, p]`` (masks drawn afresh for every batch, reproducibly), ``z`` the
       latents ``[B, d]``; shuffled, last incomplete batch dropped.
     * ``val_dataloader``: clean ``(x [B, p], z [B, d])`` in order, no batch dropped.
+
+Randomness follows the one scheme of :mod:`ncl_lightning.data.seeding`: the dictionary and
+the samples come from ``seeded_generator(seed, DATA_KEY, stream)``, the epoch's order from
+``(seed, epoch)`` (:class:`EpochSampler`) and a batch's masks from :func:`batch_seed` of
+its keys, so a run resumed from a mid-epoch checkpoint continues exactly.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import (
-    BatchSampler,
-    DataLoader,
-    RandomSampler,
-    Sampler,
-    SequentialSampler,
-    TensorDataset,
-)
+from torch.utils.data import DataLoader
 
 from ncl_lightning.data.base import check_train_batches
+from ncl_lightning.data.seeding import (
+    DATA_KEY,
+    KeyDataset,
+    ResumableData,
+    ResumableLoader,
+    batch_seed,
+    seeded_generator,
+)
 from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_at_least, check_choice, check_range
 
 Latent = Literal["symmetric", "binary"]
 ViewScheme = Literal["independent", "dependent"]
 
-# Independent random streams derived from one seed (see ``_generator``).
-_TRAIN_STREAM, _VAL_STREAM, _MASK_STREAM, _SHUFFLE_STREAM = 1, 2, 3, 4
-_STREAMS = 8
-
-
-def _generator(seed: int, stream: int = 0, rank: int = 0) -> torch.Generator:
-    """A CPU generator for ``(seed, stream, rank)``; distinct triples get distinct seeds."""
-    return torch.Generator().manual_seed((seed * 1024 + rank) * _STREAMS + stream)
-
-
-def _identity(batch: Any) -> Any:
-    return batch
-
-
-def _check_choice(name: str, value: str, choices: object) -> None:
-    options = list(get_args(choices))
-    if value not in options:
-        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+# Data drawn at construction: seeded_generator(seed, DATA_KEY, stream).
+_DICTIONARY_STREAM, _TRAIN_STREAM, _VAL_STREAM = 0, 1, 2
 
 
 def default_noise_var(d: int) -> float:
@@ -79,8 +70,8 @@ def random_dictionary(p: int, d: int, generator: torch.Generator | None = None) 
         d: Number of dictionary atoms (>= 1).
         generator: Source of randomness.
     """
-    if not 1 <= d <= p:
-        raise ValueError(f"need 1 <= d <= p, got d={d}, p={p}")
+    check_at_least("d", d, 1)
+    check_range("d", d, 1, p)
     gaussian = torch.randn(p, d, generator=generator, dtype=torch.float64)
     q, r = torch.linalg.qr(gaussian, mode="reduced")
     signs = torch.sign(torch.diagonal(r))
@@ -109,9 +100,8 @@ def mask_views(
     Returns:
         ``(v_1, v_2)``, each shaped like ``x``.
     """
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    _check_choice("scheme", scheme, ViewScheme)
+    check_range("alpha", alpha, 0.0, 1.0, "()")
+    check_choice("scheme", scheme, get_args(ViewScheme))
     keep = torch.rand(x.shape, generator=generator, device=x.device) < alpha
     if scheme == "dependent":
         return 2.0 * keep * x, 2.0 * (~keep) * x
@@ -154,18 +144,18 @@ class SparseCodingModel:
     dictionary: Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.d < 1:
-            raise ValueError(f"d must be >= 1, got {self.d}")
+        check_at_least("d", self.d, 1)
         if self.p < self.d:
-            raise ValueError(f"p must be >= d (a column-orthonormal M), got p={self.p}, d={self.d}")
-        _check_choice("latent", self.latent, Latent)
-        if not 0.0 < self.nonzero_prob <= 1.0:
-            raise ValueError(f"nonzero_prob must be in (0, 1], got {self.nonzero_prob}")
-        if self.noise_var is not None and self.noise_var < 0.0:
-            raise ValueError(f"noise_var must be >= 0 or None, got {self.noise_var}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
-        self.dictionary = random_dictionary(self.p, self.d, _generator(self.seed))
+            raise ConfigError(
+                f"p must be >= d (a column-orthonormal M), got p={self.p}, d={self.d}", key="p"
+            )
+        check_choice("latent", self.latent, get_args(Latent))
+        check_range("nonzero_prob", self.nonzero_prob, 0.0, 1.0, "(]")
+        if self.noise_var is not None:
+            check_at_least("noise_var", self.noise_var, 0.0)
+        check_at_least("seed", self.seed, 0)
+        generator = seeded_generator(self.seed, DATA_KEY, _DICTIONARY_STREAM)
+        self.dictionary = random_dictionary(self.p, self.d, generator)
 
     @property
     def sigma2(self) -> float:
@@ -179,8 +169,7 @@ class SparseCodingModel:
 
     def sample_latents(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` latents ``[n, d]`` (float32), each with at least one non-zero entry."""
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+        check_at_least("n", n, 1)
         beta, d = self.nonzero_prob, self.d
         # First non-zero index k: P(k) ∝ (1 - β)^k β, k < d (the law given z ≠ 0).
         first_probs = (1.0 - beta) ** torch.arange(d, dtype=torch.float64)
@@ -205,15 +194,49 @@ class SparseCodingModel:
         return z @ self.dictionary.T + noise, z
 
 
-class SparseCodingDataModule(L.LightningDataModule):
+class MaskBatch:
+    """``collate_fn``: the ``(index, sample_seed)`` keys of a batch -> ``([v_1, v_2], z)``.
+
+    The masks are drawn from a generator seeded with :func:`batch_seed` of the keys: a
+    function of the run's seed, the epoch and the batch's samples.
+
+    Args:
+        inputs: Samples ``x`` ``[n, p]``.
+        latents: Their latents ``z`` ``[n, d]``.
+        alpha: Probability that a coordinate survives a mask.
+        views: ``"independent"`` or ``"dependent"`` (:func:`mask_views`).
+    """
+
+    def __init__(self, inputs: Tensor, latents: Tensor, alpha: float, views: ViewScheme) -> None:
+        self.inputs, self.latents, self.alpha, self.views = inputs, latents, alpha, views
+
+    def __call__(self, keys: Sequence[tuple[int, int]]) -> tuple[list[Tensor], Tensor]:
+        index = torch.tensor([key[0] for key in keys])
+        generator = seeded_generator(batch_seed(keys))
+        v1, v2 = mask_views(self.inputs[index], self.alpha, self.views, generator)
+        return [v1, v2], self.latents[index]
+
+
+class CleanBatch:
+    """``collate_fn``: indices of a batch -> clean ``(x [B, p], z [B, d])``."""
+
+    def __init__(self, inputs: Tensor, latents: Tensor) -> None:
+        self.inputs, self.latents = inputs, latents
+
+    def __call__(self, keys: Sequence[int]) -> tuple[Tensor, Tensor]:
+        index = torch.tensor(list(keys))
+        return self.inputs[index], self.latents[index]
+
+
+class SparseCodingDataModule(ResumableData, L.LightningDataModule):
     """Sparse-coding vectors with random-masking views (Pokle et al., AISTATS 2022).
 
     The dictionary and the training / validation samples are fixed at construction
     (deterministic under ``seed``; ``n × p`` floats), so ``dictionary``,
     ``train_latents`` and ``val_latents`` are available to metrics before ``setup``.
-    Training views are re-masked for every batch by a generator seeded at ``setup`` from
-    ``(seed, global rank)``, so runs are reproducible. Data load in the main process (the
-    mask generator must not be copied into workers).
+    Training views are re-masked for every batch from ``(seed, epoch, the batch's
+    samples)`` (see the module docstring). Data load in the main process: a batch is
+    indexed at once (no per-sample Python calls).
 
     Args:
         n: Training samples.
@@ -255,27 +278,25 @@ class SparseCodingDataModule(L.LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if n < 1:
-            raise ConfigError(f"n must be >= 1, got {n}")
-        if val_n < 1:
-            raise ConfigError(f"val_n must be >= 1, got {val_n}")
-        if not 1 <= batch_size <= n:
-            raise ConfigError(f"batch_size must be in [1, n={n}], got {batch_size}")
-        if not 0.0 < alpha < 1.0:
-            raise ConfigError(f"alpha must be in (0, 1), got {alpha}")
-        _check_choice("views", views, ViewScheme)
+        check_at_least("n", n, 1)
+        check_at_least("val_n", val_n, 1)
+        check_range("batch_size", batch_size, 1, n)
+        check_range("alpha", alpha, 0.0, 1.0, "()")
+        check_choice("views", views, get_args(ViewScheme))
         self.model = SparseCodingModel(p, d, latent, nonzero_prob, noise_var, seed)
         self.save_hyperparameters()
         self.n, self.p, self.d, self.val_n = n, p, d, val_n
-        self.alpha, self.views, self.batch_size, self.seed = alpha, views, batch_size, seed
+        self.alpha, self.views, self.batch_size = alpha, views, batch_size
+        self.seed: int | None = seed  # the training data's seed, kept in checkpoints
+        self.resumed = (0, 0)  # (epoch, batches done) of the checkpoint resumed from
         self.in_dim = p
         self.dictionary = self.model.dictionary
         self.train_inputs, self.train_latents = self.model.sample(
-            n, _generator(seed, _TRAIN_STREAM)
+            n, seeded_generator(seed, DATA_KEY, _TRAIN_STREAM)
         )
-        self.val_inputs, self.val_latents = self.model.sample(val_n, _generator(seed, _VAL_STREAM))
-        self._mask_generator: torch.Generator | None = None
-        self._shuffle_generator: torch.Generator | None = None
+        self.val_inputs, self.val_latents = self.model.sample(
+            val_n, seeded_generator(seed, DATA_KEY, _VAL_STREAM)
+        )
 
     def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
         """Check that every rank gets one training batch (generated data: no files).
@@ -288,46 +309,26 @@ class SparseCodingDataModule(L.LightningDataModule):
             check_train_batches(self.n, world_size, self.batch_size, True, hint)
 
     def setup(self, stage: str | None = None) -> None:
-        """(Re)seed the mask and shuffle generators from ``(seed, global rank)``."""
+        """Check the inputs for ``stage`` (the data is generated at construction)."""
         self.check_inputs(stage, self.trainer.world_size if self.trainer is not None else 1)
-        rank = self.trainer.global_rank if self.trainer is not None else 0
-        self._mask_generator = _generator(self.seed, _MASK_STREAM, rank)
-        self._shuffle_generator = _generator(self.seed, _SHUFFLE_STREAM, rank)
-
-    def _views(self, batch: tuple[Tensor, Tensor]) -> tuple[list[Tensor], Tensor]:
-        x, z = batch
-        v1, v2 = mask_views(x, self.alpha, self.views, self._mask_generator)
-        return [v1, v2], z
-
-    @staticmethod
-    def _batched(
-        dataset: TensorDataset,
-        sampler: Sampler,
-        batch_size: int,
-        drop_last: bool,
-        collate_fn: Callable[[tuple[Tensor, Tensor]], Any] | None = None,
-        generator: torch.Generator | None = None,
-    ) -> DataLoader:
-        """Index whole batches at once (``dataset[indices]``): no per-sample Python calls."""
-        return DataLoader(
-            dataset,
-            batch_size=None,
-            sampler=BatchSampler(sampler, batch_size, drop_last),
-            collate_fn=collate_fn or _identity,
-            generator=generator,
-        )
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled ``([v_1, v_2], z)``: views ``[B, p]``, latents ``[B, d]``."""
-        if self._mask_generator is None:
-            raise RuntimeError("mask generator is not seeded; call setup() first")
-        dataset = TensorDataset(self.train_inputs, self.train_latents)
-        sampler = RandomSampler(dataset, generator=self._shuffle_generator)
-        return self._batched(
-            dataset, sampler, self.batch_size, True, self._views, self._shuffle_generator
+        keys = KeyDataset(self.n)
+        return ResumableLoader(
+            keys,
+            batch_size=self.batch_size,
+            sampler=self.train_sampler(keys),
+            drop_last=True,
+            collate_fn=MaskBatch(self.train_inputs, self.train_latents, self.alpha, self.views),
+            generator=seeded_generator(self.seed or 0),  # private: global untouched
         )
 
     def val_dataloader(self) -> DataLoader:
         """Clean ``(x [B, p], z [B, d])`` of the validation samples, in order."""
-        dataset = TensorDataset(self.val_inputs, self.val_latents)
-        return self._batched(dataset, SequentialSampler(dataset), self.batch_size, False)
+        return DataLoader(
+            KeyDataset(self.val_n),
+            batch_size=self.batch_size,
+            collate_fn=CleanBatch(self.val_inputs, self.val_latents),
+            generator=seeded_generator(self.seed or 0),  # private: global untouched
+        )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
@@ -144,29 +142,32 @@ def test_splits_disjoint_and_seeded():
 def test_seed_reproduces_training_batches_and_epochs_differ():
     first = [v[0] for v, _ in small_dm(seed=5).train_dataloader()]
     dm = small_dm(seed=5)
-    loader = dm.train_dataloader()
-    epoch_1 = [v[0] for v, _ in loader]
-    epoch_2 = [v[0] for v, _ in loader]
+    epoch_1 = [v[0] for v, _ in dm.train_dataloader()]
+    dm.resumed = (1, 0)  # what a run resumed at the start of epoch 1 loads
+    epoch_2 = [v[0] for v, _ in dm.train_dataloader()]
     assert all(torch.equal(a, b) for a, b in zip(first, epoch_1, strict=True))
     assert not torch.equal(epoch_1[0], epoch_2[0])
+    other = [v[0] for v, _ in small_dm(seed=6).train_dataloader()]
+    assert not torch.equal(first[0], other[0])
 
 
-def test_workers_reseed_their_augmentation_stream():
-    dm = small_dm()
-    collate = dm.train_dataloader().collate_fn
-    items = [(i,) for i in dm.train_indices[:8]]
-    workers = [copy.deepcopy(collate) for _ in range(2)]  # what each worker process holds
-    for seed, worker in enumerate(workers):
-        torch.manual_seed(100 + seed)  # the DataLoader seeds each worker differently
-        worker.seed_worker(seed)
-    (a, _), (b, _) = (worker(items) for worker in workers)
-    assert not torch.equal(a[0], b[0])
+def test_batches_of_a_batch_differ_and_do_not_depend_on_the_global_generator():
+    collate = small_dm().train_dataloader().collate_fn
+    keys = [(i, 1000 + i) for i in range(8)]
+    state = torch.get_rng_state()
+    (a, _), (b, _) = collate(keys), collate(keys)
+    assert torch.equal(torch.get_rng_state(), state)  # the global stream is untouched
+    assert torch.equal(a[0], b[0]) and not torch.equal(a[0], a[1])
+    (c, _) = collate([(i, 2000 + i) for i in range(8)])
+    assert not torch.equal(a[0], c[0])  # other sample seeds, other views
 
 
-def test_workers_reproduce_under_seed():
-    runs = [[v[0] for v, _ in small_dm(num_workers=2, seed=2).train_dataloader()] for _ in range(2)]
-    assert len(runs[0]) == 4
-    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+@pytest.mark.parametrize("workers", [0, 2])
+def test_workers_give_the_batches_of_the_main_process(workers):
+    main = [v[0] for v, _ in small_dm(seed=2).train_dataloader()]
+    run = [v[0] for v, _ in small_dm(num_workers=workers, seed=2).train_dataloader()]
+    assert len(run) == 4
+    assert all(torch.equal(a, b) for a, b in zip(main, run, strict=True))
 
 
 def test_clean_and_view_dataloaders_shard_and_repeat():
@@ -185,21 +186,16 @@ def test_factor_jitter_views_are_factor_neighbours():
     dm = small_dm(augmentation=SpriteAugmentation(0, 0.0, 0.0, 0.0), factor_jitter=1)
     collate = dm.train_dataloader().collate_fn
     factors = index_to_factors(dm.train_indices)
-    moved = collate._jitter(factors)
+    moved = collate.jitter(factors, torch.Generator().manual_seed(0))
     step = moved - factors
     assert torch.equal(moved[:, 0], factors[:, 0])  # shape is never changed
     assert (step[:, [1, 3, 4]].abs() <= 1).all()
     assert ((step[:, 2] % 40 == 0) | (step[:, 2] % 40 == 1) | (step[:, 2] % 40 == 39)).all()
     assert (moved >= 0).all() and (moved < torch.tensor(DSPRITES_FACTOR_SIZES)).all()
     # With no pixel augmentation, each view is exactly the render of its moved factors.
-    views, labels = collate([(i,) for i in dm.train_indices[:16]])
+    views, labels = collate([(i, i) for i in range(16)])
     assert torch.equal(labels, factors[:16]) and not torch.equal(views[0], views[1])
     assert set(views[0].unique().tolist()) <= {0.0, 1.0}
-
-
-def test_train_dataloader_needs_setup():
-    with pytest.raises(RuntimeError, match="setup"):
-        DSpritesDataModule(train_size=64, batch_size=16).train_dataloader()
 
 
 @pytest.mark.parametrize(

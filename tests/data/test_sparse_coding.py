@@ -117,11 +117,19 @@ def test_dependent_datamodule_views():
 def test_masks_are_redrawn_every_batch():
     dm = SparseCodingDataModule(n=100, val_n=10, batch_size=100)
     dm.setup("fit")
-    batch = (dm.train_inputs, dm.train_latents)
-    (a, _), za = dm._views(batch)
-    (b, _), zb = dm._views(batch)
-    assert torch.equal(za, zb) and not torch.equal(a != 0, b != 0)
+    ((a, _), za), ((b, _), zb) = (
+        next(iter(dm.train_dataloader())),
+        next(iter(dm.train_dataloader())),
+    )
+    assert torch.equal(za, zb) and torch.equal(a, b)  # the same epoch, the same batch
     assert 0.4 < (a != 0).float().mean().item() < 0.6
+    collate = dm.train_dataloader().collate_fn
+    keys = [(i, 7 + i) for i in range(100)]
+    state = torch.get_rng_state()
+    (d, _), _ = collate(keys)
+    (e, _), _ = collate([(i, 8 + i) for i in range(100)])
+    assert torch.equal(torch.get_rng_state(), state)  # the global stream is untouched
+    assert not torch.equal(d != 0, e != 0)  # other keys, other masks
 
 
 def test_determinism_under_seed():
@@ -137,11 +145,6 @@ def test_determinism_under_seed():
     other = SparseCodingDataModule(n=200, val_n=50, seed=8)
     assert not torch.equal(other.dictionary, dms[0].dictionary)
     assert not torch.equal(dms[0].train_inputs[:50], dms[0].val_inputs)
-
-
-def test_train_loader_needs_setup():
-    with pytest.raises(RuntimeError, match="setup"):
-        SparseCodingDataModule(n=100, val_n=10).train_dataloader()
 
 
 @pytest.mark.parametrize(
