@@ -1,9 +1,11 @@
 """Contrastive objectives: pure functions, thin module wrappers and a name registry.
 
-``OBJECTIVES`` maps a config name to a factory called with the method's
-``temperature`` and ``gather_distributed``; register a new objective with
+``OBJECTIVES`` maps a config name (a method's ``loss`` argument) to a factory called with
+the method's ``temperature`` and ``gather_distributed``; register a new objective with
 ``OBJECTIVES.register("name")`` on such a factory. The supervised contrastive loss
 (``supcon``) also takes labels, so it is used by the SupCon methods directly.
+:func:`view_pairs` gives a new contrastive loss the layout every one of them shares
+(queries, keys gathered across ranks, positive and self columns).
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from torch import nn
 
 from ncl_lightning.losses.info_nce import InfoNCELoss, info_nce
 from ncl_lightning.losses.non_contrastive import negative_cosine, symmetric_negative_cosine
+from ncl_lightning.losses.pairs import ViewPairs, pair_indices, view_pairs
 from ncl_lightning.losses.spectral import SpectralContrastiveLoss, spectral_contrastive
 from ncl_lightning.losses.supcon import SupConLoss, supcon
 from ncl_lightning.registry import Registry
 
 OBJECTIVES: Registry[nn.Module] = Registry("objective")
 """Loss factories ``(temperature, gather_distributed) -> nn.Module`` by config name
-(``model.init_args.objective``): ``"info_nce"``, ``"spectral"``."""
+(``model.init_args.loss``): ``"info_nce"``, ``"spectral"``."""
 
 
 @OBJECTIVES.register("info_nce")
@@ -37,9 +40,12 @@ __all__ = [
     "InfoNCELoss",
     "SpectralContrastiveLoss",
     "SupConLoss",
+    "ViewPairs",
     "info_nce",
     "negative_cosine",
+    "pair_indices",
     "spectral_contrastive",
     "supcon",
     "symmetric_negative_cosine",
+    "view_pairs",
 ]

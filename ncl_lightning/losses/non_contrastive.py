@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
+from ncl_lightning.runtime.errors import ConfigError
+
 
 def negative_cosine(p: Tensor, z: Tensor) -> Tensor:
     """``-mean_i cos(p_i, sg(z_i))``: no gradient reaches ``z``.
@@ -23,9 +25,10 @@ def negative_cosine(p: Tensor, z: Tensor) -> Tensor:
         Scalar in ``[-1, 1]``.
     """
     if p.shape != z.shape or p.dim() != 2:
-        raise ValueError(
+        raise ConfigError(
             f"expected predictions and targets of equal shape [B, d], "
-            f"got {tuple(p.shape)} and {tuple(z.shape)}"
+            f"got {tuple(p.shape)} and {tuple(z.shape)}",
+            key="z",
         )
     return -F.cosine_similarity(p, z.detach(), dim=1).mean()
 

@@ -8,11 +8,10 @@ co-occurrence matrix.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
-from ncl_lightning.losses.info_nce import _views_and_keys, pair_indices
 from ncl_lightning.losses.normalize import normalize_rows
+from ncl_lightning.losses.pairs import view_pairs
 
 
 def spectral_contrastive(z1: Tensor, z2: Tensor, gather_distributed: bool = True) -> Tensor:
@@ -30,16 +29,10 @@ def spectral_contrastive(z1: Tensor, z2: Tensor, gather_distributed: bool = True
     Returns:
         Scalar loss, averaged over local queries.
     """
-    z1, z2 = normalize_rows(z1), normalize_rows(z2)
-    queries, keys, offset = _views_and_keys(z1, z2, gather_distributed)
-    n, total = z1.shape[0], keys.shape[0] // 2
-    self_idx, pos_idx = pair_indices(n, total, offset, z1.device)
-    sim = queries @ keys.T
-    rows = torch.arange(2 * n, device=z1.device)
-    positive = sim[rows, pos_idx]
-    is_neg = torch.ones_like(sim, dtype=torch.bool)
-    is_neg[rows, self_idx] = False
-    is_neg[rows, pos_idx] = False
+    pairs = view_pairs(normalize_rows(z1), normalize_rows(z2), gather_distributed)
+    sim = pairs.similarities()  # [2n, 2N]
+    positive = sim.gather(1, pairs.positive_index[:, None]).squeeze(1)
+    is_neg = ~(pairs.self_mask() | pairs.positive_mask())
     negative = (sim.pow(2) * is_neg).sum(dim=1) / is_neg.sum(dim=1)
     return (-2.0 * positive + negative).mean()
 

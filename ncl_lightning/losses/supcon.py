@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.losses.info_nce import _views_and_keys, pair_indices
 from ncl_lightning.losses.normalize import normalize_rows
-from ncl_lightning.nn.gather import gather_no_grad
+from ncl_lightning.losses.pairs import view_pairs
+from ncl_lightning.runtime.validation import check_positive
 
 
 def supcon(
@@ -46,22 +46,11 @@ def supcon(
     Returns:
         Scalar: the mean over local anchors of the per-anchor loss above.
     """
-    if labels.shape != z1.shape[:1]:
-        raise ValueError(
-            f"expected labels of shape [{z1.shape[0]}] for {z1.shape[0]} samples, "
-            f"got {tuple(labels.shape)}"
-        )
-    z1, z2 = normalize_rows(z1), normalize_rows(z2)
-    anchors, keys, offset = _views_and_keys(z1, z2, gather_distributed)
-    key_labels = gather_no_grad(labels) if gather_distributed else labels
-    n, total = z1.shape[0], keys.shape[0] // 2
-    self_idx, _ = pair_indices(n, total, offset, z1.device)
-    rows = torch.arange(2 * n, device=z1.device)
-    is_self = torch.zeros(2 * n, 2 * total, dtype=torch.bool, device=z1.device)
-    is_self[rows, self_idx] = True
-    logits = (anchors @ keys.T / temperature).masked_fill(is_self, float("-inf"))
-    log_prob = logits.log_softmax(dim=1)  # [2n, 2N]
-    positive = (labels.repeat(2)[:, None] == key_labels.repeat(2)[None, :]) & ~is_self
+    pairs = view_pairs(normalize_rows(z1), normalize_rows(z2), gather_distributed)
+    is_self = pairs.self_mask()  # [2n, 2N]
+    positive = pairs.same_label(labels) & ~is_self
+    logits = (pairs.similarities() / temperature).masked_fill(is_self, float("-inf"))
+    log_prob = logits.log_softmax(dim=1)
     pos_log_prob = torch.where(positive, log_prob, torch.zeros_like(log_prob)).sum(dim=1)
     return -(pos_log_prob / positive.sum(dim=1)).mean()
 
@@ -76,8 +65,7 @@ class SupConLoss(nn.Module):
 
     def __init__(self, temperature: float = 0.2, gather_distributed: bool = True) -> None:
         super().__init__()
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        check_positive("temperature", temperature)
         self.temperature = temperature
         self.gather_distributed = gather_distributed
 

@@ -1,4 +1,5 @@
-"""Real 2-process gloo DDP: loss and gradients equal one process on the whole batch."""
+"""Real 2-process gloo DDP: loss and gradients equal one process on the whole batch, and
+``view_pairs`` lays out each rank's queries and keys as the reference does."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import torch
 import torch.multiprocessing as mp
 
 from ncl_lightning.losses import OBJECTIVES
+from tests.ddp import spawn_ranks
+from tests.losses import ddp_pairs_worker
 from tests.losses.ddp_worker import make_problem, run_rank
+from tests.losses.test_pairs import check_against_reference
 
 WORLD = 2
 
@@ -56,3 +60,18 @@ def test_without_gathering_ranks_see_only_local_negatives(tmp_path) -> None:
         for s in (slice(0, 4), slice(4, 8))
     ]
     assert not torch.isclose(full, torch.stack(halves).mean())
+
+
+@pytest.mark.ddp
+def test_two_rank_gloo_layout_and_gradient(tmp_path) -> None:
+    """Each rank's layout is the reference on the global batch; the keys carry gradient
+    back to the rank that made them (``keys.sum()`` on both ranks: 2 per local entry)."""
+    world = WORLD
+    spawn_ranks(ddp_pairs_worker.run_rank, tmp_path, world)
+    _, x1, x2 = make_problem()
+    labels = ddp_pairs_worker.make_labels(x1.shape[0])
+    for rank in range(world):
+        got = torch.load(tmp_path / f"out{rank}.pt", weights_only=True)
+        check_against_reference(got, x1, x2, labels, world, rank)
+        for grad in (got["grad1"], got["grad2"]):
+            torch.testing.assert_close(grad, torch.full_like(grad, float(world)))
