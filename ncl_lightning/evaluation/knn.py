@@ -13,17 +13,20 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from ncl_lightning.evaluation.features import extract_features
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.classifier import accuracy_metrics, first_view
 from ncl_lightning.metrics.functional.knn import weighted_knn_predict
-from ncl_lightning.runtime.checkpoint import RecordsBackbone, load_backbone
+from ncl_lightning.runtime.checkpoint import load_backbone
+from ncl_lightning.runtime.defaults import missing_callbacks
+from ncl_lightning.runtime.record import CheckpointRecord
 from ncl_lightning.runtime.validation import check_at_least, check_positive
 
 
-class KNNClassifier(RecordsBackbone, L.LightningModule):
+class KNNClassifier(L.LightningModule):
     """Cosine-similarity weighted kNN on the frozen encoder of a checkpoint.
 
     Args:
@@ -101,3 +104,7 @@ class KNNClassifier(RecordsBackbone, L.LightningModule):
 
     def configure_optimizers(self) -> None:
         return None
+
+    def configure_callbacks(self) -> list[Callback]:
+        """The checkpoint record, unless the trainer has one (``ncl-cli`` installs it)."""
+        return missing_callbacks(self._trainer, [CheckpointRecord()])

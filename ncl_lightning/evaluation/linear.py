@@ -46,7 +46,7 @@ class LinearProbe(Classifier):
         self.backbone.requires_grad_(self.trains_backbone)
         self.classifier = LinearClassifier(self.backbone.out_dim, num_classes)
 
-    def represent(self, x: Tensor) -> Encoded:
+    def encode(self, x: Tensor) -> Encoded:
         if not self.trains_backbone and self.backbone.training:
             # Lightning restores per-module train modes around validation, so enforce the
             # frozen backbone's eval mode here: BatchNorm statistics must not move.

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
@@ -37,8 +38,10 @@ from ncl_lightning.metrics.functional import (
     select_by_expected_activation,
 )
 from ncl_lightning.nn.gather import gather_uneven
-from ncl_lightning.runtime.checkpoint import RecordsBackbone, load_method
+from ncl_lightning.runtime.checkpoint import load_method
+from ncl_lightning.runtime.defaults import missing_callbacks
 from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.record import CheckpointRecord
 from ncl_lightning.runtime.validation import check_at_least, check_choice, check_positive
 
 RULES = ("ea", "random")
@@ -67,7 +70,7 @@ def _feature_width(method: L.LightningModule, space: str) -> int:
     return width
 
 
-class FeatureSelection(RecordsBackbone, L.LightningModule):
+class FeatureSelection(L.LightningModule):
     """Expected-activation feature selection of a pretrained method's features.
 
     Args:
@@ -200,6 +203,10 @@ class FeatureSelection(RecordsBackbone, L.LightningModule):
 
     def configure_optimizers(self) -> None:
         return None
+
+    def configure_callbacks(self) -> list[Callback]:
+        """The checkpoint record, unless the trainer has one (``ncl-cli`` installs it)."""
+        return missing_callbacks(self._trainer, [CheckpointRecord()])
 
 
 def selection_table(results: dict[str, dict[int, dict[str, float]]]) -> str:

@@ -10,6 +10,7 @@ from ncl_lightning.methods.nce import NCEClassifier
 from ncl_lightning.methods.ncl import NCL, NCLTopK
 from ncl_lightning.methods.simsiam import SimSiam
 from ncl_lightning.methods.supcon import SupConCL, SupConNCL
+from ncl_lightning.methods.trainable import TrainableModule
 
 __all__ = [
     "BYOL",
@@ -25,4 +26,5 @@ __all__ = [
     "SimSiam",
     "SupConCL",
     "SupConNCL",
+    "TrainableModule",
 ]

@@ -9,12 +9,12 @@ A method subclasses :class:`SSLMethod` and implements two hooks:
 
 Everything else (online linear probe and kNN, optimiser groups with
 bias/norm exclusion, learning-rate scaling by global batch / 256, warmup-cosine schedule)
-is here, once. The module never sees which dataset it is trained on: batches are
-``(views, labels)`` for training and ``(images, labels)`` for evaluation. A NaN/Inf loss
-stops training with a checkpoint of the last finite state, or skips the batch
-(``nonfinite_loss``; :mod:`ncl_lightning.methods.guard`), and :meth:`SSLMethod.preflight`
-checks learning rates and the fit of model and data before training
-(:mod:`ncl_lightning.methods.checks`).
+is here or in :class:`~ncl_lightning.methods.trainable.TrainableModule`, once. The module
+never sees which dataset it is trained on: batches are ``(views, labels)`` for training and
+``(images, labels)`` for evaluation. A NaN/Inf loss stops training with a checkpoint of the
+last finite state, or skips the batch (``nonfinite_loss``;
+:mod:`ncl_lightning.runtime.guard`), and :func:`~ncl_lightning.runtime.preflight.preflight`
+checks learning rates and the fit of model and data before training.
 """
 
 from __future__ import annotations
@@ -22,36 +22,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar, NamedTuple
 
-import lightning as L
 import torch
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from ncl_lightning.methods.checks import ModelChecks, check_backbone
-from ncl_lightning.methods.guard import (
-    NONFINITE_CHOICES,
-    NonFiniteGuard,
-    NonFiniteLoss,
-    check_grad_norm_limit,
-)
+from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.online import OnlineEvaluator
-from ncl_lightning.methods.optimization import (
-    WarmupCosineOptimization,
-    check_common_arguments,
-)
-from ncl_lightning.methods.performance import (
-    CompileMode,
-    PerformanceSwitches,
-    autocast_off,
-    check_compile_mode,
-    float32,
-)
+from ncl_lightning.methods.trainable import TrainableModule
 from ncl_lightning.optim import LARS, decay_param_groups
-from ncl_lightning.runtime.checkpoint import RecordsBackbone
-from ncl_lightning.runtime.internals import built_by_cli
-from ncl_lightning.runtime.validation import check_at_least, check_choice, check_positive
+from ncl_lightning.runtime.guard import NonFiniteLoss
+from ncl_lightning.runtime.switches import CompileMode, autocast_off, float32
+from ncl_lightning.runtime.validation import check_at_least, check_positive
 
 
 class Encoded(NamedTuple):
@@ -71,40 +54,21 @@ def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
     return LARS(params, lr=0.3, momentum=0.9, weight_decay=1e-4, eta=0.02, clip_lr=True)
 
 
-class SSLMethod(
-    NonFiniteGuard,
-    ModelChecks,
-    PerformanceSwitches,
-    RecordsBackbone,
-    WarmupCosineOptimization,
-    L.LightningModule,
-):
+class SSLMethod(TrainableModule):
     """Shared training loop of every self-supervised method.
 
     Args:
         backbone: Encoder ``[B, C, H, W] -> [B, D]`` exposing ``out_dim``.
         num_classes: Classes for the online probe and kNN (0 turns them off). The CLI links
             it from the DataModule.
-        batch_size: Per-device batch size, used to scale the learning rate (CLI-linked).
-        optimizer: Callable building the optimiser from parameter groups (default LARS).
-        warmup_epochs: Linear warmup length in epochs (fractions allowed).
-        min_lr_ratio: Final learning rate of the cosine schedule, relative to the peak.
-        scale_lr: Multiply every learning rate by ``global batch / 256``.
-        exclude_bias_n_norm: No weight decay and no LARS adaptation for biases and norms.
+        batch_size: See :class:`~ncl_lightning.methods.trainable.TrainableModule`, like
+            ``optimizer`` (default LARS, :func:`default_optimizer`), ``warmup_epochs``,
+            ``min_lr_ratio``, ``scale_lr``, ``exclude_bias_n_norm``, ``channels_last``,
+            ``torch_compile``, ``compile_mode``, ``nonfinite_loss`` and
+            ``grad_norm_limit``.
         probe_lr: Learning rate of the online linear probe.
         knn_k: Neighbours of the online kNN classifier.
         knn_temperature: Temperature of the kNN weights.
-        channels_last: NHWC memory format for the model and its image inputs.
-        torch_compile: Compile the backbone and heads with ``torch.compile``.
-        compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
-            ``max-autotune``).
-        nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
-            :class:`~ncl_lightning.runtime.errors.NonFiniteLossError`) or ``skip`` the batch; the
-            same for non-finite gradients or BatchNorm statistics with a finite loss.
-        grad_norm_limit: Treat a step whose gradient norm (over every parameter, before
-            any clipping) exceeds this like a non-finite one (``nonfinite_loss``); None
-            (default): only non-finite gradients count. Not clipping: that is
-            ``trainer.gradient_clip_val``.
 
     Attributes:
         needs_labels: Class flag: ``objective`` also receives the batch labels ``[B]``
@@ -115,6 +79,7 @@ class SSLMethod(
 
     needs_labels: ClassVar[bool] = False
     views_per_image: ClassVar[int] = 2
+    default_optimizer = staticmethod(default_optimizer)
 
     def __init__(
         self,
@@ -135,23 +100,25 @@ class SSLMethod(
         nonfinite_loss: NonFiniteLoss = "stop",
         grad_norm_limit: float | None = None,
     ) -> None:
-        super().__init__()
-        check_compile_mode(compile_mode)
         check_backbone(backbone)
         check_at_least("num_classes", num_classes, 0)
-        check_common_arguments(batch_size, warmup_epochs, min_lr_ratio)
         check_positive("probe_lr", probe_lr)
         check_at_least("knn_k", knn_k, 1)
         check_positive("knn_temperature", knn_temperature)
-        check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_CHOICES)
-        check_grad_norm_limit(grad_norm_limit)
-        # Under ncl-cli the stored hparams are the parsed config (backbone and optimizer as
-        # class_path dicts), so `load_from_checkpoint` rebuilds the module from the file alone.
-        # Built from Python, the module objects are not put into the checkpoint's hparams.
-        from_cli = built_by_cli()
-        self.save_hyperparameters(ignore=[] if from_cli else ["backbone", "optimizer"])
+        super().__init__(
+            batch_size=batch_size,
+            optimizer=optimizer,
+            warmup_epochs=warmup_epochs,
+            min_lr_ratio=min_lr_ratio,
+            scale_lr=scale_lr,
+            exclude_bias_n_norm=exclude_bias_n_norm,
+            channels_last=channels_last,
+            torch_compile=torch_compile,
+            compile_mode=compile_mode,
+            nonfinite_loss=nonfinite_loss,
+            grad_norm_limit=grad_norm_limit,
+        )
         self.backbone = backbone
-        self.optimizer_factory = optimizer or default_optimizer
         self.online = (
             OnlineEvaluator(backbone.out_dim, num_classes, knn_k, knn_temperature)
             if num_classes
@@ -189,7 +156,7 @@ class SSLMethod(
     def param_groups(self) -> list[dict[str, Any]]:
         """Optimiser parameter groups; override to give new heads their own settings."""
         probe = {id(p) for p in self.online.parameters()} if self.online is not None else set()
-        groups = decay_param_groups(self, self.hparams.exclude_bias_n_norm, skip=probe)
+        groups = decay_param_groups(self, self.exclude_bias_n_norm, skip=probe)
         if self.online is not None:
             groups.append(
                 {
@@ -265,5 +232,3 @@ class SSLMethod(
     def predict_step(self, batch: Any, batch_idx: int) -> Encoded:
         x = batch[0] if isinstance(batch, list | tuple) else batch
         return self.encode(x)
-
-    # -- optimisation -----------------------------------------------------------------

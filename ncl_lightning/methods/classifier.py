@@ -1,6 +1,6 @@
 """Base LightningModule of every supervised classifier: probes, fine-tuning, NCE.
 
-A subclass builds ``self.backbone`` and implements :meth:`Classifier.represent` (images
+A subclass builds ``self.backbone`` and implements :meth:`Classifier.encode` (images
 to the representation the head reads) and :meth:`Classifier.head` (representation to
 logits). The base trains with cross entropy on the first view of ``(views, labels)``
 batches (DataModules with ``n_views: 1``; plain ``(images, labels)`` also work), logs
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
@@ -27,27 +26,10 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.methods.base import Encoded
-from ncl_lightning.methods.checks import ModelChecks
-from ncl_lightning.methods.guard import (
-    NONFINITE_CHOICES,
-    NonFiniteGuard,
-    NonFiniteLoss,
-    check_grad_norm_limit,
-)
-from ncl_lightning.methods.optimization import (
-    WarmupCosineOptimization,
-    check_common_arguments,
-)
-from ncl_lightning.methods.performance import (
-    CompileMode,
-    PerformanceSwitches,
-    check_compile_mode,
-    float32,
-)
-from ncl_lightning.optim import decay_param_groups
-from ncl_lightning.runtime.checkpoint import RecordsBackbone
-from ncl_lightning.runtime.internals import built_by_cli
-from ncl_lightning.runtime.validation import check_at_least, check_choice, check_range
+from ncl_lightning.methods.trainable import TrainableModule
+from ncl_lightning.runtime.guard import NonFiniteLoss
+from ncl_lightning.runtime.switches import CompileMode, float32
+from ncl_lightning.runtime.validation import check_at_least, check_range
 
 
 def default_sgd(params: Iterable) -> torch.optim.Optimizer:
@@ -71,42 +53,24 @@ def first_view(batch: tuple[Any, Tensor]) -> tuple[Tensor, Tensor]:
     return (x[0] if isinstance(x, list | tuple) else x), y
 
 
-class Classifier(
-    NonFiniteGuard,
-    ModelChecks,
-    PerformanceSwitches,
-    RecordsBackbone,
-    WarmupCosineOptimization,
-    L.LightningModule,
-):
+class Classifier(TrainableModule):
     """Supervised training and evaluation loop shared by probes, fine-tuning and NCE.
 
     Args:
         num_classes: Number of classes (> 0; the CLI links it from the DataModule).
-        batch_size: Per-device batch size, for learning-rate scaling (CLI-linked).
-        optimizer: Callable building the optimiser from parameter groups (default SGD).
-        warmup_epochs: Linear warmup length in epochs.
-        min_lr_ratio: Final learning rate of the cosine schedule, relative to the peak.
-        scale_lr: Multiply learning rates by ``global batch / 256``.
-        exclude_bias_n_norm: No weight decay and no LARS adaptation for biases and norms.
+        batch_size: See :class:`~ncl_lightning.methods.trainable.TrainableModule`, like
+            ``optimizer`` (default SGD, :func:`default_sgd`), ``warmup_epochs``,
+            ``min_lr_ratio``, ``scale_lr``, ``exclude_bias_n_norm``, ``channels_last``,
+            ``torch_compile``, ``compile_mode``, ``nonfinite_loss`` and
+            ``grad_norm_limit``.
         label_smoothing: Cross-entropy label smoothing.
-        channels_last: NHWC memory format for the model and its image inputs.
-        torch_compile: Compile the backbone with ``torch.compile``.
-        compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
-            ``max-autotune``).
-        nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
-            :class:`~ncl_lightning.runtime.errors.NonFiniteLossError`) or ``skip`` the batch; the
-            same for non-finite gradients or BatchNorm statistics with a finite loss.
-        grad_norm_limit: Treat a step whose gradient norm (over every parameter, before
-            any clipping) exceeds this like a non-finite one (``nonfinite_loss``); None
-            (default): only non-finite gradients count. Not clipping: that is
-            ``trainer.gradient_clip_val``.
 
     Attributes:
         label: Class attribute naming the protocol in metric keys (``offline_linear``).
     """
 
     label: ClassVar[str] = "classifier"
+    default_optimizer = staticmethod(default_sgd)
 
     def __init__(
         self,
@@ -124,22 +88,28 @@ class Classifier(
         nonfinite_loss: NonFiniteLoss = "stop",
         grad_norm_limit: float | None = None,
     ) -> None:
-        super().__init__()
-        check_compile_mode(compile_mode)
         check_at_least("num_classes", num_classes, 1)
-        check_common_arguments(batch_size, warmup_epochs, min_lr_ratio)
         check_range("label_smoothing", label_smoothing, 0, 1, closed="[)")
-        check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_CHOICES)
-        check_grad_norm_limit(grad_norm_limit)
-        from_cli = built_by_cli()
-        self.save_hyperparameters(ignore=[] if from_cli else ["backbone", "optimizer"])
-        self.optimizer_factory = optimizer or default_sgd
+        super().__init__(
+            batch_size=batch_size,
+            optimizer=optimizer,
+            warmup_epochs=warmup_epochs,
+            min_lr_ratio=min_lr_ratio,
+            scale_lr=scale_lr,
+            exclude_bias_n_norm=exclude_bias_n_norm,
+            channels_last=channels_last,
+            torch_compile=torch_compile,
+            compile_mode=compile_mode,
+            nonfinite_loss=nonfinite_loss,
+            grad_norm_limit=grad_norm_limit,
+        )
+        self.label_smoothing = label_smoothing
         self.train_metrics = accuracy_metrics(num_classes).clone(prefix=f"train/{self.label}/")
         self.val_metrics = accuracy_metrics(num_classes).clone(prefix=f"val/{self.label}/")
         self.test_metrics = nn.ModuleList()
 
     # -- hooks for subclasses ---------------------------------------------------------
-    def represent(self, x: Tensor) -> Encoded:
+    def encode(self, x: Tensor) -> Encoded:
         """Images ``[B, C, H, W]`` to ``Encoded(h, z)``: backbone features and the
         representation the head classifies (``z``)."""
         raise NotImplementedError
@@ -148,19 +118,15 @@ class Classifier(
         """Representation ``[B, d]`` to logits ``[B, num_classes]``."""
         raise NotImplementedError
 
-    def param_groups(self) -> list[dict[str, Any]]:
-        """Trainable parameters; biases and norms without weight decay by default."""
-        return decay_param_groups(self, self.hparams.exclude_bias_n_norm)
-
     # -- steps ------------------------------------------------------------------------
     def forward(self, x: Tensor) -> Tensor:
         """Logits ``[B, num_classes]`` of images ``[B, C, H, W]``."""
-        return self.head(self.represent(x).z)
+        return self.head(self.encode(x).z)
 
     def training_step(self, batch: tuple[Any, Tensor], batch_idx: int) -> Tensor:
         x, y = first_view(batch)
         logits = self(x).float()  # the loss in float32 under bf16-mixed
-        loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
+        loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
         if not self.loss_is_finite(loss):  # raises under nonfinite_loss: stop
             return self.skipped_step_loss()  # no metric or log update from this batch
         self.train_metrics(logits.detach(), y)
@@ -170,7 +136,7 @@ class Classifier(
 
     def _evaluate(self, batch: tuple[Any, Tensor], metrics: MetricCollection) -> Encoded:
         x, y = first_view(batch)
-        out = self.represent(x)
+        out = self.encode(x)
         metrics.update(self.head(out.z).float(), y)
         self.log_dict(metrics, on_epoch=True, add_dataloader_idx=False)
         return float32(out)  # callbacks' metrics get float32 features under bf16-mixed

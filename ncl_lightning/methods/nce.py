@@ -83,7 +83,7 @@ class NCEClassifier(Classifier):
         self.nonneg = NONNEG.build(nonneg, config_key="nonneg") if loss == "nce" else nn.Identity()
         self.classifier = LinearClassifier(width, num_classes, nonneg_weights=loss == "nce")
 
-    def represent(self, x: Tensor) -> Encoded:
+    def encode(self, x: Tensor) -> Encoded:
         h = self.backbone(x)
         return Encoded(h=h, z=self.nonneg(self.projector(h)))
 

@@ -1,9 +1,10 @@
 """Safe checkpoint reading: backbones and whole methods from any checkpoint we write.
 
-Every LightningModule of the package adds a small record to its checkpoints
-(``checkpoint["ncl_lightning"]``): the method's class path and how to build its backbone
-(``{"class_path", "init_args"}``). With it, :func:`load_backbone` rebuilds the encoder of
-a CL, NCL, BayesNCL, NCE or probe checkpoint from the file alone.
+Every checkpoint of the package carries a small record (``checkpoint["ncl_lightning"]``,
+written by the :class:`~ncl_lightning.runtime.record.CheckpointRecord` callback): the
+method's class path and how to build its backbone (``{"class_path", "init_args"}``). With
+it, :func:`load_backbone` rebuilds the encoder of a CL, NCL, BayesNCL, NCE or probe
+checkpoint from the file alone.
 
 Files are read with ``torch.load(weights_only=True)``: only tensors and plain containers
 are unpickled, so a checkpoint carrying a pickled object that would run code is refused
@@ -25,72 +26,15 @@ from torch import nn
 
 from ncl_lightning.runtime.errors import NCLError
 from ncl_lightning.runtime.internals import outside_cli
-from ncl_lightning.runtime.resume import logger_versions, same_class
+from ncl_lightning.runtime.record import RECORD_KEY
+from ncl_lightning.runtime.resume import same_class
 
-RECORD_KEY = "ncl_lightning"
-RECORD_FORMAT = 1
 BACKBONE_PREFIX = "backbone."
 SHOWN_KEYS = 8
 
 
 class CheckpointError(NCLError, ValueError):
     """A checkpoint that is unsafe, foreign or does not fit the module asked for."""
-
-
-def class_path(obj: type) -> str:
-    """``module.QualName`` of a class, as LightningCLI writes it."""
-    return f"{obj.__module__}.{obj.__qualname__}"
-
-
-def make_record(module: nn.Module, backbone_spec: dict[str, Any] | None) -> dict[str, Any]:
-    """The record a module writes into its checkpoint (``on_save_checkpoint``).
-
-    Args:
-        module: The LightningModule being saved.
-        backbone_spec: ``{"class_path", "init_args"}`` rebuilding ``module.backbone``, or
-            ``None`` when unknown (a user backbone built from Python without ``spec``).
-    """
-    return {
-        "format": RECORD_FORMAT,
-        "method": class_path(type(module)),
-        "backbone": backbone_spec,
-    }
-
-
-def spec_of(backbone: nn.Module, configured: Any = None) -> dict[str, Any] | None:
-    """How to rebuild ``backbone``: the config's ``class_path`` dict, else its ``spec``."""
-    if isinstance(configured, dict) and "class_path" in configured:
-        return {
-            "class_path": configured["class_path"],
-            "init_args": configured.get("init_args", {}),
-        }
-    spec = getattr(backbone, "spec", None)
-    return spec if isinstance(spec, dict) else None
-
-
-class RecordsBackbone:
-    """LightningModule mixin: write the record (method class, backbone spec) on save.
-
-    The backbone is ``self.backbone``; its spec comes from the configured
-    ``hparams["backbone"]`` (ncl-cli) or the module's ``spec`` attribute. Subclasses that
-    load a pretrained backbone override :meth:`backbone_spec`.
-    """
-
-    def backbone_spec(self) -> dict[str, Any] | None:
-        """``{"class_path", "init_args"}`` of ``self.backbone``, or ``None`` if unknown."""
-        return spec_of(self.backbone, self.hparams.get("backbone"))  # type: ignore[attr-defined]
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        record = make_record(self, self.backbone_spec())  # type: ignore[arg-type]
-        trainer = getattr(self, "_trainer", None)
-        if trainer is not None:
-            # The run's logger versions, so a resume continues them (ncl_lightning.runtime.resume),
-            # and everything logged so far flushed: a kill after this checkpoint loses no
-            # row that the resumed run will not log again.
-            record["loggers"] = logger_versions(trainer.loggers)
-            for logger in trainer.loggers:
-                logger.save()
-        checkpoint[RECORD_KEY] = record
 
 
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -130,7 +74,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         keys = sorted(ckpt)[:8] if isinstance(ckpt, dict) else type(ckpt).__name__
         raise CheckpointError(
             f"{path} is not an ncl-lightning checkpoint (no '{RECORD_KEY}' record; found "
-            f"{keys}); train with ncl-cli or an ncl_lightning module"
+            f"{keys}); train with ncl-cli or an ncl_lightning module (a weights-only save "
+            "has no record)"
         )
     return ckpt
 
@@ -272,12 +217,9 @@ __all__ = [
     "BACKBONE_PREFIX",
     "RECORD_KEY",
     "CheckpointError",
-    "RecordsBackbone",
     "build_backbone_from_spec",
     "check_state_fits",
     "load_backbone",
     "load_method",
-    "make_record",
     "read_checkpoint",
-    "spec_of",
 ]

@@ -33,7 +33,6 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-import torch
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -51,8 +50,10 @@ from ncl_lightning.runtime.checkpoint import RECORD_KEY, check_state_fits, read_
 from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO
 from ncl_lightning.runtime.cli_errors import summarize, user_error_message
 from ncl_lightning.runtime.config_files import check_config_args
+from ncl_lightning.runtime.defaults import default_callbacks
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.overrides import describe
+from ncl_lightning.runtime.preflight import Preflight, example_batch, preflight
 from ncl_lightning.runtime.resume import (
     continue_loggers,
     find_last_checkpoint,
@@ -232,9 +233,10 @@ class NCLCLI(LightningCLI):
         check_data = getattr(datamodule, "check_inputs", None)
         if callable(check_data):
             check_data(stage, trainer.world_size)
-        preflight = getattr(model, "preflight", None)
-        if callable(preflight):
-            preflight(_example_batch(datamodule))
+        preflight(model, example_batch(datamodule))
+        for callback in trainer.callbacks:
+            if isinstance(callback, Preflight):
+                callback.done = True  # checked here, before anything is written
         _check_views(model, datamodule)
         check_trainer = getattr(model, "check_trainer", None)
         if stage == "fit" and callable(check_trainer):
@@ -294,15 +296,6 @@ def _check_views(model: Any, datamodule: Any) -> None:
         )
 
 
-def _example_batch(datamodule: Any) -> torch.Tensor | None:
-    """Two zero images shaped like the DataModule's, or ``None`` when it does not say."""
-    channels = getattr(datamodule, "in_channels", None)
-    size = getattr(datamodule, "image_size", None)
-    if isinstance(channels, int) and isinstance(size, int):
-        return torch.zeros(2, channels, size, size)
-    return None
-
-
 def cli_main(args: list[str] | None = None) -> NCLCLI:
     """Run the CLI and return it (trainer, model and datamodule stay inspectable).
 
@@ -324,7 +317,7 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
             parser_class=NCLArgumentParser,
             args=args,
             auto_configure_optimizers=False,
-            trainer_defaults={"callbacks": [preemption]},
+            trainer_defaults={"callbacks": [preemption, *default_callbacks()]},
         )
     except (SystemExit, KeyboardInterrupt):
         if preemption.stop is not None:

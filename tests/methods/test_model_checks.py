@@ -1,5 +1,5 @@
 """Bad model settings fail before any training with one line naming the key and the value:
-``__init__`` arguments, registry names (with a suggestion), and :meth:`preflight` (the
+``__init__`` arguments, registry names (with a suggestion), and ``runtime.preflight.preflight`` (the
 optimiser's learning rates, a model that does not fit the data)."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ncl_lightning.nn import SmallCNN, SparseCodingEncoder
 from ncl_lightning.nn.nonneg import NONNEG
 from ncl_lightning.optim import LARS, OPTIMIZERS
 from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.preflight import preflight
 
 HEADS = {"proj_hidden_dim": 32, "proj_output_dim": 12}
 
@@ -259,7 +260,7 @@ _lr_cases = {
 def test_preflight_names_the_learning_rate_key(build: Callable[[], Any], expected: str) -> None:
     model = build()  # construction succeeds: the optimiser is built by preflight
     with pytest.raises(ConfigError) as info:
-        model.preflight()
+        preflight(model)
     _assert_one_line(info.value, expected)
 
 
@@ -304,7 +305,7 @@ def test_preflight_explains_a_model_that_does_not_fit_the_data(
 ) -> None:
     model = build()
     with pytest.raises(ConfigError) as info:
-        model.preflight(torch.zeros(shape))
+        preflight(model, torch.zeros(shape))
     _assert_one_line(info.value, expected)
 
 
@@ -324,7 +325,7 @@ def test_preflight_changes_nothing(cls: type) -> None:
     state = {k: v.clone() for k, v in model.state_dict().items()}
     modes = {name: m.training for name, m in model.named_modules()}
     rng = torch.get_rng_state()
-    model.preflight(torch.zeros(2, 1, 8, 8))
+    preflight(model, torch.zeros(2, 1, 8, 8))
     assert torch.equal(torch.get_rng_state(), rng)
     assert {name: m.training for name, m in model.named_modules()} == modes
     after = model.state_dict()
@@ -345,8 +346,8 @@ def test_preflight_refuses_a_batch_of_one_for_batchnorm(cls: type) -> None:
     model = _batch_of(cls, 1)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(ConfigError) as info:
-        model.preflight(torch.zeros(2, 1, 8, 8))
+        preflight(model, torch.zeros(2, 1, 8, 8))
     assert str(info.value).startswith("batch_size=1 is too small for training this model (")
     assert str(info.value).endswith("; set data.init_args.batch_size >= 2")
     assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
-    _batch_of(cls, 2).preflight(torch.zeros(2, 1, 8, 8))
+    preflight(_batch_of(cls, 2), torch.zeros(2, 1, 8, 8))

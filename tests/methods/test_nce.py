@@ -27,7 +27,7 @@ def test_nce_forward_uses_non_negative_weights_and_features() -> None:
     w = model.classifier.effective_weight()
     assert (w >= 0).all() and torch.equal(w, model.classifier.weight.clamp(min=0))
     x = torch.randn(6, 1, 8, 8)
-    out = model.represent(x)
+    out = model.encode(x)
     assert (out.z >= 0).all() and (out.z == 0).any()
     expected = F.linear(out.z, model.classifier.weight.relu(), model.classifier.bias)
     assert torch.allclose(model(x), expected)  # ... but only ReLU(W) enters the forward pass
@@ -37,14 +37,14 @@ def test_ce_is_the_plain_classifier() -> None:
     model = _model(loss="ce").eval()
     x = torch.randn(6, 1, 8, 8)
     h = model.backbone(x)
-    assert torch.equal(model.represent(x).z, h) and (h < 0).any()
+    assert torch.equal(model.encode(x).z, h) and (h < 0).any()
     assert torch.allclose(model(x), F.linear(h, model.classifier.weight, model.classifier.bias))
 
 
 def test_projector_before_the_classifier() -> None:
     model = _model(loss="nce", proj_hidden_dim=64, proj_output_dim=48)
     assert model.classifier.in_features == 48
-    assert model.represent(torch.randn(4, 1, 8, 8)).z.shape == (4, 48)
+    assert model.encode(torch.randn(4, 1, 8, 8)).z.shape == (4, 48)
     with pytest.raises(ValueError, match="set both proj_hidden_dim and proj_output_dim"):
         _model(proj_hidden_dim=64)
     with pytest.raises(ValueError, match="loss must be one of 'ce', 'nce', got 'mse'"):

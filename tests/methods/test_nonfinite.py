@@ -182,7 +182,7 @@ def test_skip_leaves_everything_as_it_was_and_finishes_the_epoch(make, bad, tmp_
     with pytest.warns(UserWarning, match=r"epoch 0: skipped 1 batch\(es\) with a non-finite"):
         trainer = _fit(model, tmp_path, callbacks=[snapshot])
     assert trainer.current_epoch == 1 and not trainer.interrupted
-    assert model._nonfinite_total == 1
+    assert model.nonfinite_guard().skipped_total == 1
     assert trainer.callback_metrics["train/skipped_nonfinite"].item() == 1.0
     # The skipped batch moved nothing: weights, BatchNorm statistics, momentum buffers.
     assert snapshot.before.keys() == snapshot.after.keys()
@@ -231,7 +231,7 @@ class _RecordRanks(L.Callback):
     def on_train_end(self, trainer, module) -> None:
         out = {
             "params": {k: v.detach().clone() for k, v in module.named_parameters()},
-            "skipped": module._nonfinite_total,
+            "skipped": module.nonfinite_guard().skipped_total,
             "global_step": trainer.global_step,
         }
         torch.save(out, self.folder / f"rank{trainer.global_rank}.pt")

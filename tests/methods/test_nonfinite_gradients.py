@@ -22,7 +22,7 @@ from ncl_lightning.runtime.cli import main
 from ncl_lightning.runtime.errors import ConfigError
 from tests.conftest import ROOT
 from tests.methods.grad_poison import Poison
-from tests.test_checkpoint import FACTORIES, _fit_and_save
+from tests.runtime.test_checkpoint import FACTORIES, _fit_and_save
 
 BAD_STEP = 2
 TARGET = "projector.net.0.weight"
@@ -149,7 +149,7 @@ def test_bayesncl_on_the_seeds_that_blew_up_keeps_finite_bounded_weights(
     for key, value in models["bayesncl"].state_dict().items():
         if value.is_floating_point():
             assert value.abs().max() < 100.0, key  # healthy: below 10
-    assert models["bayesncl"]._nonfinite_total == 0
+    assert models["bayesncl"].nonfinite_guard().skipped_total == 0
 
 
 # -- DDP ------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ class _RecordParams(L.Callback):
     def on_train_end(self, trainer, module) -> None:
         out = {
             "params": {k: v.detach().clone() for k, v in module.named_parameters()},
-            "skipped": module._nonfinite_total,
+            "skipped": module.nonfinite_guard().skipped_total,
         }
         torch.save(out, self.folder / f"rank{trainer.global_rank}.pt")
 

@@ -1,8 +1,11 @@
-"""What a training step does with a NaN or infinite loss or gradient: stop with a
-checkpoint, or skip.
+"""The :class:`NonFiniteGuard` callback: what a training step does with a NaN or infinite
+loss or gradient: stop with a checkpoint, or skip.
 
-Every trainable module of the package (:class:`~ncl_lightning.methods.SSLMethod`,
-:class:`~ncl_lightning.methods.Classifier`) takes ``nonfinite_loss``:
+Every trainable module of the package (:class:`~ncl_lightning.methods.TrainableModule`:
+:class:`~ncl_lightning.methods.SSLMethod`, :class:`~ncl_lightning.methods.Classifier`)
+takes ``nonfinite_loss`` and calls ``self.loss_is_finite(loss)`` in its training step,
+which hands the check to this callback (``ncl-cli`` installs it, and a plain
+``Trainer`` gets it from the module's ``configure_callbacks``):
 
 * ``stop`` (default): the weights are still the last finite state (no backward has run
   for this loss), so they are saved to ``last-finite.ckpt`` beside the run's checkpoints
@@ -47,11 +50,13 @@ step: ``global_step`` and a step-interval LR schedule advance as for any batch.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
+import lightning as L
 import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
+from torch import Tensor, nn
 
 from ncl_lightning.runtime.errors import NonFiniteLossError
 from ncl_lightning.runtime.internals import batch_index
@@ -60,7 +65,7 @@ from ncl_lightning.runtime.validation import check_positive
 NonFiniteLoss = Literal["stop", "skip"]
 NONFINITE_CHOICES: tuple[str, ...] = ("stop", "skip")
 LAST_FINITE_NAME = "last-finite.ckpt"
-_CHECKPOINT_KEY = "nonfinite_skipped"
+CHECKPOINT_KEY = "nonfinite_skipped"
 HINT = "set model.init_args.nonfinite_loss: skip to skip such batches"
 # Codes of the training-step check (max-reduced over ranks: the highest wins; a NaN loss
 # often comes with NaN running statistics, and the loss is what the user sees).
@@ -88,78 +93,119 @@ def _first_nonfinite(named: list[tuple[str, Tensor]]) -> tuple[str, str] | None:
     return None
 
 
-class NonFiniteGuard:
-    """LightningModule mixin: :meth:`loss_is_finite` and :meth:`skipped_step_loss` for the
-    training step, and the hooks that check the gradients and make a skipped batch a no-op.
+@runtime_checkable
+class GuardedModule(Protocol):
+    """What the guard reads and sets on a module (a :class:`TrainableModule` has it)."""
 
-    A training step ends with::
+    nonfinite_loss: NonFiniteLoss
+    grad_norm_limit: float | None
+    last_step_skipped: bool
+
+
+def zero_loss(module: nn.Module) -> Tensor:
+    """A zero loss connected to every trainable parameter of ``module`` (zero gradients
+    everywhere, the same backward and gradient all-reduce on every rank)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return torch.zeros((), device=getattr(module, "device", None))
+    return sum(p.sum() for p in params) * 0.0  # type: ignore[return-value]
+
+
+def _checked_tensors(
+    module: nn.Module,
+) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
+    """Floating, non-empty ``(parameters, buffers)`` by name: what must stay finite."""
+
+    def keep(named: Any) -> list[tuple[str, Tensor]]:
+        return [(n, t.detach()) for n, t in named if t.is_floating_point() and t.numel()]
+
+    return keep(module.named_parameters()), keep(module.named_buffers())
+
+
+def _where(trainer: L.Trainer) -> str:
+    return (
+        f"step {trainer.global_step} (epoch {trainer.current_epoch}, batch {batch_index(trainer)})"
+    )
+
+
+def _agree(trainer: L.Trainer | None, code: Tensor) -> int:
+    """The largest ``code`` over the ranks, on the host: the guard's one collective and host
+    synchronisation per check."""
+    if trainer is not None and trainer.world_size > 1:
+        code = trainer.strategy.reduce(code, reduce_op="max")
+    return int(code.item())
+
+
+def last_finite_path(trainer: L.Trainer) -> Path:
+    """``<ModelCheckpoint dirpath>/last-finite.ckpt``, else under
+    ``<default_root_dir>/checkpoints``."""
+    callback = trainer.checkpoint_callback
+    folder = getattr(callback, "dirpath", None) if callback is not None else None
+    if not folder:
+        folder = Path(trainer.default_root_dir) / "checkpoints"
+    return Path(folder) / LAST_FINITE_NAME
+
+
+class NonFiniteGuard(Callback):
+    """Stop or skip on a non-finite loss, gradient, buffer or parameter (module docstring).
+
+    The module's training step ends with::
 
         if not self.loss_is_finite(loss):  # raises under nonfinite_loss: stop
             return self.skipped_step_loss()
         ...  # metric updates and logging of a finite step
         return loss
+
+    and ``loss_is_finite`` calls :meth:`check_loss` of the installed guard. The guard acts
+    on modules that have ``nonfinite_loss``, ``grad_norm_limit`` and ``last_step_skipped``
+    (:class:`GuardedModule`); it leaves other modules alone.
+
+    Attributes:
+        skipped_total: Batches skipped over the run (saved in checkpoints, restored on
+            resume).
     """
 
-    hparams: Any
-    _nonfinite_total = 0  # skipped batches over the run (restored from checkpoints)
-    _nonfinite_epoch = 0  # skipped batches in the current epoch
-    _skipped_since_step = 0  # micro-batches since the last optimiser step, skipped ...
-    _finite_since_step = 0  # ... and finite
-    last_step_skipped = False
-    """Whether the last optimiser step was a no-op (all its batches skipped)."""
-    _nonfinite_buffer_copy: list[Tensor] | None = None
+    def __init__(self) -> None:
+        self.skipped_total = 0
+        self._skipped_epoch = 0  # skipped batches in the current epoch
+        self._skipped_since_step = 0  # micro-batches since the last optimiser step, skipped ...
+        self._finite_since_step = 0  # ... and finite
+        self._buffer_copy: list[Tensor] | None = None
 
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+    # -- buffers ----------------------------------------------------------------------
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         """Copy the buffers, to restore them if this batch's loss is not finite."""
-        buffers = self._guarded_buffers()
-        copy = self._nonfinite_buffer_copy
+        if not isinstance(pl_module, GuardedModule):
+            return
+        buffers = [b.detach() for b in pl_module.buffers()]
+        copy = self._buffer_copy
         if copy is not None and [(c.device, c.dtype, c.shape) for c in copy] == [
             (b.device, b.dtype, b.shape) for b in buffers
         ]:
             if buffers:
                 torch._foreach_copy_(copy, buffers)
         else:  # first batch, or the module moved or changed since
-            self._nonfinite_buffer_copy = [b.clone() for b in buffers]
-
-    def _guarded_buffers(self) -> list[Tensor]:
-        module: torch.nn.Module = self  # type: ignore[assignment]
-        return [b.detach() for b in module.buffers()]
-
-    def _checked_tensors(self) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
-        """Floating, non-empty ``(parameters, buffers)`` by name: what must stay finite."""
-        module: torch.nn.Module = self  # type: ignore[assignment]
-
-        def keep(named: Any) -> list[tuple[str, Tensor]]:
-            return [(n, t.detach()) for n, t in named if t.is_floating_point() and t.numel()]
-
-        return keep(module.named_parameters()), keep(module.named_buffers())
+            self._buffer_copy = [b.clone() for b in buffers]
 
     @torch.no_grad()
-    def _restore_buffers(self) -> None:
-        buffers, copy = self._guarded_buffers(), self._nonfinite_buffer_copy
+    def _restore_buffers(self, module: nn.Module) -> None:
+        buffers, copy = [b.detach() for b in module.buffers()], self._buffer_copy
         if copy is not None and buffers and len(copy) == len(buffers):
             torch._foreach_copy_(buffers, copy)
 
-    def _agree(self, code: Tensor) -> int:
-        """The largest ``code`` over the ranks, on the host: the guard's one collective and
-        host synchronisation per check."""
-        trainer = getattr(self, "_trainer", None)
-        if trainer is not None and trainer.world_size > 1:
-            code = trainer.strategy.reduce(code, reduce_op="max")
-        return int(code.item())
-
-    def _where(self) -> str:
-        trainer = self._trainer  # type: ignore[attr-defined]
-        return (
-            f"step {trainer.global_step} (epoch {trainer.current_epoch}, "
-            f"batch {batch_index(trainer)})"
-        )
-
-    def loss_is_finite(self, loss: Tensor) -> bool:
+    # -- the training step's check ----------------------------------------------------
+    def check_loss(self, module: L.LightningModule, loss: Tensor) -> bool:
         """``True`` when ``loss``, the buffers and the parameters are finite on every rank;
         otherwise stop or skip (non-finite parameters always stop).
 
         One host synchronisation per step (and one small all-reduce under DDP).
+
+        Args:
+            module: The module whose training step computed ``loss`` (a
+                :class:`GuardedModule`).
+            loss: The step's loss (a scalar, or any tensor whose elements must be finite).
 
         Raises:
             NonFiniteLossError: Under ``nonfinite_loss: stop``, after saving the last finite
@@ -170,18 +216,19 @@ class NonFiniteGuard:
         code = torch.where(
             value.isnan().any(), _LOSS_NAN, torch.where(value.isinf().any(), _LOSS_INF, 0.0)
         ).float()
-        params, buffers = self._checked_tensors()
+        params, buffers = _checked_tensors(module)
         for named, bad in ((params, _PARAMETER), (buffers, _BUFFER)):
             if named:
                 finite = _max_abs([t for _, t in named]).isfinite()
                 code = torch.maximum(code, torch.where(finite, 0.0, bad).to(code))
-        flag = self._agree(code)
+        trainer = module._trainer
+        flag = _agree(trainer, code)
         if flag == 0:
             self._finite_since_step += 1
             return True
         if flag == _PARAMETER:
-            self._raise_nonfinite_parameter(params)
-        self._restore_buffers()
+            self._raise_nonfinite_parameter(trainer, params)
+        self._restore_buffers(module)
         if flag == _BUFFER:
             culprit = _first_nonfinite(buffers)
             what = f"buffer {culprit[0]} ({culprit[1]})" if culprit else "buffer on another rank"
@@ -189,57 +236,45 @@ class NonFiniteGuard:
             what = f"loss ({value.float().item()})"  # "nan", "inf" or "-inf" of this rank
         else:  # this rank's loss is fine; another's is not
             what = f"loss ({'nan' if flag == _LOSS_NAN else 'inf'})"
-        if self.hparams.get("nonfinite_loss", "stop") == "skip":
-            self._count_skip()
-            return False
-        self._stop(f"non-finite {what}")
-        return False  # unreachable: _stop raises
+        return self._skip_or_stop(module, f"non-finite {what}")
 
-    def _raise_nonfinite_parameter(self, named: list[tuple[str, Tensor]]) -> None:
+    @staticmethod
+    def _raise_nonfinite_parameter(
+        trainer: L.Trainer | None, named: list[tuple[str, Tensor]]
+    ) -> None:
         culprit = _first_nonfinite(named)
         what = f"parameter {culprit[0]} ({culprit[1]})" if culprit else "parameter on another rank"
-        where = self._where() if getattr(self, "_trainer", None) is not None else "training_step"
+        where = _where(trainer) if trainer is not None else "training_step"
         raise NonFiniteLossError(
             f"non-finite {what} at {where}, from an optimiser step with finite gradients; "
             "training stopped; no finite state left to save: resume from an earlier "
             "checkpoint with a lower learning rate or set model.init_args.grad_norm_limit"
         )
 
-    def skipped_step_loss(self) -> Tensor:
-        """A zero loss connected to every trainable parameter (zero gradients everywhere,
-        the same backward and gradient all-reduce on every rank)."""
-        module: torch.nn.Module = self  # type: ignore[assignment]
-        params = [p for p in module.parameters() if p.requires_grad]
-        if not params:
-            return torch.zeros((), device=getattr(self, "device", None))
-        return sum(p.sum() for p in params) * 0.0  # type: ignore[return-value]
-
     # -- gradients --------------------------------------------------------------------
-    def _gradients_are_fine(self) -> bool:
+    def _gradients_are_fine(self, trainer: L.Trainer, module: L.LightningModule) -> bool:
         """``True`` when the gradient norm is finite (unless a ``GradScaler`` handles that)
         and within ``grad_norm_limit`` on every rank; otherwise stop or skip.
 
         One host synchronisation (and one small all-reduce under DDP).
         """
-        module: torch.nn.Module = self  # type: ignore[assignment]
         named = [(n, p.grad) for n, p in module.named_parameters() if p.grad is not None]
         if not named:
             return True
         norms = torch.stack(torch._foreach_norm([g for _, g in named])).float()
         total = torch.linalg.vector_norm(norms)
-        limit = self.hparams.get("grad_norm_limit")
-        trainer = getattr(self, "_trainer", None)
-        scaled = getattr(getattr(trainer, "precision_plugin", None), "scaler", None) is not None
+        limit = module.grad_norm_limit  # type: ignore[attr-defined]
+        scaled = getattr(trainer.precision_plugin, "scaler", None) is not None
         finite = total.isfinite()
         code = torch.where(finite | scaled, 0.0, _GRAD_NONFINITE)
         if limit is not None:
             code = torch.maximum(
                 code, torch.where(finite & (total > limit), _GRAD_ABOVE_LIMIT, 0.0)
             )
-        flag = self._agree(code)
+        flag = _agree(trainer, code)
         if flag == 0:
             return True
-        self._restore_buffers()
+        self._restore_buffers(module)
         culprit = _first_nonfinite(named)
         if culprit is not None:
             what = f"non-finite gradient of {culprit[0]} ({culprit[1]})"
@@ -250,76 +285,68 @@ class NonFiniteGuard:
                 what = f"non-finite gradient norm (overflow; {name})"
             else:
                 what = f"gradient norm {float(total):.3g} above grad_norm_limit {limit} ({name})"
-        if self.hparams.get("nonfinite_loss", "stop") == "skip":
-            self._count_skip()
-            return False
-        self._stop(what)
-        return False  # unreachable: _stop raises
+        return self._skip_or_stop(module, what)
 
-    # -- stop -------------------------------------------------------------------------
-    def last_finite_path(self) -> Path:
-        """``<ModelCheckpoint dirpath>/last-finite.ckpt``, else under
-        ``<default_root_dir>/checkpoints``."""
-        trainer = self._trainer  # type: ignore[attr-defined]
-        callback = trainer.checkpoint_callback
-        folder = getattr(callback, "dirpath", None) if callback is not None else None
-        if not folder:
-            folder = Path(trainer.default_root_dir) / "checkpoints"
-        return Path(folder) / LAST_FINITE_NAME
-
-    def _stop(self, what: str) -> None:
-        """Save the last finite state and raise ``NonFiniteLossError("<what> at step ...")``."""
-        trainer = getattr(self, "_trainer", None)
-        if trainer is None:
-            raise NonFiniteLossError(f"{what} in training_step; {HINT}")
-        path = self.last_finite_path()
-        trainer.save_checkpoint(path)  # collective: every rank calls it, rank 0 writes
-        raise NonFiniteLossError(
-            f"{what} at {self._where()}; training stopped; last finite state "
-            f"saved to {path}; {HINT}"
-        )
-
-    # -- skip -------------------------------------------------------------------------
-    def _count_skip(self) -> None:
-        self._skipped_since_step += 1
-        self._nonfinite_total += 1
-        self._nonfinite_epoch += 1
-        self.log(  # type: ignore[attr-defined]
-            "train/skipped_nonfinite",
-            float(self._nonfinite_total),
-            on_step=False,
-            on_epoch=True,
-            reduce_fx="max",
-            sync_dist=True,
-        )
-
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
         """Check the gradients; drop them when every batch since the last step was skipped
         (or the gradients are skipped now), so the optimiser moves nothing: no momentum,
-        weight decay or moment update."""
-        self.last_step_skipped = self._skipped_since_step > 0 and self._finite_since_step == 0
-        if not self.last_step_skipped and not self._gradients_are_fine():
-            self.last_step_skipped = True
-        if self.last_step_skipped:
+        weight decay or moment update. Sets the module's ``last_step_skipped``."""
+        if not isinstance(pl_module, GuardedModule):
+            return
+        skipped = self._skipped_since_step > 0 and self._finite_since_step == 0
+        if not skipped and not self._gradients_are_fine(trainer, pl_module):
+            skipped = True
+        pl_module.last_step_skipped = skipped
+        if skipped:
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     p.grad = None
         self._skipped_since_step = self._finite_since_step = 0
 
-    def on_train_epoch_end(self) -> None:
-        if self._nonfinite_epoch:
-            epoch = self.trainer.current_epoch  # type: ignore[attr-defined]
+    # -- stop or skip -----------------------------------------------------------------
+    def _skip_or_stop(self, module: L.LightningModule, what: str) -> bool:
+        """Count a skip and return ``False`` (``nonfinite_loss: skip``), or save the last
+        finite state and raise ``NonFiniteLossError("<what> at step ...")``."""
+        if module.nonfinite_loss == "skip":  # type: ignore[attr-defined]
+            self._skipped_since_step += 1
+            self.skipped_total += 1
+            self._skipped_epoch += 1
+            module.log(
+                "train/skipped_nonfinite",
+                float(self.skipped_total),
+                on_step=False,
+                on_epoch=True,
+                reduce_fx="max",
+                sync_dist=True,
+            )
+            return False
+        trainer = module._trainer
+        if trainer is None:
+            raise NonFiniteLossError(f"{what} in training_step; {HINT}")
+        path = last_finite_path(trainer)
+        trainer.save_checkpoint(path)  # collective: every rank calls it, rank 0 writes
+        raise NonFiniteLossError(
+            f"{what} at {_where(trainer)}; training stopped; last finite state "
+            f"saved to {path}; {HINT}"
+        )
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._skipped_epoch:
             rank_zero_warn(
-                f"epoch {epoch}: skipped {self._nonfinite_epoch} batch(es) with a non-finite "
-                f"loss, buffer or gradient ({self._nonfinite_total} in all; "
+                f"epoch {trainer.current_epoch}: skipped {self._skipped_epoch} batch(es) with "
+                f"a non-finite loss, buffer or gradient ({self.skipped_total} in all; "
                 "nonfinite_loss: skip)"
             )
-        self._nonfinite_epoch = 0
+        self._skipped_epoch = 0
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)  # type: ignore[misc]
-        checkpoint[_CHECKPOINT_KEY] = self._nonfinite_total
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        checkpoint[CHECKPOINT_KEY] = self.skipped_total
 
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_load_checkpoint(checkpoint)  # type: ignore[misc]
-        self._nonfinite_total = int(checkpoint.get(_CHECKPOINT_KEY, 0))
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self.skipped_total = int(checkpoint.get(CHECKPOINT_KEY, 0))

@@ -1,0 +1,250 @@
+"""The one training base of the package: :class:`TrainableModule`.
+
+:class:`~ncl_lightning.methods.SSLMethod` and :class:`~ncl_lightning.methods.Classifier`
+subclass it directly. It holds what every trainable module shares: the checks of the
+common arguments, the hyper-parameters, the optimiser's parameter groups, learning rates
+scaled by ``global batch / 256`` (Goyal et al., 2017; SimCLR) with a per-step linear
+warmup then cosine decay (SimCLR, NCL), and the finiteness hook of the training step.
+
+The cross-cutting behaviour is in callbacks of :mod:`ncl_lightning.runtime`, which read
+this module's typed attributes (``nonfinite_loss``, ``grad_norm_limit``,
+``channels_last``, ``torch_compile``, ``compile_mode``): ``ncl-cli`` installs them
+(:func:`ncl_lightning.default_callbacks`), and :meth:`TrainableModule.configure_callbacks`
+adds the ones a plain ``Trainer`` lacks, so nothing is lost without the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import OptimizerCallable
+from torch import Tensor
+
+from ncl_lightning.optim import decay_param_groups, warmup_cosine
+from ncl_lightning.optim import scale_lr as scaled
+from ncl_lightning.runtime.defaults import missing_callbacks
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.guard import (
+    NONFINITE_CHOICES,
+    NonFiniteGuard,
+    NonFiniteLoss,
+    check_grad_norm_limit,
+    zero_loss,
+)
+from ncl_lightning.runtime.internals import built_by_cli
+from ncl_lightning.runtime.record import spec_of
+from ncl_lightning.runtime.switches import CompileMode, check_compile_mode
+from ncl_lightning.runtime.validation import check_at_least, check_choice, check_range
+
+
+class TrainableModule(L.LightningModule):
+    """Hyper-parameters, parameter groups, warmup-cosine optimisation and the finiteness
+    hook shared by every trainable module of the package.
+
+    Subclasses pass these arguments on from their own ``__init__`` (which keeps them in
+    its signature, so ``model.init_args`` keys and their defaults stay the subclass's).
+
+    Args:
+        batch_size: Per-device batch size, used to scale the learning rate (CLI-linked).
+        optimizer: Callable building the optimiser from parameter groups (``None``: the
+            subclass's :meth:`default_optimizer`).
+        warmup_epochs: Linear warmup length in epochs (fractions allowed).
+        min_lr_ratio: Final learning rate of the cosine schedule, relative to the peak.
+        scale_lr: Multiply every learning rate by ``global batch / 256``.
+        exclude_bias_n_norm: No weight decay and no LARS adaptation for biases and norms.
+        channels_last: NHWC memory format for the model and its image inputs.
+        torch_compile: Compile the modules named in :attr:`compile_targets` with
+            ``torch.compile``.
+        compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
+            ``max-autotune``).
+        nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
+            :class:`~ncl_lightning.runtime.errors.NonFiniteLossError`) or ``skip`` the batch; the
+            same for non-finite gradients or BatchNorm statistics with a finite loss.
+        grad_norm_limit: Treat a step whose gradient norm (over every parameter, before
+            any clipping) exceeds this like a non-finite one (``nonfinite_loss``); None
+            (default): only non-finite gradients count. Not clipping: that is
+            ``trainer.gradient_clip_val``.
+
+    Attributes:
+        compile_targets: Class value: the sub-modules ``torch_compile`` compiles; the loss
+            and the logging stay eager. Subclasses add their heads.
+        last_step_skipped: Whether the last optimiser step was a no-op (all its batches
+            skipped for a non-finite value; set by the guard).
+    """
+
+    compile_targets: ClassVar[tuple[str, ...]] = ("backbone", "projector")
+    last_step_skipped: bool = False
+
+    def __init__(
+        self,
+        *,
+        batch_size: int | None,
+        optimizer: OptimizerCallable | None,
+        warmup_epochs: float,
+        min_lr_ratio: float,
+        scale_lr: bool,
+        exclude_bias_n_norm: bool,
+        channels_last: bool,
+        torch_compile: bool,
+        compile_mode: CompileMode,
+        nonfinite_loss: NonFiniteLoss,
+        grad_norm_limit: float | None,
+    ) -> None:
+        super().__init__()
+        check_compile_mode(compile_mode)
+        check_common_arguments(batch_size, warmup_epochs, min_lr_ratio)
+        check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_CHOICES)
+        check_grad_norm_limit(grad_norm_limit)
+        # Under ncl-cli the stored hparams are the parsed config (backbone and optimizer as
+        # class_path dicts), so `load_from_checkpoint` rebuilds the module from the file
+        # alone. Built from Python, the module objects are not put into the checkpoint's
+        # hparams. The subclasses' __init__ arguments are collected too (Lightning walks
+        # the __init__ frames).
+        self.save_hyperparameters(ignore=[] if built_by_cli() else ["backbone", "optimizer"])
+        self.optimizer_factory: OptimizerCallable = optimizer or self.default_optimizer
+        self.batch_size = batch_size
+        self.warmup_epochs = warmup_epochs
+        self.min_lr_ratio = min_lr_ratio
+        self.scale_lr = scale_lr
+        self.exclude_bias_n_norm = exclude_bias_n_norm
+        self.channels_last = channels_last
+        self.torch_compile = torch_compile
+        self.compile_mode: CompileMode = compile_mode
+        self.nonfinite_loss: NonFiniteLoss = nonfinite_loss
+        self.grad_norm_limit = grad_norm_limit
+        self._own_guard: NonFiniteGuard | None = None  # used without a trainer
+
+    @staticmethod
+    def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
+        """The optimiser when none is configured; subclasses choose it."""
+        raise NotImplementedError
+
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Optimiser parameter groups; biases and norms without weight decay by default.
+        Override to give new heads their own settings."""
+        return decay_param_groups(self, self.exclude_bias_n_norm)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """The optimiser over :meth:`param_groups`, learning rates scaled by the global
+        batch, and a per-step warmup-cosine schedule."""
+        return configure_warmup_cosine(
+            self,
+            self.optimizer_factory(self.param_groups()),
+            scale_lr=self.scale_lr,
+            batch_size=self.batch_size,
+            warmup_epochs=self.warmup_epochs,
+            min_lr_ratio=self.min_lr_ratio,
+        )
+
+    def check_trainer(self, trainer: L.Trainer) -> None:
+        """What ``configure_optimizers`` needs of the trainer, checked before ``fit``."""
+        check_schedule_epochs(trainer.max_epochs)
+
+    def configure_callbacks(self) -> list[Callback]:
+        """The default run-time callbacks the trainer lacks (a user's own instance of a
+        type is kept; ``ncl-cli`` has installed them all already)."""
+        return missing_callbacks(self._trainer)
+
+    def backbone_spec(self) -> dict[str, Any] | None:
+        """``{"class_path", "init_args"}`` rebuilding ``self.backbone`` (checkpoint record),
+        or ``None`` if unknown. Subclasses that load a pretrained backbone override it."""
+        return spec_of(getattr(self, "backbone", None), self.hparams.get("backbone"))
+
+    # -- finiteness ---------------------------------------------------------------------
+    def nonfinite_guard(self) -> NonFiniteGuard:
+        """The trainer's :class:`~ncl_lightning.runtime.guard.NonFiniteGuard`; without a
+        trainer (a step called by hand), one owned by the module."""
+        trainer = self._trainer
+        if trainer is None:
+            if self._own_guard is None:
+                self._own_guard = NonFiniteGuard()
+            return self._own_guard
+        guards = [c for c in trainer.callbacks if isinstance(c, NonFiniteGuard)]
+        if not guards:
+            raise RuntimeError(
+                f"{type(self).__name__}: no NonFiniteGuard among trainer.callbacks; train "
+                "with trainer.fit (configure_callbacks adds it) or add "
+                "ncl_lightning.default_callbacks() to the Trainer"
+            )
+        return guards[0]
+
+    def loss_is_finite(self, loss: Tensor) -> bool:
+        """``True`` when ``loss``, the buffers and the parameters are finite on every rank;
+        otherwise stop (raises) or skip (``False``), per ``nonfinite_loss``.
+
+        The training step calls it before logging anything::
+
+            if not self.loss_is_finite(loss):  # raises under nonfinite_loss: stop
+                return self.skipped_step_loss()
+
+        Raises:
+            NonFiniteLossError: See :meth:`NonFiniteGuard.check_loss
+                <ncl_lightning.runtime.guard.NonFiniteGuard.check_loss>`.
+        """
+        return self.nonfinite_guard().check_loss(self, loss)
+
+    def skipped_step_loss(self) -> Tensor:
+        """What a skipped step returns: a zero loss connected to every trainable parameter
+        (zero gradients, the same backward and all-reduce on every rank)."""
+        return zero_loss(self)
+
+
+def configure_warmup_cosine(
+    module: L.LightningModule,
+    optimizer: torch.optim.Optimizer,
+    scale_lr: bool,
+    batch_size: int | None,
+    warmup_epochs: float,
+    min_lr_ratio: float,
+) -> dict[str, Any]:
+    """Scale the optimiser's learning rates and attach a per-step warmup-cosine schedule.
+
+    Args:
+        module: The module being trained (its trainer gives world size and step count).
+        optimizer: Optimiser over the module's parameter groups (peak rates at batch 256).
+        scale_lr: Multiply every group's rate by ``batch_size * world * accumulation / 256``.
+        batch_size: Per-device batch size (needed when ``scale_lr``).
+        warmup_epochs: Linear warmup length in epochs (fractions allowed).
+        min_lr_ratio: Final rate of the cosine, relative to the peak.
+
+    Returns:
+        What ``configure_optimizers`` returns: optimiser and a step-interval scheduler.
+    """
+    trainer = module.trainer
+    if scale_lr:
+        if batch_size is None:
+            raise ConfigError(
+                "batch_size must be set when scale_lr is true (the per-device batch size "
+                "scales the learning rate), got None"
+            )
+        world = trainer.world_size * trainer.accumulate_grad_batches
+        for group in optimizer.param_groups:
+            group["lr"] = scaled(group["lr"], batch_size * world)
+    check_schedule_epochs(trainer.max_epochs)
+    total = int(trainer.estimated_stepping_batches)
+    epochs = trainer.max_epochs
+    warmup = round(warmup_epochs * total / epochs)
+    scheduler = warmup_cosine(optimizer, warmup, total, min_lr_ratio)
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def check_schedule_epochs(max_epochs: int | None) -> None:
+    """The warmup-cosine schedule is laid out over ``trainer.max_epochs`` epochs."""
+    if not max_epochs or max_epochs < 1:
+        raise ConfigError(
+            f"trainer.max_epochs must be >= 1 for the warmup-cosine schedule, got {max_epochs}"
+        )
+
+
+def check_common_arguments(
+    batch_size: int | None, warmup_epochs: float, min_lr_ratio: float = 0.0
+) -> None:
+    """One-line ``ConfigError`` for the optimisation arguments every module takes."""
+    if batch_size is not None:
+        check_at_least("batch_size", batch_size, 1)
+    check_at_least("warmup_epochs", warmup_epochs, 0)
+    check_range("min_lr_ratio", min_lr_ratio, 0, 1)

@@ -1,0 +1,216 @@
+"""Checks that need the built model, run before anything is trained or written.
+
+:func:`preflight` builds the optimiser once to check every learning rate, and runs a tiny
+zero batch shaped like the data through the model (eval mode, no gradient) to catch a
+backbone that does not fit the images or whose ``out_dim`` is wrong; with a training batch
+size below the example's, it also runs one training-mode forward pass of that size
+(BatchNorm refuses a batch of one). ``ncl-cli`` calls it before ``trainer.fit`` (and
+before test/validate/predict); the :class:`Preflight` callback runs it at the ``setup`` of
+a fit for a plain ``Trainer`` (``ncl_lightning.default_callbacks()``, or the module's
+``configure_callbacks``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Protocol, runtime_checkable
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor, nn
+
+from ncl_lightning.runtime.errors import ConfigError
+
+OPTIMIZER_LR_KEY = "model.init_args.optimizer.init_args.lr"
+
+
+@runtime_checkable
+class CheckedModule(Protocol):
+    """What :func:`preflight` needs of a module (a :class:`TrainableModule` has it)."""
+
+    scale_lr: bool
+    batch_size: int | None
+
+    def optimizer_factory(self, params: Any) -> torch.optim.Optimizer: ...
+
+    def param_groups(self) -> list[dict[str, Any]]: ...
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
+_LR_IN_ERROR = re.compile(r"(?:learning rate:?|\blr must be [^,]*, got)\s*(\S+)", re.IGNORECASE)
+_CONV_CHANNELS = re.compile(r"to have (\d+) channels, but got (\d+) channels")
+
+
+def preflight(module: nn.Module, example: Tensor | None = None) -> None:
+    """Check what only the built model can tell, before ``trainer.fit`` writes anything.
+
+    Builds the optimiser the way ``configure_optimizers`` does (without the trainer)
+    and checks every group's learning rate; with ``example``, runs it through the
+    model in eval mode under ``torch.no_grad()`` (weights, BatchNorm statistics,
+    train/eval modes and the random state are left as they were).
+
+    Args:
+        module: A :class:`CheckedModule` (other modules are left alone).
+        example: A small batch ``[B, C, H, W]`` shaped like the data (zeros suffice;
+            ``B = 2``), or ``None`` to skip the forward check.
+
+    Raises:
+        ConfigError: A learning rate ``<= 0`` (names the key: the optimiser's ``lr``,
+            ``probe_lr``, ``gate_lr``, ...), ``scale_lr`` without ``batch_size``, or a
+            model that does not fit the data (input channels, ``out_dim``, shapes).
+    """
+    if not isinstance(module, CheckedModule):
+        return
+    _check_learning_rates(module)
+    if example is not None:
+        _check_forward(module, example)
+        batch_size = module.batch_size
+        if isinstance(batch_size, int) and 0 < batch_size < example.shape[0]:
+            _check_training_batch(module, example[:batch_size])
+
+
+def example_batch(datamodule: Any) -> Tensor | None:
+    """Two zero images shaped like the DataModule's (its ``in_channels`` and
+    ``image_size``), or ``None`` when it does not say."""
+    channels = getattr(datamodule, "in_channels", None)
+    size = getattr(datamodule, "image_size", None)
+    if isinstance(channels, int) and isinstance(size, int):
+        return torch.zeros(2, channels, size, size)
+    return None
+
+
+class Preflight(Callback):
+    """Run :func:`preflight` (and the module's ``check_trainer``) at the ``setup`` of a fit,
+    with an example from the trainer's DataModule.
+
+    ``ncl-cli`` runs the checks itself, earlier (before anything is written), and sets
+    :attr:`done` so they run once.
+
+    Attributes:
+        done: The checks have already run (the callback then does nothing).
+    """
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit" or self.done:
+            return
+        preflight(pl_module, example_batch(trainer.datamodule))
+        check_trainer = getattr(pl_module, "check_trainer", None)
+        if callable(check_trainer):
+            check_trainer(trainer)
+
+
+# -- learning rates -------------------------------------------------------------------
+def _check_learning_rates(module: CheckedModule) -> None:
+    if module.scale_lr and module.batch_size is None:
+        raise ConfigError(
+            "batch_size must be set when scale_lr is true (the per-device batch size "
+            "scales the learning rate), got None"
+        )
+    specs = module.param_groups()
+    own_lr = [g.get("lr") if isinstance(g, dict) else None for g in specs]  # torch fills
+    try:
+        optimizer = module.optimizer_factory(specs)
+    except ValueError as err:  # torch: "Invalid learning rate: -0.1"; LARS: "lr must be"
+        match = _LR_IN_ERROR.search(str(err))
+        if match:
+            raise ConfigError(f"{OPTIMIZER_LR_KEY} must be > 0, got {match.group(1)}") from err
+        raise ConfigError(f"model.init_args.optimizer: {_first_line(err)}") from err
+    for i, group in enumerate(optimizer.param_groups):
+        lr = float(group["lr"])
+        if lr > 0 and math.isfinite(lr):
+            continue
+        own = own_lr[i] if i < len(own_lr) else None  # the group's own rate, if any
+        key = OPTIMIZER_LR_KEY if own is None else _lr_key(module, own, i)
+        problem = "must be > 0" if not lr > 0 else "must be a finite number"
+        raise ConfigError(f"{key} {problem}, got {lr!r}")
+
+
+def _lr_key(module: Any, lr: float, index: int) -> str:
+    """The ``*_lr`` hyper-parameter a group's own rate came from (``probe_lr``, ...)."""
+    for name, value in getattr(module, "hparams", {}).items():
+        if name.endswith("_lr") and isinstance(value, int | float) and value == lr:
+            return name
+    return f"lr of parameter group {index}"
+
+
+# -- forward --------------------------------------------------------------------------
+def _check_forward(module: nn.Module, example: Tensor) -> None:
+    param = next(module.parameters(), None)
+    if param is not None:
+        example = example.to(device=param.device, dtype=param.dtype)
+    modes = {m: m.training for m in module.modules()}
+    module.eval()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            backbone = getattr(module, "backbone", None)
+            if isinstance(backbone, nn.Module) and hasattr(backbone, "out_dim"):
+                h = _run(backbone, example)
+                _check_width(h, backbone.out_dim)
+            _run(module, example)
+    finally:
+        for m, training in modes.items():
+            m.training = training
+
+
+def _check_training_batch(module: nn.Module, batch: Tensor) -> None:
+    """The forward pass in training mode on a batch of the size training will see
+    (``batch_size`` per device and view): BatchNorm refuses a batch of one sample.
+    Weights, buffers (BatchNorm statistics), modes and the random state are restored."""
+    param = next(module.parameters(), None)
+    if param is not None:
+        batch = batch.to(device=param.device, dtype=param.dtype)
+    modes = {m: m.training for m in module.modules()}
+    buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
+    module.train()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            module(batch)
+    except (RuntimeError, ValueError) as err:
+        raise ConfigError(
+            f"batch_size={batch.shape[0]} is too small for training this model "
+            f"({_first_line(err)}); set data.init_args.batch_size >= 2"
+        ) from err
+    finally:
+        with torch.no_grad():
+            for name, b in module.named_buffers():
+                b.copy_(buffers[name])
+        for m, training in modes.items():
+            m.training = training
+
+
+def _run(module: nn.Module, example: Tensor) -> Any:
+    try:
+        return module(example)
+    except (RuntimeError, ValueError) as err:
+        channels = _CONV_CHANNELS.search(str(err))
+        if channels and int(channels.group(2)) == example.shape[1]:
+            raise ConfigError(
+                f"model does not fit the data: the backbone expects {channels.group(1)} "
+                f"input channel(s), the data has {channels.group(2)}"
+            ) from err
+        shape = list(example.shape[1:])
+        raise ConfigError(f"model does not fit data of shape {shape}: {_first_line(err)}") from err
+
+
+def _check_width(h: Any, out_dim: int) -> None:
+    if not isinstance(h, Tensor):
+        return  # a backbone returning a structure: the full forward pass decides
+    if h.dim() != 2:
+        raise ConfigError(
+            f"model does not fit the data: the backbone outputs features of shape "
+            f"{list(h.shape)} for a batch of {h.shape[0]}, expected [{h.shape[0]}, {out_dim}]"
+        )
+    if h.shape[1] != out_dim:
+        raise ConfigError(
+            f"model does not fit the data: the backbone outputs {h.shape[1]} features but "
+            f"declares out_dim={out_dim} (the input width of the heads built on it)"
+        )

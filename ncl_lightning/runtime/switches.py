@@ -1,0 +1,117 @@
+"""The :class:`SpeedSwitches` callback: ``channels_last`` and ``torch.compile``.
+
+Both are ``__init__`` arguments of every :class:`~ncl_lightning.methods.TrainableModule`
+(:class:`~ncl_lightning.methods.SSLMethod`, :class:`~ncl_lightning.methods.Classifier`), so
+a config turns them on:
+
+.. code-block:: yaml
+
+    trainer:
+      precision: bf16-mixed   # the third switch is Lightning's own
+    model:
+      init_args:
+        channels_last: true
+        torch_compile: true
+
+The callback applies them in its ``setup`` hook (once per module, before the strategy wraps
+the module), so the state dict keeps its plain keys and checkpoints load with the switches
+on or off. ``ncl-cli`` installs the callback, and a plain ``Trainer`` gets it from the
+module's ``configure_callbacks``; :func:`apply_speed_switches` does the same without a
+trainer.
+Objectives run outside autocast on float32 features (:func:`autocast_off`, :func:`float32`): at
+InfoNCE temperatures of 0.1-0.2, bf16 logits (8 bits of mantissa) would round the loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol, runtime_checkable
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor, nn
+
+from ncl_lightning.runtime.validation import check_choice
+
+CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
+_APPLIED = "_speed_switches_applied"
+
+
+def _channels_last_inputs(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Forward pre-hook: 4-d tensor arguments in channels-last memory format."""
+    return tuple(
+        a.contiguous(memory_format=torch.channels_last)
+        if isinstance(a, Tensor) and a.dim() == 4
+        else a
+        for a in args
+    )
+
+
+@runtime_checkable
+class SwitchableModule(Protocol):
+    """What :func:`apply_speed_switches` reads (a :class:`TrainableModule` has it).
+
+    ``compile_targets`` names the sub-modules to compile; the loss and the logging stay
+    eager.
+    """
+
+    channels_last: bool
+    torch_compile: bool
+    compile_mode: CompileMode
+    compile_targets: ClassVar[tuple[str, ...]]
+
+
+def apply_speed_switches(module: nn.Module) -> None:
+    """Apply ``module``'s switches once (later calls do nothing).
+
+    ``channels_last`` converts every 4-d parameter and buffer and the backbone's image
+    input to the NHWC memory format (faster convolutions with tensor cores, and with
+    oneDNN on CPUs). ``torch_compile`` compiles the modules named in ``compile_targets``
+    in place (``nn.Module.compile``) with ``compile_mode``.
+
+    Args:
+        module: A :class:`SwitchableModule`; other modules are left alone.
+    """
+    if not isinstance(module, SwitchableModule) or getattr(module, _APPLIED, False):
+        return
+    setattr(module, _APPLIED, True)
+    if module.channels_last:
+        module.to(memory_format=torch.channels_last)
+        backbone = getattr(module, "backbone", None)
+        if isinstance(backbone, nn.Module):
+            backbone.register_forward_pre_hook(_channels_last_inputs)
+    if module.torch_compile:
+        mode = module.compile_mode
+        for name in module.compile_targets:
+            target = getattr(module, name, None)
+            if isinstance(target, nn.Module):
+                target.compile(mode=None if mode == "default" else mode)
+
+
+class SpeedSwitches(Callback):
+    """Apply the module's ``channels_last`` and ``torch_compile`` at ``setup`` (every stage,
+    once per module), before the strategy moves and wraps it."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        apply_speed_switches(pl_module)
+
+
+def check_compile_mode(mode: str) -> None:
+    """Raise ``ConfigError`` naming the valid modes when ``mode`` is not one of them."""
+    check_choice("compile_mode", mode, ("default", "reduce-overhead", "max-autotune"))
+
+
+@contextmanager
+def autocast_off(device: torch.device) -> Iterator[None]:
+    """Leave any autocast region (bf16-mixed / 16-mixed) for the enclosed ops."""
+    with torch.autocast(device_type=device.type, enabled=False):
+        yield
+
+
+def float32(encoded: NamedTuple) -> NamedTuple:
+    """The same named tuple with every floating tensor in float32 (others unchanged)."""
+    return encoded._make(
+        t.float() if isinstance(t, Tensor) and t.is_floating_point() else t for t in encoded
+    )
