@@ -9,6 +9,7 @@ the closest valid one and the valid choices.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
@@ -19,26 +20,24 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 
 from ncl_lightning.runtime.errors import NCLError, closest
+from ncl_lightning.runtime.internals import MESSAGE_FORMATS, UNION_REPORT_NOISE
 
-_NOISE = (
-    "Does not validate against any of the Union subtypes",
-    "Subtypes:",
-    "Errors:",
-    "- Expected a <class 'NoneType'>",
-    "Given value type:",
-    "Given value:",
-)
-_PARSER_KEY = re.compile(r'^-?\s*Parser key "([^"]+)":$')
+# Every third-party message format read here is defined (and tested) in runtime/internals.py.
+_NOISE = UNION_REPORT_NOISE
+_PARSER_KEY = MESSAGE_FORMATS["parser_key"]
 # A class given as a callable (``optimizer``): its ``init_args`` key on the same line.
-_CALLABLE_KEY = re.compile(r'expects a function or a callable class: Parser key "([^"]+)":$')
-_PROBLEM = re.compile(r"^-?\s*Problem with given class_path '([^']+)':$")
-_UNKNOWN_OPTION = re.compile(r"Option '([^']+)' is not accepted|Key '([^']+)' is not expected")
-_NO_ATTRIBUTE = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
-_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
-_EXPECTED = re.compile(r"Expected a (.+?)\. Got value: (.*?)(?:\. Got value: .*)?$")
+_CALLABLE_KEY = MESSAGE_FORMATS["callable_key"]
+_PROBLEM = MESSAGE_FORMATS["class_path_problem"]
+_UNKNOWN_OPTION = MESSAGE_FORMATS["unknown_option"]
+_NO_ATTRIBUTE = MESSAGE_FORMATS["no_attribute"]
+_NO_MODULE = MESSAGE_FORMATS["no_module"]
+_EXPECTED = MESSAGE_FORMATS["expected"]
+_EXPECTED_LITERAL = MESSAGE_FORMATS["expected_literal"]
+_GIVEN_VALUE = MESSAGE_FORMATS["given_value"]
+_NONE_EXPECTED = MESSAGE_FORMATS["none_expected"]
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
-_UNRECOGNIZED = re.compile(r"unrecognized arguments: --?([\w.]+)")
-_NOT_ACCEPTED = re.compile(r"Subcommand '\w+' does not accept option '([^']+)'")
+_UNRECOGNIZED = MESSAGE_FORMATS["unrecognized"]
+_NOT_ACCEPTED = MESSAGE_FORMATS["not_accepted"]
 _GROUPS = {"LightningModule": "model", "LightningDataModule": "data"}
 _BASES: dict[str, type] = {"model": L.LightningModule, "data": L.LightningDataModule}
 _KINDS = {"model": "method", "data": "DataModule"}
@@ -112,10 +111,10 @@ def _unknown_key(prefix: str, option: str, class_path: str | None) -> str:
 
 
 def _expected(key: str, expected: str, got: str) -> str:
-    literal = re.match(r"typing\.Literal\[(.*)\]$", expected)
+    literal = MESSAGE_FORMATS["literal"].match(expected)
     if literal:
         return f"{key}: {got!r} is not valid; valid choices: {literal.group(1)}"
-    expected = re.sub(r"<class '(?:[\w]+\.)*(\w+)'>", r"\1", expected)
+    expected = MESSAGE_FORMATS["class_repr"].sub(r"\1", expected)
     if "float" in expected and got.strip().lower() in _NON_FINITE:
         return f"{key} must be a finite number, got {got!r}"
     return f"{key}: expected {expected}, got {got!r}"
@@ -140,7 +139,8 @@ def summarize(message: str, option_keys: Iterable[str] = ()) -> str:
             hint = closest(key, keys)
             return f"{key}: no such key" + (f"; did you mean {hint}?" if hint else "")
     path: list[tuple[int, str, str | None]] = []  # (indent, key segment, class_path)
-    for raw in message.splitlines():
+    lines = message.splitlines()
+    for i, raw in enumerate(lines):
         line = raw.strip()
         if not line or line.startswith(_NOISE):
             continue
@@ -159,8 +159,45 @@ def summarize(message: str, option_keys: Iterable[str] = ()) -> str:
         if problem:
             path.append((indent, "init_args", problem.group(1)))
             continue
+        if _EXPECTED_LITERAL.match(line):
+            choices = _literal_union(".".join(seg for _, seg, _ in path), lines[i:])
+            if choices is not None:
+                return choices
         return _leaf(line.lstrip("- "), path)
     return message.strip().splitlines()[0] if message.strip() else "invalid configuration"
+
+
+def _literal_union(key: str, lines: list[str]) -> str | None:
+    """``"<key>: <value> is not valid; valid choices: ..."`` for a value that matches none
+    of a Union of ``Literal`` types (``trainer.precision``): the choices of every member,
+    each once (``16`` and ``'16'`` alike), ``null`` when ``None`` is one of them.
+
+    Args:
+        lines: The report from the first ``Expected a typing.Literal[...]`` line on.
+
+    Returns:
+        The line, or ``None`` when the block is not a Union of ``Literal`` types alone.
+    """
+    choices: dict[str, str] = {}
+    for raw in lines:
+        line = raw.strip()
+        literal = _EXPECTED_LITERAL.match(line)
+        given = _GIVEN_VALUE.match(line)
+        if literal:
+            try:
+                values = ast.literal_eval(f"[{literal.group(1)}]")
+            except (ValueError, SyntaxError):
+                return None
+            for value in values:
+                choices.setdefault(str(value), repr(value))
+        elif _NONE_EXPECTED.match(line):
+            choices.setdefault("None", "null")
+        elif given:
+            valid = ", ".join(choices.values())
+            return f"{key}: {given.group(1)!r} is not valid; valid choices: {valid}"
+        elif not line.startswith(_NOISE):
+            return None
+    return None
 
 
 def _leaf(line: str, path: list[tuple[int, str, str | None]]) -> str:
@@ -190,17 +227,15 @@ def instantiation_message(err: BaseException) -> str | None:
     says which group (``model``, ``data``) and class it was.
     """
     text = str(err)
-    if "Does not validate against any of the Union subtypes" not in text and not isinstance(
-        err, NCLError
-    ):
+    if not MESSAGE_FORMATS["union"].search(text) and not isinstance(err, NCLError):
         return None
     cause: BaseException = err
     while cause.__cause__ is not None:
         cause = cause.__cause__
     inner = one_line(cause) if cause is not err else None
-    subtypes = re.search(r"Subtypes: \[<class '[\w.]*?(\w+)'>", text)
+    subtypes = MESSAGE_FORMATS["union_subtype"].search(text)
     group = _GROUPS.get(subtypes.group(1), "") if subtypes else ""
-    found = re.search(r"Given value: Namespace\(class_path='([^']+)'", text)
+    found = MESSAGE_FORMATS["given_class_path"].search(text)
     if inner is None:
         return summarize(text)
     if not group or inner.startswith(f"{group}.") or inner.startswith(f"{group}:"):
@@ -219,9 +254,8 @@ def one_line(err: BaseException) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return type(err).__name__
-    if len(lines) > 1 and "Original Traceback" in text:
-        last = lines[-1]
-        return re.sub(r"^[\w.]+(Error|Exception): ", "", last)
+    if len(lines) > 1 and MESSAGE_FORMATS["worker_traceback"].search(text):
+        return MESSAGE_FORMATS["exception_prefix"].sub("", lines[-1])
     return lines[0] if len(lines) == 1 else " ".join(lines)
 
 

@@ -20,6 +20,7 @@ import yaml
 from ncl_lightning.runtime.errors import ConfigError
 
 CONFIG_FLAGS = ("--config", "-c")
+CONFIG_KEY = "config"  # ``err.key`` of every error about a config file
 
 
 def config_paths(args: Sequence[str]) -> Iterator[str]:
@@ -40,18 +41,20 @@ def _looks_inline(value: str) -> bool:
 def _load(path: Path, included_by: Path | None) -> Any:
     suffix = f" (nested config: in {included_by})" if included_by else ""
     if not path.exists():
-        raise ConfigError(f"{path}: config file not found{suffix}")
+        raise ConfigError(f"{path}: config file not found{suffix}", key=CONFIG_KEY)
     if path.is_dir():
-        raise ConfigError(f"{path}: config path is a folder, not a file{suffix}")
+        raise ConfigError(f"{path}: config path is a folder, not a file{suffix}", key=CONFIG_KEY)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(
-            f"{path}: config file is not UTF-8 text (byte {err.start}){suffix}"
+            f"{path}: config file is not UTF-8 text (byte {err.start}){suffix}",
+            key=CONFIG_KEY,
         ) from None
     except OSError as err:
         raise ConfigError(
-            f"{path}: cannot read config file: {err.strerror or err}{suffix}"
+            f"{path}: cannot read config file: {err.strerror or err}{suffix}",
+            key=CONFIG_KEY,
         ) from None
     try:
         data = yaml.safe_load(text)
@@ -60,18 +63,24 @@ def _load(path: Path, included_by: Path | None) -> Any:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = err.problem or err.context or "invalid YAML"
         context = f" ({err.context})" if err.context and err.problem else ""
-        raise ConfigError(f"{where}: YAML syntax error: {problem}{context}{suffix}") from None
+        raise ConfigError(
+            f"{where}: YAML syntax error: {problem}{context}{suffix}", key=CONFIG_KEY
+        ) from None
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: YAML error: {str(err).splitlines()[0]}{suffix}") from None
+        raise ConfigError(
+            f"{path}: YAML error: {str(err).splitlines()[0]}{suffix}", key=CONFIG_KEY
+        ) from None
     if data is None:
         raise ConfigError(
             f"{path}: config file is empty; expected a mapping of keys such as trainer:, "
-            f"model:, data:{suffix}"
+            f"model:, data:{suffix}",
+            key=CONFIG_KEY,
         )
     if not isinstance(data, dict):
         raise ConfigError(
             f"{path}: config file holds a {type(data).__name__} at the top level; expected a "
-            f"mapping of keys such as trainer:, model:, data:{suffix}"
+            f"mapping of keys such as trainer:, model:, data:{suffix}",
+            key=CONFIG_KEY,
         )
     return data
 
@@ -89,7 +98,9 @@ def check_config_file(path: str | Path, included_by: Path | None = None, depth: 
     """
     path = Path(path).expanduser()
     if depth > 10:
-        raise ConfigError(f"{path}: nested config: keys include each other more than 10 deep")
+        raise ConfigError(
+            f"{path}: nested config: keys include each other more than 10 deep", key=CONFIG_KEY
+        )
     data = _load(path, included_by)
     for section in (data, *(v for v in data.values() if isinstance(v, dict))):
         nested = section.get("config")

@@ -18,11 +18,36 @@ What is used, and why:
   and lay the user's values over its hyper-parameters.
 * ``wandb.sdk.wandb_setup`` and ``wandb.sdk.lib.wbauth``: wandb's settings and API-key
   lookup, without network, to fall back to offline logging before ``wandb.init`` hangs.
+
+Message formats relied on (:data:`MESSAGE_FORMATS`, read by ``runtime/cli_errors.py``):
+jsonargparse reports a bad config as plain text. Its ``ArgumentError`` is built as
+``ArgumentError(None, message)`` and the type errors under it are plain ``ValueError``s,
+so no attribute carries the key, the value or the choices (jsonargparse 4.53); the one
+line ``ncl-cli`` prints is read off these formats:
+
+* argparse/jsonargparse: ``unrecognized arguments: --key``, ``Subcommand 'fit' does not
+  accept option 'key'``, ``Option 'key' is not accepted`` (``Key 'key' is not expected``
+  in older versions).
+* jsonargparse's nested report: ``Parser key "key":``, ``Problem with given class_path
+  'a.B':``, ``Type ... expects a function or a callable class: Parser key "key":``,
+  ``Expected a <type>. Got value: v``, ``Expected a typing.Literal[...]``, the Union report
+  (``Does not validate against any of the Union subtypes``, ``Subtypes: [...]``,
+  ``Errors:``, ``Given value type:``, ``Given value: v``, ``Given value:
+  Namespace(class_path='a.B', ...``) and the reprs in it (``<class 'a.B'>``,
+  ``typing.Literal[...]``).
+* Python's import errors inside it: ``module 'a' has no attribute 'B'``, ``No module named
+  'a'``.
+* PyTorch's DataLoader worker re-raise: ``Original Traceback`` and a last line
+  ``SomeError: message``.
+
+``tests/runtime/test_internals.py`` produces each with a real parser and real bad values,
+and names the pattern and the observed message when one no longer matches.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -115,3 +140,42 @@ def wandb_settings_and_key(mode: str | None, online_modes: tuple[str, ...], env:
         host=url, source="WandbLogger", prompt=False, update_session=False
     )
     return url, key
+
+
+# -- third-party message formats (see the module docstring) -------------------------------
+#: Lines of jsonargparse's Union report that say nothing about the culprit.
+UNION_REPORT_NOISE: tuple[str, ...] = (
+    "Does not validate against any of the Union subtypes",
+    "Subtypes:",
+    "Errors:",
+    "- Expected a <class 'NoneType'>",
+    "Given value type:",
+    "Given value:",
+)
+#: Name -> pattern of every third-party message format the CLI's one-line errors read.
+MESSAGE_FORMATS: dict[str, re.Pattern[str]] = {
+    # argparse / jsonargparse: an unknown top-level key (command line, config file).
+    "unrecognized": re.compile(r"unrecognized arguments: --?([\w.]+)"),
+    "not_accepted": re.compile(r"Subcommand '\w+' does not accept option '([^']+)'"),
+    # jsonargparse: an unknown key under init_args.
+    "unknown_option": re.compile(r"Option '([^']+)' is not accepted|Key '([^']+)' is not expected"),
+    # jsonargparse's nested report: one line per level.
+    "parser_key": re.compile(r'^-?\s*Parser key "([^"]+)":$'),
+    "callable_key": re.compile(r'expects a function or a callable class: Parser key "([^"]+)":$'),
+    "class_path_problem": re.compile(r"^-?\s*Problem with given class_path '([^']+)':$"),
+    "expected": re.compile(r"Expected a (.+?)\. Got value: (.*?)(?:\. Got value: .*)?$"),
+    "expected_literal": re.compile(r"^-?\s*Expected a typing\.Literal\[(.*)\]$"),
+    "none_expected": re.compile(r"^-?\s*Expected a <class 'NoneType'>$"),
+    "literal": re.compile(r"typing\.Literal\[(.*)\]$"),
+    "class_repr": re.compile(r"<class '(?:[\w]+\.)*(\w+)'>"),
+    "union": re.compile(r"Does not validate against any of the Union subtypes"),
+    "union_subtype": re.compile(r"Subtypes: \[<class '[\w.]*?(\w+)'>"),
+    "given_value": re.compile(r"^\s*Given value: (.*)$"),
+    "given_class_path": re.compile(r"Given value: Namespace\(class_path='([^']+)'"),
+    # Python's import errors, reported inside jsonargparse's report.
+    "no_attribute": re.compile(r"module '([\w.]+)' has no attribute '(\w+)'"),
+    "no_module": re.compile(r"No module named '([\w.]+)'"),
+    # PyTorch: an exception re-raised from a DataLoader worker.
+    "worker_traceback": re.compile(r"Original Traceback"),
+    "exception_prefix": re.compile(r"^[\w.]+(Error|Exception): "),
+}

@@ -41,7 +41,9 @@ def _check_int(key: str, value: Any, low: int, none_ok: bool = True) -> None:
     if value is None and none_ok:
         return
     if not _is_int(value) or value < low:
-        raise ConfigError(f"trainer.{key} must be an integer >= {low}, got {value!r}")
+        raise ConfigError(
+            f"trainer.{key} must be an integer >= {low}, got {value!r}", key=f"trainer.{key}"
+        )
 
 
 def _check_count_or_fraction(key: str, value: Any, int_low: int, allow_zero: bool) -> None:
@@ -52,14 +54,18 @@ def _check_count_or_fraction(key: str, value: Any, int_low: int, allow_zero: boo
         value = int(value)  # jsonargparse reads `3` as 3.0 here; Lightning counts it as 3
     if _is_int(value):
         if value < int_low:
-            raise ConfigError(f"trainer.{key} must be an integer >= {int_low}, got {value!r}")
+            raise ConfigError(
+                f"trainer.{key} must be an integer >= {int_low}, got {value!r}",
+                key=f"trainer.{key}",
+            )
         return
     low = "[0.0" if allow_zero else "(0.0"
     ok = isinstance(value, float) and (0.0 <= value <= 1.0 if allow_zero else 0.0 < value <= 1.0)
     if not ok:
         raise ConfigError(
             f"trainer.{key} must be an integer >= {int_low} (batches) or a fraction in "
-            f"{low}, 1.0], got {value!r}"
+            f"{low}, 1.0], got {value!r}",
+            key=f"trainer.{key}",
         )
 
 
@@ -81,7 +87,10 @@ def check_numbers(trainer: Any) -> None:
     clip = _get(trainer, "gradient_clip_val")
     finite = isinstance(clip, int | float) and math.isfinite(clip)
     if clip is not None and not (finite and clip >= 0):
-        raise ConfigError(f"trainer.gradient_clip_val must be a finite number >= 0, got {clip!r}")
+        raise ConfigError(
+            f"trainer.gradient_clip_val must be a finite number >= 0, got {clip!r}",
+            key="trainer.gradient_clip_val",
+        )
 
 
 def _accelerator_class(name: str) -> type:
@@ -115,7 +124,8 @@ def _check_devices(devices: Any, name: str, cls: type) -> None:
                 "indices, -1 for all, or 'auto'"
             )
         raise ConfigError(
-            f"trainer.devices: {devices!r} is not valid for accelerator {name!r} ({remedy})"
+            f"trainer.devices: {devices!r} is not valid for accelerator {name!r} ({remedy})",
+            key="trainer.devices",
         )
 
 
@@ -132,7 +142,8 @@ def check_hardware(trainer: Any) -> None:
             raise ConfigError(
                 f"trainer.accelerator: unknown accelerator {accelerator!r}"
                 + (f" (did you mean {hint!r}?)" if hint else "")
-                + f"; valid: {', '.join([_AUTO, 'gpu', *known])}"
+                + f"; valid: {', '.join([_AUTO, 'gpu', *known])}",
+                key="trainer.accelerator",
             )
         if name == _AUTO:
             available = _available_accelerators()
@@ -141,7 +152,8 @@ def check_hardware(trainer: Any) -> None:
         if not cls.is_available():
             raise ConfigError(
                 f"trainer.accelerator: {accelerator!r} is not available on this machine; "
-                f"available: {', '.join(_available_accelerators())}"
+                f"available: {', '.join(_available_accelerators())}",
+                key="trainer.accelerator",
             )
         _check_devices(_get(trainer, "devices"), name, cls)
     strategy = _get(trainer, "strategy")
@@ -153,7 +165,8 @@ def check_hardware(trainer: Any) -> None:
                 f"trainer.strategy: unknown strategy {strategy!r}"
                 + (f" (did you mean {hint!r}?)" if hint else "")
                 + f"; valid: auto, {', '.join(n for n in valid if not _variant(n))} (and "
-                f"their *_find_unused_parameters_* / *_stage_* variants)"
+                f"their *_find_unused_parameters_* / *_stage_* variants)",
+                key="trainer.strategy",
             )
 
 
@@ -171,17 +184,18 @@ def check_output_dir(key: str, path: str | os.PathLike[str]) -> None:
     """
     target = Path(path).expanduser()
     if target.exists() and not target.is_dir():
-        raise ConfigError(f"{key}: {target} is a file, not a folder")
+        raise ConfigError(f"{key}: {target} is a file, not a folder", key=key)
     parent = target
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
-        raise ConfigError(f"{key}: {target}: {parent} is a file, not a folder")
+        raise ConfigError(f"{key}: {target}: {parent} is a file, not a folder", key=key)
     try:
         probe = tempfile.mkdtemp(prefix=".ncl-write-check-", dir=parent)
     except OSError as err:
         raise ConfigError(
-            f"{key}: {target}: cannot create folders in {parent} ({err.strerror or err})"
+            f"{key}: {target}: cannot create folders in {parent} ({err.strerror or err})",
+            key=key,
         ) from None
     os.rmdir(probe)
 
@@ -221,7 +235,8 @@ def check_seed(seed: Any) -> None:
         return
     if not _is_int(seed) or not 0 <= seed <= SEED_MAX:
         raise ConfigError(
-            f"seed_everything must be true, false or an integer in [0, {SEED_MAX}], got {seed!r}"
+            f"seed_everything must be true, false or an integer in [0, {SEED_MAX}], got {seed!r}",
+            key="seed_everything",
         )
 
 

@@ -54,7 +54,8 @@ CASES = [
     ("unknown strategy", "digits_ncl", lambda t: ["--trainer.strategy", "ddp_nonsense"],
      ["trainer.strategy", "'ddp_nonsense'", "valid: auto, ddp, ddp_spawn"]),
     ("invalid precision", "digits_ncl", lambda t: ["--trainer.precision", "7"],
-     ["trainer.precision"]),
+     ["trainer.precision: '7' is not valid; valid choices: 64, 32, 16,", "'bf16-mixed'",
+      "'16-mixed'", "'32-true'", "null"]),
     # -- Trainer: numbers ----------------------------------------------------------------
     ("negative max_epochs", "digits_ncl", lambda t: ["--trainer.max_epochs", "-5"],
      ["trainer.max_epochs", ">= -1", "-5"]),
