@@ -40,6 +40,7 @@ from ncl_lightning.data import ImageFolderDataModule
 from ncl_lightning.methods import CL, NCL, BayesNCL
 from ncl_lightning.nn import ResNet
 from ncl_lightning.runtime.errors import DataNotFoundError
+from ncl_lightning.runtime.switches import apply_speed_switches
 
 BATCH_SIZE = 256
 IMAGE_SIZE = 32
@@ -152,7 +153,7 @@ class BareStep:
         torch.manual_seed(0)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model = make_model("CL", settings).to(self.device)
-        self.model.configure_model()
+        apply_speed_switches(self.model)  # what ncl-cli's SpeedSwitches does at setup
         self.model.train()
         shape = (BATCH_SIZE, 3, IMAGE_SIZE, IMAGE_SIZE)
         self.views = [torch.randn(shape, device=self.device) for _ in range(2)]
