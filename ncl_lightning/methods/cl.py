@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from ncl_lightning.losses import OBJECTIVES
 from ncl_lightning.methods.base import Encoded, SSLMethod
 from ncl_lightning.methods.checks import check_projector
+from ncl_lightning.methods.defaults import check_declared_defaults
 from ncl_lightning.nn.heads import MLP
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.validation import check_positive
@@ -17,20 +19,30 @@ from ncl_lightning.runtime.validation import check_positive
 class CL(SSLMethod):
     """Backbone -> MLP projector -> (L2-normalised in the loss) -> InfoNCE or spectral loss.
 
-    Subclasses change the features with :meth:`features` (NCL's non-negative map) or the
-    loss with :meth:`objective`; the training step is inherited unchanged.
+    Subclasses change the features with :meth:`features` (NCL's non-negative map), the
+    loss by name with :attr:`default_loss`, or the loss itself with the
+    :meth:`objective` hook; the training step is inherited unchanged.
 
     Args:
         backbone: Encoder exposing ``out_dim``.
         proj_hidden_dim: Projector hidden width (CIFAR: 2048).
         proj_output_dim: Projector output width ``d`` (CIFAR: 256).
         proj_num_layers: Linear layers in the projector.
-        objective: Registered objective name (``info_nce``, ``spectral``) or a module
-            ``(z1 [n, d], z2 [n, d]) -> loss``.
+        loss: Registered loss name (``info_nce``, ``spectral``; see
+            :data:`~ncl_lightning.losses.OBJECTIVES`) or a module
+            ``(z1 [n, d], z2 [n, d]) -> loss`` that :meth:`objective` applies; ``None``:
+            the class's :attr:`default_loss`.
         temperature: InfoNCE temperature (CIFAR: 0.2); unused by ``spectral``.
         gather_distributed: Take negatives from every rank under DDP.
         **kwargs: Optimisation and online-evaluation settings of :class:`SSLMethod`.
+
+    Attributes:
+        default_loss: Class value: the loss when ``loss`` is ``None``. A subclass changes
+            its default loss here, never with ``kwargs.setdefault("loss", ...)``, which
+            ``ncl-cli`` would override (:mod:`ncl_lightning.methods.defaults`).
     """
+
+    default_loss: ClassVar[str] = "info_nce"
 
     def __init__(
         self,
@@ -38,21 +50,43 @@ class CL(SSLMethod):
         proj_hidden_dim: int = 2048,
         proj_output_dim: int = 256,
         proj_num_layers: int = 2,
-        objective: str | nn.Module = "info_nce",
+        loss: str | nn.Module | None = None,
         temperature: float = 0.2,
         gather_distributed: bool = True,
         **kwargs: Any,
     ) -> None:
+        check_declared_defaults(type(self), CL)
+        if "objective" in kwargs:
+            raise ConfigError(
+                "objective: this argument is now called loss (objective(views) is the hook "
+                "that applies it); rename the key",
+                key="objective",
+            )
         super().__init__(backbone, **kwargs)
         check_positive("temperature", temperature)
         check_projector(proj_hidden_dim, proj_output_dim, proj_num_layers)
         self.projector = MLP(backbone.out_dim, proj_hidden_dim, proj_output_dim, proj_num_layers)
         self.loss_fn = OBJECTIVES.build(
-            objective,
-            config_key="objective",
+            self.resolve_loss(loss),
+            config_key="loss",
             temperature=temperature,
             gather_distributed=gather_distributed,
         )
+
+    def resolve_loss(self, loss: str | nn.Module | None) -> str | nn.Module:
+        """``loss``, or :attr:`default_loss` for ``None``; warns when a configured name
+        replaces a default that a subclass declared."""
+        cls = type(self)
+        if loss is None:
+            return cls.default_loss
+        declared = cls.default_loss != CL.default_loss  # a subclass chose its own default
+        if declared and isinstance(loss, str) and loss.lower() != cls.default_loss.lower():
+            rank_zero_warn(
+                f"{cls.__name__}: loss {loss!r} from the config replaces the class "
+                f"default_loss {cls.default_loss!r}; drop model.init_args.loss (or set it "
+                "to null) to train the class default"
+            )
+        return loss
 
     def features(self, p: Tensor) -> Tensor:
         """Map projector outputs ``[B, d]`` to the features ``z``; identity for CL."""
@@ -63,6 +97,7 @@ class CL(SSLMethod):
         return Encoded(h=h, z=self.features(self.projector(h)))
 
     def objective(self, views: list[Encoded]) -> Tensor:
+        """The loss module (``loss`` / :attr:`default_loss`) on the two views' ``z``."""
         if len(views) != 2:
             raise ConfigError(f"{type(self).__name__} expects 2 views per image, got {len(views)}")
         return self.loss_fn(views[0].z, views[1].z)

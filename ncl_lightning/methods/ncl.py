@@ -15,7 +15,7 @@ from ncl_lightning.runtime.validation import check_range
 class NCL(CL):
     """CL with a non-negative map on the projector output: ``z+ = σ+(g(f(x)))``.
 
-    The objective is unchanged (InfoNCE or spectral); only the features are constrained,
+    The loss is unchanged (``loss``: InfoNCE or spectral); only the features are constrained,
     which makes them sparse, near-orthogonal and semantically consistent (NCL, Sec. 5).
 
     Args:

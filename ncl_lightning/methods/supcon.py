@@ -23,7 +23,7 @@ class _SupConMixin:
 
     Args:
         backbone: Encoder exposing ``out_dim``.
-        objective: Must be ``info_nce``: SupCon is the supervised InfoNCE loss.
+        loss: ``info_nce`` or ``None`` (the same): SupCon is the supervised InfoNCE loss.
         temperature: SupCon temperature (CIFAR: 0.2).
         gather_distributed: Take candidates and their labels from every rank under DDP.
         **kwargs: Everything the parent method takes.
@@ -34,19 +34,20 @@ class _SupConMixin:
     def __init__(
         self,
         backbone: nn.Module,
-        objective: str = "info_nce",
+        loss: str | None = None,
         temperature: float = 0.2,
         gather_distributed: bool = True,
         **kwargs: Any,
     ) -> None:
-        if objective != "info_nce":
+        if loss not in (None, "info_nce"):
             raise ConfigError(
-                f"{type(self).__name__} uses the supervised InfoNCE loss (SupCon); objective "
-                f"must be 'info_nce', got {objective!r}"
+                f"{type(self).__name__} uses the supervised InfoNCE loss (SupCon); loss "
+                f"must be 'info_nce', got {loss!r}",
+                key="loss",
             )
         super().__init__(
             backbone,
-            objective=objective,
+            loss=loss,
             temperature=temperature,
             gather_distributed=gather_distributed,
             **kwargs,
@@ -65,7 +66,7 @@ class SupConCL(_SupConMixin, CL):
 
     Args:
         backbone: Encoder exposing ``out_dim``.
-        objective: Must be ``info_nce`` (kept for config compatibility with :class:`CL`).
+        loss: ``info_nce`` or ``None`` (kept for config compatibility with :class:`CL`).
         temperature: SupCon temperature (CIFAR: 0.2).
         gather_distributed: Take candidates and their labels from every rank under DDP.
         **kwargs: Everything :class:`CL` takes.
@@ -77,7 +78,7 @@ class SupConNCL(_SupConMixin, NCL):
 
     Args:
         backbone: Encoder exposing ``out_dim``.
-        objective: Must be ``info_nce`` (kept for config compatibility with :class:`NCL`).
+        loss: ``info_nce`` or ``None`` (kept for config compatibility with :class:`NCL`).
         temperature: SupCon temperature (CIFAR: 0.2).
         gather_distributed: Take candidates and their labels from every rank under DDP.
         **kwargs: Everything :class:`NCL` takes (``nonneg``, projector sizes, ...).

@@ -43,7 +43,7 @@ def test_unknown_names_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="unknown non-negative map 'tanh'; valid names:"):
         _model(NCL, nonneg="tanh")
     with pytest.raises(ValueError, match="unknown objective 'byol'"):
-        _model(CL, objective="byol")
+        _model(CL, loss="byol")
     with pytest.raises(ValueError, match="temperature must be > 0"):
         _model(CL, temperature=-1.0)
 

@@ -175,13 +175,13 @@ _ssl_cases = {
         "gate: unknown gate type 'stee'; valid names: gumbel, soft, ste; did you mean 'ste'?",
     ),
     "objective-did-you-mean": (
-        partial(_ssl, CL, objective="info_nse"),
-        "objective: unknown objective 'info_nse'; valid names: info_nce, spectral; "
+        partial(_ssl, CL, loss="info_nse"),
+        "loss: unknown objective 'info_nse'; valid names: info_nce, spectral; "
         "did you mean 'info_nce'?",
     ),
     "objective-no-suggestion": (
-        partial(_ssl, CL, objective="byol"),
-        "objective: unknown objective 'byol'; valid names: info_nce, spectral",
+        partial(_ssl, CL, loss="byol"),
+        "loss: unknown objective 'byol'; valid names: info_nce, spectral",
     ),
     "optimizer-registry": (
         partial(OPTIMIZERS.build, "lrs", params=[nn.Parameter(torch.ones(1))], lr=0.1),

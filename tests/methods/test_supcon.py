@@ -41,8 +41,8 @@ def test_training_step_is_supcon_plus_probe(cls, parent) -> None:
 
 
 def test_bad_objective_views_and_temperature_are_clear_errors() -> None:
-    with pytest.raises(ValueError, match="objective must be 'info_nce', got 'spectral'"):
-        _model(SupConNCL, objective="spectral")
+    with pytest.raises(ValueError, match="loss must be 'info_nce', got 'spectral'"):
+        _model(SupConNCL, loss="spectral")
     with pytest.raises(ValueError, match="temperature must be > 0"):
         _model(SupConCL, temperature=0.0)
     model = _model(SupConCL)
