@@ -17,9 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ncl_lightning.losses import view_pairs
 from ncl_lightning.methods import NCL, Encoded
 from ncl_lightning.nn import NONNEG
-from ncl_lightning.nn.gather import gather_with_grad
+from ncl_lightning.runtime.validation import check_at_least
 
 
 @NONNEG.register("squared_relu")
@@ -30,7 +31,9 @@ class SquaredReLU(nn.Module):
         return torch.relu(x).pow(2)
 
 
-def align_uniform(z1: Tensor, z2: Tensor, t: float = 2.0, weight: float = 1.0) -> Tensor:
+def align_uniform(
+    z1: Tensor, z2: Tensor, t: float = 2.0, weight: float = 1.0, gather_distributed: bool = True
+) -> Tensor:
     """``E‖ẑ₁ − ẑ₂‖² + weight · log E exp(−t‖ẑ − ẑ'‖²)``, uniformity over the global batch.
 
     Args:
@@ -38,11 +41,12 @@ def align_uniform(z1: Tensor, z2: Tensor, t: float = 2.0, weight: float = 1.0) -
         z2: Second view's features ``[n, d]``.
         t: Uniformity kernel scale (the paper uses 2).
         weight: Weight of the uniformity term.
+        gather_distributed: Take the keys of every rank under DDP.
     """
-    z1, z2 = F.normalize(z1, dim=1), F.normalize(z2, dim=1)
-    align = (z1 - z2).pow(2).sum(dim=1).mean()
-    z = gather_with_grad(torch.cat([z1, z2]))  # negatives from every rank under DDP
-    uniform = torch.pdist(z).pow(2).mul(-t).exp().mean().log()
+    pairs = view_pairs(F.normalize(z1, dim=1), F.normalize(z2, dim=1), gather_distributed)
+    positives = pairs.keys[pairs.positive_index]  # [2n, d]: the other view of each query
+    align = (pairs.queries - positives).pow(2).sum(dim=1).mean()
+    uniform = torch.pdist(pairs.keys).pow(2).mul(-t).exp().mean().log()  # [2N] keys
     return align + weight * uniform
 
 
@@ -57,8 +61,7 @@ class AlignUniformNCL(NCL):
 
     def __init__(self, backbone: nn.Module, uniformity_weight: float = 1.0, **kwargs: Any) -> None:
         super().__init__(backbone, **kwargs)
-        if uniformity_weight < 0:
-            raise ValueError(f"uniformity_weight must be >= 0, got {uniformity_weight}")
+        check_at_least("uniformity_weight", uniformity_weight, 0)
         self.uniformity_weight = uniformity_weight
 
     def objective(self, views: list[Encoded]) -> Tensor:
