@@ -25,9 +25,12 @@ import lightning as L
 from torch import Tensor
 from torchmetrics.utilities import dim_zero_cat
 
-from ncl_lightning.callbacks.schedule import epoch_due
+from ncl_lightning.callbacks.schedule import check_spaces, epoch_due, missing_spaces
+from ncl_lightning.data.protocol import FactorData
 from ncl_lightning.metrics.functional.mig import mutual_information_gap_per_factor
 from ncl_lightning.metrics.mig import MutualInformationGap
+from ncl_lightning.runtime.errors import DataError
+from ncl_lightning.runtime.validation import check_at_least
 
 
 class _PerFactorMIG(MutualInformationGap):
@@ -48,7 +51,7 @@ def _factor_labels(batch: Any) -> Tensor:
     if isinstance(factors, Tensor) and factors.ndim == 2 and not factors.is_floating_point():
         return factors
     got = f"{factors.dtype} {tuple(factors.shape)}" if isinstance(factors, Tensor) else "none"
-    raise ValueError(f"Disentanglement needs integer factor labels [B, K] as batch[1], got {got}")
+    raise DataError(f"Disentanglement needs integer factor labels [B, K] as batch[1], got {got}")
 
 
 class Disentanglement(L.Callback):
@@ -74,16 +77,11 @@ class Disentanglement(L.Callback):
         per_factor: bool = True,
     ) -> None:
         spaces = ["z", "h"] if spaces is None else list(spaces)
-        if not spaces or not all(isinstance(s, str) and s.isidentifier() for s in spaces):
-            raise ValueError(
-                f"Disentanglement spaces must be a non-empty list of names, got {spaces}"
-            )
-        if num_bins < 1:
-            raise ValueError(f"Disentanglement num_bins must be >= 1, got {num_bins}")
-        if max_samples is not None and max_samples < 1:
-            raise ValueError(f"Disentanglement max_samples must be >= 1 or None, got {max_samples}")
-        if every_n_epochs < 1:
-            raise ValueError(f"Disentanglement every_n_epochs must be >= 1, got {every_n_epochs}")
+        check_spaces(spaces)
+        check_at_least("num_bins", num_bins, 1)
+        if max_samples is not None:
+            check_at_least("max_samples", max_samples, 1)
+        check_at_least("every_n_epochs", every_n_epochs, 1)
         self.spaces = spaces
         self.num_bins = num_bins
         self.max_samples = max_samples
@@ -120,12 +118,7 @@ class Disentanglement(L.Callback):
         if not self._active:
             return
         factors = _factor_labels(batch)
-        missing = [s for s in self.spaces if not hasattr(outputs, s)]
-        if missing:
-            raise TypeError(
-                f"Disentanglement(spaces={self.spaces}): {type(pl_module).__name__}'s eval "
-                f"steps return {type(outputs).__name__} without {missing}"
-            )
+        missing_spaces("Disentanglement", self.spaces, pl_module, outputs)
         keep = len(factors)
         if self.max_samples is not None:
             per_rank = -(-self.max_samples // trainer.world_size)
@@ -161,7 +154,8 @@ class Disentanglement(L.Callback):
 
     @staticmethod
     def _factor_names(trainer: L.Trainer, num_factors: int) -> list[str]:
-        names = getattr(trainer.datamodule, "factor_names", None) if trainer.datamodule else None
+        datamodule = trainer.datamodule
+        names = datamodule.factor_names if isinstance(datamodule, FactorData) else None
         if names is None or len(names) != num_factors:
             return [f"factor{k}" for k in range(num_factors)]
         return [str(n) for n in names]

@@ -24,7 +24,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from ncl_lightning.callbacks.schedule import epoch_due
+from ncl_lightning.callbacks.schedule import check_spaces, epoch_due, missing_spaces
+from ncl_lightning.data.protocol import ClassLabels, ViewData
 from ncl_lightning.metrics import (
     SEPIN,
     ActiveDimensions,
@@ -37,6 +38,8 @@ from ncl_lightning.metrics import (
     Sparsity,
     TopKSemanticConsistency,
 )
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_at_least
 
 SPACES = ("z", "h")
 
@@ -144,16 +147,13 @@ class FeatureStatistics(L.Callback):
         sepin_max_batches: int | None = None,
     ) -> None:
         spaces = list(SPACES) if spaces is None else spaces
-        if every_n_epochs < 1:
-            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
-        if not spaces or not all(isinstance(s, str) and s.isidentifier() for s in spaces):
-            raise ValueError(f"spaces must be a non-empty list of feature names, got {spaces}")
+        check_at_least("every_n_epochs", every_n_epochs, 1)
+        check_spaces(spaces)
         for name, value in (("top_k", top_k), ("retrieval_k", retrieval_k),
                             ("retrieval_dims", retrieval_dims), ("sepin_max_batches", sepin_max_batches)):  # fmt: skip  # noqa: E501
-            if value is not None and value < 1:
-                raise ValueError(f"FeatureStatistics {name} must be >= 1, got {value}")
-        if eps < 0:
-            raise ValueError(f"FeatureStatistics eps must be >= 0, got {eps}")
+            if value is not None:
+                check_at_least(name, value, 1)
+        check_at_least("eps", eps, 0)
         self.every_n_epochs = every_n_epochs
         self.spaces = spaces
         self.eps = eps
@@ -189,12 +189,7 @@ class FeatureStatistics(L.Callback):
     ) -> None:
         if not self._active:
             return
-        missing = [s for s in self.spaces if not hasattr(outputs, s)]
-        if missing:
-            raise TypeError(
-                f"FeatureStatistics(spaces={self.spaces}): {type(pl_module).__name__}'s eval "
-                f"steps return {type(outputs).__name__} without {missing}"
-            )
+        missing_spaces("FeatureStatistics", self.spaces, pl_module, outputs)
         for space in self.spaces:
             features = getattr(outputs, space).detach().float()
             if space not in self._metrics:
@@ -206,7 +201,8 @@ class FeatureStatistics(L.Callback):
 
     @staticmethod
     def _num_classes(trainer: L.Trainer) -> int:
-        num_classes = getattr(trainer.datamodule, "num_classes", 0) if trainer.datamodule else 0
+        datamodule = trainer.datamodule
+        num_classes = datamodule.num_classes if isinstance(datamodule, ClassLabels) else 0
         if not num_classes:
             rank_zero_warn(
                 "FeatureStatistics: the data has no num_classes; "
@@ -238,14 +234,18 @@ class FeatureStatistics(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str
     ) -> dict[str, Tensor]:
         datamodule = trainer.datamodule
-        if not hasattr(datamodule, "view_dataloader"):
-            raise TypeError(
+        if not isinstance(datamodule, ViewData):
+            raise ConfigError(
                 f"FeatureStatistics(sepin=True) needs a DataModule with view_dataloader(); "
-                f"{type(datamodule).__name__} has none (set sepin: false)"
+                f"{type(datamodule).__name__} has none (set sepin: false)",
+                key="sepin",
             )
         temperature = getattr(pl_module.hparams, "temperature", None)
         if temperature is None:
-            raise ValueError("SEPIN uses the training temperature: the method has no `temperature`")
+            raise ConfigError(
+                "SEPIN uses the training temperature: the method has no `temperature`",
+                key="sepin",
+            )
         metric = SEPIN(self._metrics["z"].num_features, temperature).to(pl_module.device)
         loader = datamodule.view_dataloader(stage, trainer.global_rank, trainer.world_size)
         for i, (views, _) in enumerate(loader):

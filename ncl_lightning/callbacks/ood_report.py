@@ -17,6 +17,8 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from ncl_lightning.callbacks.schedule import run_dir
+from ncl_lightning.data.protocol import MultipleTestSets
+from ncl_lightning.runtime.errors import ConfigError
 
 IMAGENET_C = "imagenet_c"
 
@@ -112,20 +114,21 @@ class OODReport(L.Callback):
 
     def __init__(self, filename: str = "ood_results.md", metric: str = "acc_top1") -> None:
         if not filename or Path(filename).suffix == ".json" or Path(filename).name != filename:
-            raise ValueError(
+            raise ConfigError(
                 f"OODReport filename must be a plain file name not ending in .json, "
-                f"got {filename!r}"
+                f"got {filename!r}",
+                key="filename",
             )
         if not metric:
-            raise ValueError("OODReport metric must be a non-empty metric name")
+            raise ConfigError("OODReport metric must be a non-empty metric name", key="metric")
         self.filename = filename
         self.metric = metric
         self.last_summary: dict[str, Any] | None = None
         self.last_paths: dict[str, Path] = {}
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        datamodule = getattr(trainer, "datamodule", None)
-        names = list(getattr(datamodule, "test_names", None) or [])
+        datamodule = trainer.datamodule
+        names = list(datamodule.test_names) if isinstance(datamodule, MultipleTestSets) else []
         if not names:
             return
         folder = run_dir(trainer)  # on every rank: a collective under DDP

@@ -1,4 +1,4 @@
-"""When and where callbacks act: the epoch schedule and the run's folder."""
+"""When, where and on what callbacks act: epoch schedule, run folder, feature spaces."""
 
 from __future__ import annotations
 
@@ -6,6 +6,30 @@ from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
+
+from ncl_lightning.runtime.errors import ConfigError
+
+
+def check_spaces(spaces: list[str]) -> None:
+    """``ConfigError`` unless ``spaces`` is a non-empty list of feature names (``z``, ``h``:
+    fields of the method's :class:`~ncl_lightning.methods.base.Encoded`)."""
+    if not spaces or not all(isinstance(s, str) and s.isidentifier() for s in spaces):
+        raise ConfigError(
+            f"spaces must be a non-empty list of feature names, got {spaces}", key="spaces"
+        )
+
+
+def missing_spaces(
+    owner: str, spaces: list[str], pl_module: L.LightningModule, outputs: object
+) -> None:
+    """``ConfigError`` when the eval step's ``outputs`` lack one of ``spaces``."""
+    missing = [s for s in spaces if not hasattr(outputs, s)]
+    if missing:
+        raise ConfigError(
+            f"{owner}(spaces={spaces}): {type(pl_module).__name__}'s eval steps return "
+            f"{type(outputs).__name__} without {missing}",
+            key="spaces",
+        )
 
 
 def epoch_due(trainer: L.Trainer, every_n_epochs: int) -> bool:

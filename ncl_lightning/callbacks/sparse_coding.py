@@ -19,42 +19,39 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from ncl_lightning.data.protocol import GroundTruthDictionary
 from ncl_lightning.metrics import DictionaryRecovery
 from ncl_lightning.nn.sparse_coding import normalize_weight_, warm_start_
-
-
-def _required_tensor(owner: str, holder: object, attr: str, what: str, example: str) -> Tensor:
-    """``holder.<attr>`` if it is a tensor; otherwise a one-line error naming ``owner``."""
-    value = getattr(holder, attr, None)
-    if not isinstance(value, Tensor):
-        raise ValueError(
-            f"{owner} needs {what} `{attr}` (e.g. {example}), got {type(holder).__name__}"
-        )
-    return value
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_at_least, check_choice
 
 
 def encoder_weight(pl_module: L.LightningModule, owner: str) -> Tensor:
-    """The ``dictionary_weight`` of ``pl_module.backbone``; one-line error if it has none."""
+    """The ``dictionary_weight`` ``[m, p]`` of ``pl_module.backbone``; one-line
+    :class:`ConfigError` if it has none."""
     backbone = getattr(pl_module, "backbone", None)
-    return _required_tensor(
-        owner,
-        backbone,
-        "dictionary_weight",
-        "a backbone exposing",
-        "ncl_lightning.nn.SparseCodingEncoder",
-    )
+    weight = getattr(backbone, "dictionary_weight", None)
+    if not isinstance(weight, Tensor):
+        raise ConfigError(
+            f"{owner} needs a backbone exposing `dictionary_weight` (e.g. "
+            f"ncl_lightning.nn.SparseCodingEncoder), got {type(backbone).__name__}",
+            key="model.init_args.backbone",
+        )
+    return weight
 
 
 def ground_truth_dictionary(trainer: L.Trainer, owner: str) -> Tensor:
-    """The DataModule's ground-truth ``dictionary`` ``[p, d]``; one-line error if absent."""
-    datamodule = getattr(trainer, "datamodule", None)
-    return _required_tensor(
-        owner,
-        datamodule,
-        "dictionary",
-        "a DataModule exposing the ground-truth",
-        "ncl_lightning.data.SparseCodingDataModule",
-    )
+    """The DataModule's ground-truth ``dictionary`` ``[p, d]``
+    (:class:`~ncl_lightning.data.protocol.GroundTruthDictionary`); one-line
+    :class:`ConfigError` if it has none."""
+    datamodule = trainer.datamodule
+    if not isinstance(datamodule, GroundTruthDictionary):
+        raise ConfigError(
+            f"{owner} needs a DataModule exposing the ground-truth `dictionary` (e.g. "
+            f"ncl_lightning.data.SparseCodingDataModule), got {type(datamodule).__name__}",
+            key="data",
+        )
+    return datamodule.dictionary
 
 
 class WarmStart(L.Callback):
@@ -72,8 +69,7 @@ class WarmStart(L.Callback):
     """
 
     def __init__(self, c: float = 1.0, seed: int = 0) -> None:
-        if c < 0:
-            raise ValueError(f"WarmStart c must be >= 0, got {c}")
+        check_at_least("c", c, 0)
         self.c = c
         self.seed = seed
         self.atoms: Tensor | None = None
@@ -101,8 +97,7 @@ class EncoderNormalization(L.Callback):
     """
 
     def __init__(self, mode: Literal["rows", "columns"] = "rows") -> None:
-        if mode not in ("rows", "columns"):
-            raise ValueError(f"EncoderNormalization mode must be 'rows' or 'columns', got {mode!r}")
+        check_choice("mode", mode, ("rows", "columns"))
         self.mode = mode
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -131,8 +126,7 @@ class DictionaryRecoveryMonitor(L.Callback):
     """
 
     def __init__(self, every_n_steps: int = 10) -> None:
-        if every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        check_at_least("every_n_steps", every_n_steps, 1)
         self.every_n_steps = every_n_steps
         self.metric: DictionaryRecovery | None = None
 

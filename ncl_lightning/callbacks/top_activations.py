@@ -19,11 +19,26 @@ from torch import Tensor
 
 from ncl_lightning.callbacks import pictures
 from ncl_lightning.callbacks.schedule import epoch_due, run_dir
+from ncl_lightning.data.protocol import PictureData
 from ncl_lightning.metrics.functional import (
     expected_activation,
     l2_normalize_rows,
     select_by_expected_activation,
 )
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_at_least, check_choice
+
+
+def _picture_data(trainer: L.Trainer) -> PictureData:
+    """The trainer's DataModule if it has images to draw; one-line ``ConfigError`` if not."""
+    datamodule = trainer.datamodule
+    if not isinstance(datamodule, PictureData):
+        raise ConfigError(
+            f"TopActivations draws images: it needs a DataModule with val_dataset, "
+            f"test_dataset and augmentation, got {type(datamodule).__name__}",
+            key="trainer.callbacks",
+        )
+    return datamodule
 
 
 class TopActivations(L.Callback):
@@ -58,10 +73,8 @@ class TopActivations(L.Callback):
         for name, value in (("every_n_epochs", every_n_epochs), ("num_dims", num_dims),
                             ("num_images", num_images), ("heatmap_samples", heatmap_samples),
                             ("cell", cell)):  # fmt: skip
-            if value < 1:
-                raise ValueError(f"TopActivations {name} must be >= 1, got {value}")
-        if space not in ("z", "h"):
-            raise ValueError(f"TopActivations space must be 'z' or 'h', got {space!r}")
+            check_at_least(name, value, 1)
+        check_choice("space", space, ("z", "h"))
         self.every_n_epochs = every_n_epochs
         self.space = space
         self.num_dims = num_dims
@@ -81,7 +94,7 @@ class TopActivations(L.Callback):
 
     @torch.no_grad()
     def _encode(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> Tensor:
-        datamodule = trainer.datamodule
+        datamodule = _picture_data(trainer)
         loader = datamodule.val_dataloader() if stage == "val" else datamodule.test_dataloader()
         features, seen = [], 0
         for x, _ in loader:
@@ -98,7 +111,7 @@ class TopActivations(L.Callback):
         out = run_dir(trainer) / "pictures"  # on every rank: trainer.log_dir is a collective
         if not trainer.is_global_zero:
             return {}
-        datamodule = trainer.datamodule
+        datamodule = _picture_data(trainer)
         dataset = datamodule.val_dataset if stage == "val" else datamodule.test_dataset
         z = l2_normalize_rows(self._encode(trainer, pl_module, stage))
         n, d = z.shape

@@ -259,6 +259,10 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         ``setup``; rank ``rank`` of ``world_size`` gets samples ``rank::world_size``."""
         return self._loader(RenderBatch(self.split_indices(split)[rank::world_size]))
 
+    def clean_train_dataloader(self, rank: int = 0, world_size: int = 1) -> DataLoader:
+        """:meth:`clean_dataloader` of the training split."""
+        return self.clean_dataloader("train", rank, world_size)
+
     def view_dataloader(self, split: str, rank: int = 0, world_size: int = 1) -> DataLoader:
         """Augmented ``(views, factors)`` of an evaluation split, in order (SEPIN).
 

@@ -254,6 +254,7 @@ class SparseCodingDataModule(ResumableData, L.LightningDataModule):
 
     Attributes:
         num_classes: 0 (no labels; batches carry the latents ``z``).
+        n_views: 2 (the two masked views).
         in_dim: Input dimension ``p``.
         model: The :class:`SparseCodingModel`.
         dictionary: ``M`` ``[p, d]``.
@@ -262,6 +263,7 @@ class SparseCodingDataModule(ResumableData, L.LightningDataModule):
     """
 
     num_classes: int = 0
+    n_views: int = 2
 
     def __init__(
         self,

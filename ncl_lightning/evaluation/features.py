@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ncl_lightning.nn.gather import gather_uneven
+from ncl_lightning.runtime.errors import ConfigError, DataError
+from ncl_lightning.runtime.validation import check_at_least
 
 
 @torch.no_grad()
@@ -36,7 +38,7 @@ def extract_features(
         feats.append(encode(x.to(device)).float())
         labels.append(y.to(device))
     if not feats:
-        raise ValueError("no batches to extract features from (empty split?)")
+        raise DataError("no batches to extract features from (empty split?)")
     return gather_uneven(torch.cat(feats)), gather_uneven(torch.cat(labels))
 
 
@@ -70,11 +72,12 @@ def fit_linear_probe(
         A function mapping features ``[M, d]`` to logits ``[M, C]``.
     """
     if x.ndim != 2 or y.shape != (x.shape[0],):
-        raise ValueError(
-            f"need features [N, d] and labels [N], got {tuple(x.shape)}, {tuple(y.shape)}"
+        raise ConfigError(
+            f"need features [N, d] and labels [N], got {tuple(x.shape)}, {tuple(y.shape)}",
+            key="x",
         )
-    if epochs < 1 or batch_size < 1:
-        raise ValueError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
+    check_at_least("epochs", epochs, 1)
+    check_at_least("batch_size", batch_size, 1)
     # Lightning evaluates under inference mode; the fit needs autograd on ordinary tensors.
     with torch.inference_mode(False), torch.enable_grad():
         x, y = x.float().clone(), y.clone()

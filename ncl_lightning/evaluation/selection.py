@@ -30,6 +30,7 @@ from torch import Tensor
 from ncl_lightning.callbacks.pictures import accuracy_vs_k
 from ncl_lightning.callbacks.schedule import run_dir
 from ncl_lightning.data.base import MultiViewDataModule
+from ncl_lightning.data.protocol import CleanData
 from ncl_lightning.evaluation.features import extract_features, probe_accuracy
 from ncl_lightning.methods.classifier import first_view
 from ncl_lightning.metrics.functional import (
@@ -66,7 +67,9 @@ def _feature_width(method: L.LightningModule, space: str) -> int:
     head = method.projector if space == "z" else method.backbone
     width = getattr(head, "out_dim", None)
     if not isinstance(width, int):
-        raise ValueError(f"{type(method).__name__} has no {space} width (out_dim) to select from")
+        raise ConfigError(
+            f"{type(method).__name__} has no {space} width (out_dim) to select from", key="space"
+        )
     return width
 
 
@@ -123,7 +126,13 @@ class FeatureSelection(L.LightningModule):
         """The selected space's features ``[B, d]`` of images ``[B, C, H, W]``."""
         return getattr(self.method.encode(x), self.hparams.space)
 
-    def _clean(self, dm: MultiViewDataModule, split: str) -> tuple[Tensor, Tensor]:
+    def _clean(self, dm: object, split: str) -> tuple[Tensor, Tensor]:
+        if not isinstance(dm, CleanData):
+            raise ConfigError(
+                f"FeatureSelection encodes clean splits: it needs a DataModule with "
+                f"clean_dataloader(), got {type(dm).__name__}",
+                key="data",
+            )
         loader = dm.clean_dataloader(split, self.global_rank, self.trainer.world_size)
         return extract_features(self.encode, loader, self.device)
 
@@ -148,7 +157,7 @@ class FeatureSelection(L.LightningModule):
         d = self._train[0].shape[1]
         ks = self.hparams.ks or default_ks(d)
         if any(not 1 <= k <= d for k in ks):
-            raise ValueError(f"every k in ks must be in [1, {d}], got {ks}")
+            raise ConfigError(f"every k in ks must be in [1, {d}], got {ks}", key="ks")
         ea = expected_activation(self._train[0])
         fit = {"epochs": self.hparams.probe_epochs, "lr": self.hparams.probe_lr}
         self.results = {rule: {} for rule in RULES}

@@ -30,7 +30,7 @@ def test_feature_statistics_rejects_bad_arguments(kwargs: dict, match: str) -> N
     [
         ({"num_dims": 0}, "num_dims must be >= 1"),
         ({"cell": 0}, "cell must be >= 1"),
-        ({"space": "p"}, "space must be 'z' or 'h'"),
+        ({"space": "p"}, "space must be one of 'z', 'h'"),
     ],
 )
 def test_top_activations_rejects_bad_arguments(kwargs: dict, match: str) -> None:

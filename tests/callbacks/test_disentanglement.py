@@ -110,7 +110,7 @@ def test_float_labels_and_missing_space_raise():
         evaluate(codes, torch.rand(64, 5))
     with pytest.raises(ValueError, match=r"integer factor labels \[B, K\]"):
         evaluate(codes, torch.randint(0, 3, (64,)))
-    with pytest.raises(TypeError, match="mask"):
+    with pytest.raises(ValueError, match="mask"):
         evaluate(codes, make_factors(64), spaces=["z", "mask"])
 
 

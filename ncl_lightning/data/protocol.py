@@ -1,0 +1,145 @@
+"""What callbacks, evaluation modules and ``ncl-cli`` may ask of a DataModule beyond Lightning.
+
+Every DataModule is a ``LightningDataModule``; the extras below are optional, and each is
+a :class:`typing.Protocol` (``runtime_checkable``: ``isinstance(datamodule, ViewData)``
+tells whether a DataModule has it). A caller that needs an extra checks for its protocol
+and raises a one-line error naming the missing extra; a caller that can do without one
+(e.g. feature statistics without class labels) skips that part.
+
+Who provides and who calls each:
+
+* :class:`ChecksInputs` (every DataModule): ``ncl-cli`` before fit/test.
+* :class:`ClassLabels` (every DataModule; 0 when no class labels): ``FeatureStatistics``,
+  the CLI's link into ``model.init_args.num_classes``.
+* :class:`ImageShape` (image DataModules, dSprites): the CLI's links into the backbone,
+  ``runtime.preflight.example_batch``.
+* :class:`MultiViewData` (image DataModules, dSprites, sparse coding): ``ncl-cli``
+  (``n_views`` against the method's ``views_per_image``).
+* :class:`CleanData` (image DataModules, dSprites): the kNN monitor's bank,
+  ``FeatureSelection``.
+* :class:`ViewData` (image DataModules, dSprites): ``FeatureStatistics(sepin=True)``.
+* :class:`PictureData` (image DataModules): ``TopActivations``.
+* :class:`FactorData` (dSprites): ``Disentanglement`` (per-factor names).
+* :class:`MultipleTestSets` (``ImageNetOODDataModule``): ``OODReport``, ``Classifier``.
+* :class:`GroundTruthDictionary` (``SparseCodingDataModule``): ``WarmStart``,
+  ``DictionaryRecoveryMonitor``, the landscape study.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+
+@runtime_checkable
+class ChecksInputs(Protocol):
+    """Checks, read-only, that a stage can get its data before anything is written."""
+
+    def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
+        """Raise a :class:`~ncl_lightning.runtime.errors.DataError` (or a subclass) naming
+        the config key when ``stage`` (``fit``, ``validate``, ``test``, ``predict``,
+        ``None``: all) cannot get its data with ``world_size`` ranks."""
+
+
+@runtime_checkable
+class ClassLabels(Protocol):
+    """``num_classes``: classes of the int64 labels ``[B]`` of the evaluation batches
+    (labels in ``[0, num_classes)``); 0 when the batches carry no class labels (dSprites
+    factors, sparse-coding latents). Known at construction, before ``setup``."""
+
+    num_classes: int
+
+
+@runtime_checkable
+class ImageShape(Protocol):
+    """The shape ``[C, H, W] = [in_channels, image_size, image_size]`` of the batched
+    images, known at construction (the CLI links it into the backbone; the preflight
+    check feeds two zero images of that shape through the model)."""
+
+    in_channels: int
+    image_size: int
+
+
+@runtime_checkable
+class MultiViewData(Protocol):
+    """``n_views``: views per sample of a training batch ``(views, labels)`` (a list of
+    ``n_views`` tensors ``[B, ...]``); ``ncl-cli`` compares it with the method's
+    ``views_per_image``."""
+
+    n_views: int
+
+
+@runtime_checkable
+class CleanData(Protocol):
+    """Clean (non-augmented) evaluation batches ``(x [B, ...], labels [B] or factors
+    [B, K])`` of any split, in order, no batch dropped, without ``setup``; rank ``rank``
+    of ``world_size`` gets samples ``rank::world_size``."""
+
+    def clean_dataloader(self, split: str, rank: int = 0, world_size: int = 1) -> DataLoader:
+        """Clean batches of ``split`` (``train``, ``val``, ``test``)."""
+
+    def clean_train_dataloader(self, rank: int = 0, world_size: int = 1) -> DataLoader:
+        """Clean batches of the training split (the kNN monitor's feature bank)."""
+
+
+@runtime_checkable
+class ViewData(Protocol):
+    """Augmented ``(views, labels)`` of an evaluation split, in order, ``views`` a list of
+    ``n_views`` tensors ``[B, ...]`` that depend only on ``(seed, sample)``: the same at
+    every call, with any number of workers, before and after a resume (SEPIN's pairs)."""
+
+    def view_dataloader(self, split: str, rank: int = 0, world_size: int = 1) -> DataLoader:
+        """Views of ``split`` (``val`` or ``test``); rank ``rank`` of ``world_size`` gets
+        samples ``rank::world_size``."""
+
+
+@runtime_checkable
+class PictureData(Protocol):
+    """Images to draw: the evaluation datasets after ``setup`` (items ``(image [C, H, W]
+    normalised, label)``, the order of ``val_dataloader``/``test_dataloader``) and the
+    ``augmentation`` whose ``mean``/``std`` undo the normalisation."""
+
+    val_dataset: Dataset | None
+    test_dataset: Dataset | None
+    augmentation: Any
+
+
+@runtime_checkable
+class FactorData(Protocol):
+    """Ground-truth factors: evaluation batches carry int64 factor labels ``[B, K]`` and
+    ``factor_names`` names the ``K`` columns (dSprites also gives their ``factor_sizes``)."""
+
+    factor_names: Sequence[str]
+
+
+@runtime_checkable
+class MultipleTestSets(Protocol):
+    """Several test sets: ``test_dataloader()`` returns one loader per name of
+    ``test_names``, in that order; metrics are logged per name."""
+
+    test_names: list[str]
+
+
+@runtime_checkable
+class GroundTruthDictionary(Protocol):
+    """Sparse-coding data ``x = M z + ε``: ``dictionary`` is ``M`` ``[p, d]`` (float32,
+    column-orthonormal), known at construction."""
+
+    dictionary: Tensor
+
+
+__all__ = [
+    "ChecksInputs",
+    "ClassLabels",
+    "CleanData",
+    "FactorData",
+    "GroundTruthDictionary",
+    "ImageShape",
+    "MultiViewData",
+    "MultipleTestSets",
+    "PictureData",
+    "ViewData",
+]
