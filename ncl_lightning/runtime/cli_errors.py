@@ -19,7 +19,7 @@ import lightning as L
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 
-from ncl_lightning.runtime.errors import NCLError, closest
+from ncl_lightning.runtime.errors import ConfigError, NCLError, closest
 from ncl_lightning.runtime.internals import MESSAGE_FORMATS, UNION_REPORT_NOISE
 
 # Every third-party message format read here is defined (and tested) in runtime/internals.py.
@@ -167,6 +167,17 @@ def summarize(message: str, option_keys: Iterable[str] = ()) -> str:
     return message.strip().splitlines()[0] if message.strip() else "invalid configuration"
 
 
+_SUMMARY_KEY = re.compile(r"^([\w.\[\]-]+)(?::| must | is )")  # our own "<key>: ..." lines
+
+
+def parser_error(message: str, option_keys: Iterable[str] = ()) -> ConfigError:
+    """The :class:`ConfigError` for a jsonargparse report: :func:`summarize`'s line, with
+    the key it names as ``err.key`` (``None`` when the line names none)."""
+    line = summarize(message, option_keys)
+    found = _SUMMARY_KEY.match(line)
+    return ConfigError(line, key=found.group(1) if found else None)
+
+
 def _literal_union(key: str, lines: list[str]) -> str | None:
     """``"<key>: <value> is not valid; valid choices: ..."`` for a value that matches none
     of a Union of ``Literal`` types (``trainer.precision``): the choices of every member,
@@ -294,6 +305,7 @@ __all__ = [
     "instantiation_message",
     "one_line",
     "os_message",
+    "parser_error",
     "summarize",
     "user_error_message",
 ]
