@@ -44,7 +44,7 @@ def run_loss_rank(
         dist.destroy_process_group()
 
 
-def run_rank(rank: int, world: int, init_file: str, objective: str, out_file: str) -> None:
+def run_rank(rank: int, world: int, init_file: str, out_file: str, objective: str) -> None:
     """A registered objective (temperature 0.3, gathering on) on this rank's half."""
 
     def loss_of(ddp, x1, x2, rows):

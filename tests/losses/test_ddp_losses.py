@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from ncl_lightning.losses import OBJECTIVES
 from tests.ddp import spawn_ranks
@@ -16,24 +15,10 @@ from tests.losses.test_pairs import check_against_reference
 WORLD = 2
 
 
-def _spawn_main(objective: str, tmp: str) -> None:
-    procs = []
-    ctx = mp.get_context("spawn")
-    for r in range(WORLD):
-        p = ctx.Process(
-            target=run_rank, args=(r, WORLD, f"{tmp}/init", objective, f"{tmp}/out{r}.pt")
-        )
-        p.start()
-        procs.append(p)
-    for p in procs:
-        p.join(timeout=120)
-        assert p.exitcode == 0, f"rank process failed with exit code {p.exitcode}"
-
-
 @pytest.mark.ddp
 @pytest.mark.parametrize("objective", ["info_nce", "spectral"])
 def test_two_rank_gloo_equals_single_process(objective: str, tmp_path) -> None:
-    _spawn_main(objective, str(tmp_path))
+    spawn_ranks(run_rank, tmp_path, WORLD, objective)
     model, x1, x2 = make_problem()
     loss = OBJECTIVES.build(objective, temperature=0.3, gather_distributed=False)(
         model(x1), model(x2)
