@@ -42,6 +42,7 @@ from ncl_lightning.data.seeding import (
 from ncl_lightning.data.transforms import SimCLRAugmentation
 from ncl_lightning.data.views import DeviceViews, cpu_views
 from ncl_lightning.runtime.errors import ConfigError, DataError
+from ncl_lightning.runtime.validation import check_at_least, check_choice, check_positive
 
 Split = Literal["train", "val", "test"]
 TrainTransform = Literal["simclr", "crop_flip", "none"]
@@ -109,21 +110,12 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         drop_last: bool = True,
     ) -> None:
         super().__init__()
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be > 0, got {batch_size}")
-        if num_workers is not None and num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        if n_views < 1:
-            raise ValueError(f"n_views must be >= 1, got {n_views}")
-        if train_transform not in get_args(TrainTransform):
-            raise ValueError(
-                f"train_transform must be one of {list(get_args(TrainTransform))}, "
-                f"got {train_transform!r}"
-            )
-        if augment_on not in get_args(AugmentOn):
-            raise ValueError(
-                f"augment_on must be one of {list(get_args(AugmentOn))}, got {augment_on!r}"
-            )
+        check_positive("batch_size", batch_size)
+        if num_workers is not None:
+            check_at_least("num_workers", num_workers, 0)
+        check_at_least("n_views", n_views, 1)
+        check_choice("train_transform", train_transform, get_args(TrainTransform))
+        check_choice("augment_on", augment_on, get_args(AugmentOn))
         self.save_hyperparameters()
         self.batch_size = batch_size
         self.num_workers = default_workers(augment_on) if num_workers is None else num_workers
@@ -257,12 +249,14 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         if aug.channels != self.in_channels:
             raise ConfigError(
                 f"augmentation mean/std have {aug.channels} channel(s) but {name} images "
-                f"have in_channels={self.in_channels}; set augmentation.mean and std"
+                f"have in_channels={self.in_channels}; set augmentation.mean and std",
+                key="augmentation",
             )
         if aug.crop_size != self.image_size:
             raise ConfigError(
                 f"augmentation.crop_size={aug.crop_size} differs from {name} "
-                f"image_size={self.image_size}"
+                f"image_size={self.image_size}",
+                key="augmentation",
             )
 
     def _check_train_size(self, count: int, world_size: int = 1) -> None:
@@ -329,8 +323,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
             rank: This process' rank.
             world_size: Number of ranks sharing the split.
         """
-        if split == "train":
-            raise ValueError("view_dataloader is for evaluation splits ('val', 'test')")
+        check_choice("split", split, ("val", "test"))
         views = cpu_views(self.augmentation.build(), self.n_views)
         base = self.base_dataset(split)
         keys = EvalViewSampler(len(base), self.seed, rank, world_size)  # type: ignore[arg-type]
@@ -364,7 +357,8 @@ def check_train_batches(
         raise DataError(
             f"data: the training split has {count} samples ({per_device} per device), fewer "
             f"than one batch (data.init_args.batch_size={batch_size}) with "
-            f"drop_last={drop_last}; lower batch_size{hint}"
+            f"drop_last={drop_last}; lower batch_size{hint}",
+            key="batch_size",
         )
 
 

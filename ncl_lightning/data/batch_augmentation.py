@@ -11,11 +11,9 @@ them to a uint8 batch ``[B, C, H, W]`` with a handful of batched tensor ops:
 * colour ops are the torchvision formulas with per-sample factors;
 * blur is one grouped convolution with a per-sample kernel.
 
-Parameters are drawn on the CPU (from a seeded ``torch.Generator`` or the global RNG,
-which ``seed_everything`` controls) and every choice of which samples an op touches is
-made there, so the device never synchronises with the host. This is what the reference
-code needs NVIDIA DALI for; here it is plain torch ops, so it runs wherever torch runs and
-its distribution can be tested against torchvision's.
+Parameters, and every choice of which samples an op touches, are drawn on the CPU (from a
+seeded ``torch.Generator`` or the global RNG), so the device never waits for the host. The
+reference code needs NVIDIA DALI for this; plain torch ops run wherever torch runs.
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ncl_lightning.data.transforms import SimCLRAugmentation
+from ncl_lightning.runtime.errors import ConfigError
 
 _GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale (ITU-R 601-2)
 _CROP_TRIES = 10  # torchvision RandomResizedCrop.get_params
@@ -333,9 +332,10 @@ class BatchAugmentation(nn.Module):
             ``n_views`` float32 tensors ``[B, C, crop_size, crop_size]``, normalised.
         """
         if images.dim() != 4 or images.shape[1] != self.augmentation.channels:
-            raise ValueError(
+            raise ConfigError(
                 f"BatchAugmentation expects images [B, {self.augmentation.channels}, H, W], "
-                f"got {tuple(images.shape)}"
+                f"got {tuple(images.shape)}",
+                key="images",
             )
         batch = images.repeat(n_views, 1, 1, 1) if n_views > 1 else images
         params = self.sample(batch.shape[0], batch.shape[2], batch.shape[3])

@@ -46,7 +46,10 @@ class DigitsDataModule(MultiViewDataModule):
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers, **kwargs)
         if not 0.0 < val_fraction < 1.0:
-            raise ConfigError(f"data.init_args.val_fraction must be in (0, 1), got {val_fraction}")
+            raise ConfigError(
+                f"data.init_args.val_fraction must be in (0, 1), got {val_fraction}",
+                key="val_fraction",
+            )
         self.val_fraction = val_fraction
         self.seed = seed
         self.num_classes = 10

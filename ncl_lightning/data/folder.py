@@ -334,7 +334,9 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
     ) -> None:
         super().__init__(**kwargs)
         if image_size <= 0:
-            raise ConfigError(f"data.init_args.image_size: must be > 0, got {image_size}")
+            raise ConfigError(
+                f"data.init_args.image_size: must be > 0, got {image_size}", key="image_size"
+            )
         self.use_cache(cache, cache_dir, skip_corrupt)
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {

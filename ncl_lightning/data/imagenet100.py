@@ -40,7 +40,9 @@ def load_imagenet100_classes(class_list: str | None = None) -> list[str]:
     else:
         path = Path(class_list).expanduser()
         if not path.is_file():
-            raise DataNotFoundError(f"data.init_args.class_list: class_list file not found: {path}")
+            raise DataNotFoundError(
+                f"data.init_args.class_list: class_list file not found: {path}", key="class_list"
+            )
         text = path.read_text(encoding="utf-8")
     wnids = [line.split("#")[0].strip() for line in text.splitlines()]
     wnids = [w for w in wnids if w]
@@ -48,7 +50,8 @@ def load_imagenet100_classes(class_list: str | None = None) -> list[str]:
     if duplicates or not wnids:
         raise DataError(
             f"data.init_args.class_list: {class_list or SHIPPED_CLASS_LIST} is empty or "
-            f"repeats classes: {duplicates}"
+            f"repeats classes: {duplicates}",
+            key="class_list",
         )
     return sorted(wnids)
 

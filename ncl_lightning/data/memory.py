@@ -45,9 +45,11 @@ class TensorImageDataset(Dataset):
         images = torch.as_tensor(images)
         labels = torch.as_tensor(labels)
         if images.dim() != 4:
-            raise ValueError(f"images must be [N, C, H, W], got shape {tuple(images.shape)}")
+            raise ConfigError(
+                f"images must be [N, C, H, W], got shape {tuple(images.shape)}", key="images"
+            )
         if len(images) != len(labels):
-            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+            raise ConfigError(f"{len(images)} images but {len(labels)} labels", key="labels")
         self.images = images
         self.labels = labels.long()
 
@@ -213,9 +215,11 @@ def decode_images(
         skipped = _decode_into(images, dataset, size, num_workers, samples, skip_corrupt)
         return DecodedImages(images, labels, skipped)
     if mode != "disk":
-        raise ConfigError(f"cache mode must be 'memory' or 'disk', got {mode!r}")
+        raise ConfigError(f"cache mode must be 'memory' or 'disk', got {mode!r}", key="cache")
     if cache_dir is None:
-        raise ConfigError("cache='disk' needs cache_dir (a folder for the decoded images)")
+        raise ConfigError(
+            "cache='disk' needs cache_dir (a folder for the decoded images)", key="cache_dir"
+        )
     folder = Path(cache_dir).expanduser()
     path = folder / f"{_cache_key(samples, size)}.npy"
     record = path.with_suffix(".skipped.json")  # files left out when the cache was written
@@ -254,10 +258,12 @@ def check_cache(mode: str, cache_dir: str | None) -> None:
     """Raise :class:`ConfigError` for an unknown cache mode or ``disk`` without ``cache_dir``."""
     if mode not in get_args(CacheMode):
         raise ConfigError(
-            f"data.init_args.cache: must be one of {list(get_args(CacheMode))}, got {mode!r}"
+            f"data.init_args.cache: must be one of {list(get_args(CacheMode))}, got {mode!r}",
+            key="cache",
         )
     if mode == "disk" and not cache_dir:
         raise ConfigError(
             "data.init_args.cache_dir: cache='disk' needs cache_dir (a folder for the "
-            "decoded images)"
+            "decoded images)",
+            key="cache_dir",
         )

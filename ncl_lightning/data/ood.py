@@ -64,25 +64,15 @@ IMAGENET_C_EXTRA_CORRUPTIONS: tuple[str, ...] = (
 IMAGENET_C_SEVERITIES: tuple[int, ...] = (1, 2, 3, 4, 5)
 
 
-def _check_corruptions(corruptions: Sequence[str]) -> list[str]:
-    valid = IMAGENET_C_CORRUPTIONS + IMAGENET_C_EXTRA_CORRUPTIONS
-    unknown = [c for c in corruptions if c not in valid]
-    if unknown or not corruptions or len(set(corruptions)) != len(corruptions):
+def _distinct_among(key: str, values: Sequence[Any], valid: Sequence[Any], what: str) -> list:
+    """``values`` as a list; ``ConfigError`` unless they are distinct, non-empty, in ``valid``."""
+    if not values or any(v not in valid for v in values) or len(set(values)) != len(values):
         raise ConfigError(
-            f"data.init_args.corruptions: corruptions must be distinct names among "
-            f"{list(valid)}, got {list(corruptions)}"
+            f"data.init_args.{key}: {key} must be distinct {what} among {list(valid)}, "
+            f"got {list(values)}",
+            key=key,
         )
-    return list(corruptions)
-
-
-def _check_severities(severities: Sequence[int]) -> list[int]:
-    bad = [s for s in severities if s not in IMAGENET_C_SEVERITIES]
-    if bad or not severities or len(set(severities)) != len(severities):
-        raise ConfigError(
-            f"data.init_args.severities: severities must be distinct values among "
-            f"{list(IMAGENET_C_SEVERITIES)}, got {list(severities)}"
-        )
-    return sorted(severities)
+    return list(values)
 
 
 class ImageNetOODDataModule(MultiViewDataModule):
@@ -149,11 +139,19 @@ class ImageNetOODDataModule(MultiViewDataModule):
                 "data.init_args: ImageNetOODDataModule needs at least one of stylized_root, "
                 "sketch_root, imagenet_c_root"
             )
-        self.corruptions = _check_corruptions(
-            IMAGENET_C_CORRUPTIONS if corruptions is None else corruptions
+        self.corruptions = _distinct_among(
+            "corruptions",
+            IMAGENET_C_CORRUPTIONS if corruptions is None else corruptions,
+            IMAGENET_C_CORRUPTIONS + IMAGENET_C_EXTRA_CORRUPTIONS,
+            "names",
         )
-        self.severities = _check_severities(
-            IMAGENET_C_SEVERITIES if severities is None else severities
+        self.severities = sorted(
+            _distinct_among(
+                "severities",
+                IMAGENET_C_SEVERITIES if severities is None else severities,
+                IMAGENET_C_SEVERITIES,
+                "values",
+            )
         )
         self.class_list = class_list
         self.classes = load_imagenet100_classes(class_list)

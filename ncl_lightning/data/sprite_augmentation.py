@@ -30,14 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_pair, check_range
+
 # A shift this large would move the sprite by more than 5 position steps.
 _MAX_SHIFT = 8
-
-
-def _check_unit(name: str, value: float, closed: bool) -> None:
-    if not (0.0 <= value <= 1.0 if closed else 0.0 <= value < 1.0):
-        bound = "]" if closed else ")"
-        raise ValueError(f"SpriteAugmentation.{name} must be in [0, 1{bound}, got {value}")
 
 
 @dataclass
@@ -64,20 +61,11 @@ class SpriteAugmentation:
     blur_sigma: tuple[float, float] = (0.3, 1.0)
 
     def __post_init__(self) -> None:
-        if not 0 <= self.max_shift <= _MAX_SHIFT:
-            raise ValueError(
-                f"SpriteAugmentation.max_shift must be in [0, {_MAX_SHIFT}], got {self.max_shift}"
-            )
-        _check_unit("drop_prob", self.drop_prob, closed=False)
-        _check_unit("salt_prob", self.salt_prob, closed=False)
-        _check_unit("blur_prob", self.blur_prob, closed=True)
-        sigma = tuple(self.blur_sigma)
-        if len(sigma) != 2 or not 0.0 < sigma[0] <= sigma[1] <= 3.0:
-            raise ValueError(
-                f"SpriteAugmentation.blur_sigma must be (min, max) with 0 < min <= max <= 3, "
-                f"got {self.blur_sigma}"
-            )
-        self.blur_sigma = (float(sigma[0]), float(sigma[1]))
+        check_range("max_shift", self.max_shift, 0, _MAX_SHIFT)
+        check_range("drop_prob", self.drop_prob, 0, 1, "[)")
+        check_range("salt_prob", self.salt_prob, 0, 1, "[)")
+        check_range("blur_prob", self.blur_prob, 0, 1)
+        self.blur_sigma = check_pair("blur_sigma", self.blur_sigma, 0, 3)
 
     def __call__(self, images: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """Augment a batch; every sample draws its own parameters.
@@ -90,9 +78,10 @@ class SpriteAugmentation:
             float ``[B, C, H, W]`` with values in ``[0, 1]`` (``{0, 1}`` without blur).
         """
         if images.ndim != 4 or not images.is_floating_point():
-            raise ValueError(
+            raise ConfigError(
                 f"images must be a float tensor [B, C, H, W], got {images.dtype} "
-                f"{tuple(images.shape)}"
+                f"{tuple(images.shape)}",
+                key="images",
             )
         x = images
         if self.max_shift > 0:

@@ -22,6 +22,8 @@ from torch import Tensor
 from torchvision.transforms import v2
 
 from ncl_lightning.registry import Registry
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_at_least, check_pair, check_positive, check_range
 
 CIFAR_MEAN: tuple[float, ...] = (0.4914, 0.4822, 0.4465)
 CIFAR_STD: tuple[float, ...] = (0.2470, 0.2435, 0.2616)
@@ -30,19 +32,6 @@ IMAGENET_STD: tuple[float, ...] = (0.229, 0.224, 0.225)
 # Pixel statistics of sklearn's load_digits after scaling 0..16 to [0, 1].
 DIGITS_MEAN: tuple[float, ...] = (0.3053,)
 DIGITS_STD: tuple[float, ...] = (0.3760,)
-
-
-def _check_probability(name: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"SimCLRAugmentation.{name} must be a probability in [0, 1], got {value}")
-
-
-def _check_range(name: str, pair: tuple[float, ...], low: float, high: float) -> None:
-    if len(pair) != 2 or not low < pair[0] <= pair[1] <= high:
-        raise ValueError(
-            f"SimCLRAugmentation.{name} must be (min, max) with {low} < min <= max <= {high}, "
-            f"got {pair}"
-        )
 
 
 @dataclass
@@ -93,35 +82,30 @@ class SimCLRAugmentation:
         # Configs and Python callers may pass lists; keep hashable, immutable tuples.
         for name in ("crop_scale", "crop_ratio", "blur_sigma", "mean", "std"):
             setattr(self, name, tuple(float(v) for v in getattr(self, name)))
-        if self.crop_size <= 0:
-            raise ValueError(f"SimCLRAugmentation.crop_size must be > 0, got {self.crop_size}")
-        _check_range("crop_scale", self.crop_scale, 0.0, 1.0)
-        _check_range("crop_ratio", self.crop_ratio, 0.0, float("inf"))
-        _check_range("blur_sigma", self.blur_sigma, 0.0, float("inf"))
-        if self.rotation < 0:
-            raise ValueError(f"SimCLRAugmentation.rotation must be >= 0, got {self.rotation}")
-        for name in ("brightness", "contrast", "saturation"):
-            if getattr(self, name) < 0:
-                raise ValueError(
-                    f"SimCLRAugmentation.{name} must be >= 0, got {getattr(self, name)}"
-                )
-        if not 0.0 <= self.hue <= 0.5:
-            raise ValueError(f"SimCLRAugmentation.hue must be in [0, 0.5], got {self.hue}")
+        check_positive("crop_size", self.crop_size)
+        check_pair("crop_scale", self.crop_scale, 0.0, 1.0)
+        check_pair("crop_ratio", self.crop_ratio, 0.0, float("inf"))
+        check_pair("blur_sigma", self.blur_sigma, 0.0, float("inf"))
+        for name in ("rotation", "brightness", "contrast", "saturation"):
+            check_at_least(name, getattr(self, name), 0)
+        check_range("hue", self.hue, 0, 0.5)
         for name in ("jitter_p", "grayscale_p", "blur_p", "solarize_p", "flip_p"):
-            _check_probability(name, getattr(self, name))
+            check_range(name, getattr(self, name), 0, 1)
         if len(self.mean) == 0 or len(self.mean) != len(self.std):
-            raise ValueError(
+            raise ConfigError(
                 f"SimCLRAugmentation.mean and std must have the same non-zero length, got "
-                f"{len(self.mean)} and {len(self.std)}"
+                f"{len(self.mean)} and {len(self.std)}",
+                key="std",
             )
-        if any(s <= 0 for s in self.std):
-            raise ValueError(f"SimCLRAugmentation.std must be positive, got {self.std}")
+        for value in self.std:
+            check_positive("std", value)
         if self.channels != 3:
             for name in ("saturation", "hue", "grayscale_p"):
                 if getattr(self, name) > 0:
-                    raise ValueError(
+                    raise ConfigError(
                         f"SimCLRAugmentation.{name} needs RGB images but mean/std have "
-                        f"{self.channels} channel(s); set it to 0"
+                        f"{self.channels} channel(s); set it to 0",
+                        key=name,
                     )
 
     @property
@@ -264,7 +248,7 @@ class MultiView:
 
     def __init__(self, transform: Callable[[Any], Tensor], n_views: int = 2) -> None:
         if n_views < 1:
-            raise ValueError(f"MultiView n_views must be >= 1, got {n_views}")
+            raise ConfigError(f"MultiView n_views must be >= 1, got {n_views}", key="n_views")
         self.transform = transform
         self.n_views = n_views
 

@@ -8,7 +8,7 @@ These are the only copies: modules, DataModules, metrics and callbacks all call 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ncl_lightning.runtime.errors import ConfigError
@@ -43,6 +43,17 @@ def check_range(key: str, value: float, low: float, high: float, closed: str = "
         raise ConfigError(
             f"{key} must be in {closed[0]}{low}, {high}{closed[1]}, got {value!r}", key=key
         )
+
+
+def check_pair(key: str, pair: Sequence[float], low: float, high: float) -> tuple[float, float]:
+    """``ConfigError`` unless ``pair`` is ``(min, max)`` with ``low < min <= max <= high``
+    (a range of a random draw); returns it as two floats."""
+    values = tuple(pair)
+    if len(values) != 2 or not low < values[0] <= values[1] <= high:
+        raise ConfigError(
+            f"{key} must be (min, max) with {low} < min <= max <= {high}, got {pair}", key=key
+        )
+    return float(values[0]), float(values[1])
 
 
 def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:

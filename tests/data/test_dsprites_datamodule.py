@@ -14,6 +14,7 @@ from ncl_lightning.data.dsprites import (
     render_sprite,
     render_sprites,
 )
+from ncl_lightning.runtime.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
 
@@ -103,9 +104,9 @@ def test_augmentation_off_is_identity_and_generator_reproduces():
      ("blur_prob", 1.5), ("blur_sigma", (1.0, 0.5)), ("blur_sigma", (0.0, 1.0))],
 )  # fmt: skip
 def test_augmentation_bad_fields_raise(field, value):
-    with pytest.raises(ValueError, match=f"SpriteAugmentation.{field}") as error:
+    with pytest.raises(ConfigError, match=f"^{field} must be") as error:
         SpriteAugmentation(**{field: value})
-    assert "\n" not in str(error.value)
+    assert "\n" not in str(error.value) and error.value.key == field
 
 
 # -- DataModule -------------------------------------------------------------------------
