@@ -262,3 +262,9 @@ def test_every_format_and_noise_line_is_exercised(tmp_path) -> None:
     lines = [line.strip() for line in message.splitlines()]
     for noise in internals.UNION_REPORT_NOISE:
         assert any(line.startswith(noise) for line in lines), (noise, message)
+
+
+def test_a_format_that_no_longer_matches_names_pattern_and_message() -> None:
+    with pytest.raises(AssertionError, match=r"(?s)'parser_key' \(.*Parser key.*\).*observed "
+                       r"message:.*something else entirely"):  # fmt: skip
+        _check_formats("a case", ["parser_key"], "something else entirely")
