@@ -30,7 +30,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.online import OnlineEvaluator
-from ncl_lightning.methods.trainable import TrainableModule
+from ncl_lightning.methods.trainable import TrainableModule, common_arguments
 from ncl_lightning.optim import LARS, decay_param_groups
 from ncl_lightning.runtime.guard import NonFiniteLoss
 from ncl_lightning.runtime.switches import CompileMode, autocast_off, float32
@@ -105,19 +105,7 @@ class SSLMethod(TrainableModule):
         check_positive("probe_lr", probe_lr)
         check_at_least("knn_k", knn_k, 1)
         check_positive("knn_temperature", knn_temperature)
-        super().__init__(
-            batch_size=batch_size,
-            optimizer=optimizer,
-            warmup_epochs=warmup_epochs,
-            min_lr_ratio=min_lr_ratio,
-            scale_lr=scale_lr,
-            exclude_bias_n_norm=exclude_bias_n_norm,
-            channels_last=channels_last,
-            torch_compile=torch_compile,
-            compile_mode=compile_mode,
-            nonfinite_loss=nonfinite_loss,
-            grad_norm_limit=grad_norm_limit,
-        )
+        super().__init__(**common_arguments(locals()))
         self.backbone = backbone
         self.online = (
             OnlineEvaluator(backbone.out_dim, num_classes, knn_k, knn_temperature)

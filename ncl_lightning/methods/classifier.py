@@ -26,7 +26,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.methods.base import Encoded
-from ncl_lightning.methods.trainable import TrainableModule
+from ncl_lightning.methods.trainable import TrainableModule, common_arguments
 from ncl_lightning.runtime.guard import NonFiniteLoss
 from ncl_lightning.runtime.switches import CompileMode, float32
 from ncl_lightning.runtime.validation import check_at_least, check_range
@@ -90,19 +90,7 @@ class Classifier(TrainableModule):
     ) -> None:
         check_at_least("num_classes", num_classes, 1)
         check_range("label_smoothing", label_smoothing, 0, 1, closed="[)")
-        super().__init__(
-            batch_size=batch_size,
-            optimizer=optimizer,
-            warmup_epochs=warmup_epochs,
-            min_lr_ratio=min_lr_ratio,
-            scale_lr=scale_lr,
-            exclude_bias_n_norm=exclude_bias_n_norm,
-            channels_last=channels_last,
-            torch_compile=torch_compile,
-            compile_mode=compile_mode,
-            nonfinite_loss=nonfinite_loss,
-            grad_norm_limit=grad_norm_limit,
-        )
+        super().__init__(**common_arguments(locals()))
         self.label_smoothing = label_smoothing
         self.train_metrics = accuracy_metrics(num_classes).clone(prefix=f"train/{self.label}/")
         self.val_metrics = accuracy_metrics(num_classes).clone(prefix=f"val/{self.label}/")

@@ -15,6 +15,7 @@ adds the ones a plain ``Trainer`` lacks, so nothing is lost without the CLI.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -191,6 +192,13 @@ class TrainableModule(L.LightningModule):
         """What a skipped step returns: a zero loss connected to every trainable parameter
         (zero gradients, the same backward and all-reduce on every rank)."""
         return zero_loss(self)
+
+
+def common_arguments(values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` (a subclass ``__init__``'s ``locals()``) that
+    :class:`TrainableModule` takes: what the bases pass on to it."""
+    names = inspect.signature(TrainableModule.__init__).parameters
+    return {name: values[name] for name in names if name != "self"}
 
 
 def configure_warmup_cosine(

@@ -18,6 +18,7 @@ the module), so the state dict keeps its plain keys and checkpoints load with th
 on or off. ``ncl-cli`` installs the callback, and a plain ``Trainer`` gets it from the
 module's ``configure_callbacks``; :func:`apply_speed_switches` does the same without a
 trainer.
+
 Objectives run outside autocast on float32 features (:func:`autocast_off`, :func:`float32`): at
 InfoNCE temperatures of 0.1-0.2, bf16 logits (8 bits of mantissa) would round the loss.
 """
