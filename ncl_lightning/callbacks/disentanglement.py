@@ -40,7 +40,7 @@ class _PerFactorMIG(MutualInformationGap):
         """float64 ``[K]`` gaps over every stored sample (all ranks, after the sync)."""
         # After a DDP sync the list states are already concatenated tensors.
         if isinstance(self.codes, list) and not self.codes:
-            raise ValueError("Disentanglement: no evaluation batch reached the metric")
+            raise DataError("Disentanglement: no evaluation batch reached the metric")
         codes, factors = dim_zero_cat(self.codes), dim_zero_cat(self.factors)
         return mutual_information_gap_per_factor(codes, factors, self.num_bins)
 

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 
 from ncl_lightning.callbacks.schedule import check_spaces, epoch_due, missing_spaces
-from ncl_lightning.data.protocol import ClassLabels, ViewData
+from ncl_lightning.data.protocol import ClassLabels, ViewData, require_extra
 from ncl_lightning.metrics import (
     SEPIN,
     ActiveDimensions,
@@ -233,13 +233,10 @@ class FeatureStatistics(L.Callback):
     def _sepin(
         self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str
     ) -> dict[str, Tensor]:
-        datamodule = trainer.datamodule
-        if not isinstance(datamodule, ViewData):
-            raise ConfigError(
-                f"FeatureStatistics(sepin=True) needs a DataModule with view_dataloader(); "
-                f"{type(datamodule).__name__} has none (set sepin: false)",
-                key="sepin",
-            )
+        datamodule = require_extra(
+            trainer.datamodule, ViewData, "FeatureStatistics(sepin=True)", "view_dataloader()",
+            "sepin", "set sepin: false",
+        )  # fmt: skip
         temperature = getattr(pl_module.hparams, "temperature", None)
         if temperature is None:
             raise ConfigError(

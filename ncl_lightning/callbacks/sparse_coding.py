@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from ncl_lightning.data.protocol import GroundTruthDictionary
+from ncl_lightning.data.protocol import GroundTruthDictionary, require_extra
 from ncl_lightning.metrics import DictionaryRecovery
 from ncl_lightning.nn.sparse_coding import normalize_weight_, warm_start_
 from ncl_lightning.runtime.errors import ConfigError
@@ -44,14 +44,8 @@ def ground_truth_dictionary(trainer: L.Trainer, owner: str) -> Tensor:
     """The DataModule's ground-truth ``dictionary`` ``[p, d]``
     (:class:`~ncl_lightning.data.protocol.GroundTruthDictionary`); one-line
     :class:`ConfigError` if it has none."""
-    datamodule = trainer.datamodule
-    if not isinstance(datamodule, GroundTruthDictionary):
-        raise ConfigError(
-            f"{owner} needs a DataModule exposing the ground-truth `dictionary` (e.g. "
-            f"ncl_lightning.data.SparseCodingDataModule), got {type(datamodule).__name__}",
-            key="data",
-        )
-    return datamodule.dictionary
+    what = "the ground-truth `dictionary` (e.g. ncl_lightning.data.SparseCodingDataModule)"
+    return require_extra(trainer.datamodule, GroundTruthDictionary, owner, what, "data").dictionary
 
 
 class WarmStart(L.Callback):

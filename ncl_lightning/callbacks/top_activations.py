@@ -19,26 +19,21 @@ from torch import Tensor
 
 from ncl_lightning.callbacks import pictures
 from ncl_lightning.callbacks.schedule import epoch_due, run_dir
-from ncl_lightning.data.protocol import PictureData
+from ncl_lightning.data.protocol import PictureData, require_extra
 from ncl_lightning.metrics.functional import (
     expected_activation,
     l2_normalize_rows,
     select_by_expected_activation,
 )
-from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.validation import check_at_least, check_choice
 
 
 def _picture_data(trainer: L.Trainer) -> PictureData:
     """The trainer's DataModule if it has images to draw; one-line ``ConfigError`` if not."""
-    datamodule = trainer.datamodule
-    if not isinstance(datamodule, PictureData):
-        raise ConfigError(
-            f"TopActivations draws images: it needs a DataModule with val_dataset, "
-            f"test_dataset and augmentation, got {type(datamodule).__name__}",
-            key="trainer.callbacks",
-        )
-    return datamodule
+    return require_extra(
+        trainer.datamodule, PictureData, "TopActivations", "val_dataset, test_dataset and "
+        "augmentation (images to draw)", "trainer.callbacks",
+    )  # fmt: skip
 
 
 class TopActivations(L.Callback):

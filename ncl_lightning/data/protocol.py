@@ -28,10 +28,36 @@ Who provides and who calls each:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
+
+from ncl_lightning.runtime.errors import ConfigError
+
+Extra = TypeVar("Extra")
+
+
+def require_extra(
+    datamodule: object, extra: type[Extra], user: str, what: str, key: str, hint: str = ""
+) -> Extra:
+    """``datamodule`` if it has the ``extra`` protocol, else a one-line :class:`ConfigError`.
+
+    Args:
+        datamodule: The trainer's DataModule (``None`` when there is none).
+        extra: One of the protocols of this module.
+        user: Who needs it (``"FeatureStatistics(sepin=True)"``), first in the message.
+        what: The missing extra in words (``"view_dataloader()"``).
+        key: The config key to change (``err.key``).
+        hint: Remedy appended to the message (``"set sepin: false"``).
+    """
+    if not isinstance(datamodule, extra):
+        remedy = f" ({hint})" if hint else ""
+        raise ConfigError(
+            f"{user} needs a DataModule with {what}; {type(datamodule).__name__} has none{remedy}",
+            key=key,
+        )
+    return datamodule
 
 
 @runtime_checkable
@@ -142,4 +168,5 @@ __all__ = [
     "MultipleTestSets",
     "PictureData",
     "ViewData",
+    "require_extra",
 ]

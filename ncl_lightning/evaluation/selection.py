@@ -30,7 +30,7 @@ from torch import Tensor
 from ncl_lightning.callbacks.pictures import accuracy_vs_k
 from ncl_lightning.callbacks.schedule import run_dir
 from ncl_lightning.data.base import MultiViewDataModule
-from ncl_lightning.data.protocol import CleanData
+from ncl_lightning.data.protocol import CleanData, require_extra
 from ncl_lightning.evaluation.features import extract_features, probe_accuracy
 from ncl_lightning.methods.classifier import first_view
 from ncl_lightning.metrics.functional import (
@@ -127,12 +127,7 @@ class FeatureSelection(L.LightningModule):
         return getattr(self.method.encode(x), self.hparams.space)
 
     def _clean(self, dm: object, split: str) -> tuple[Tensor, Tensor]:
-        if not isinstance(dm, CleanData):
-            raise ConfigError(
-                f"FeatureSelection encodes clean splits: it needs a DataModule with "
-                f"clean_dataloader(), got {type(dm).__name__}",
-                key="data",
-            )
+        dm = require_extra(dm, CleanData, "FeatureSelection", "clean_dataloader()", "data")
         loader = dm.clean_dataloader(split, self.global_rank, self.trainer.world_size)
         return extract_features(self.encode, loader, self.device)
 

@@ -116,7 +116,7 @@ def test_errors_name_the_missing_piece(tmp_path: Path) -> None:
     digits = DigitsDataModule(batch_size=16)
     with pytest.raises(ValueError, match="WarmStart needs a backbone exposing `dictionary_w"):
         _trainer(tmp_path, [WarmStart()], max_steps=1).fit(image_model, digits)
-    with pytest.raises(ValueError, match="needs a DataModule exposing the ground-truth `dict"):
+    with pytest.raises(ValueError, match="needs a DataModule with the ground-truth `dict"):
         DictionaryRecoveryMonitor().setup(_trainer(tmp_path, []), _simsiam(), "fit")
     for make in (lambda: WarmStart(c=-1), lambda: EncoderNormalization("diag"),
                  lambda: DictionaryRecoveryMonitor(0)):  # fmt: skip

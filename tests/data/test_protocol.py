@@ -68,5 +68,5 @@ def test_callbacks_name_the_missing_extra() -> None:
     with pytest.raises(ConfigError, match="needs a DataModule with view_dataloader") as error:
         FeatureStatistics()._sepin(sparse, torch.nn.Module(), "val")  # type: ignore[arg-type]
     assert error.value.key == "sepin" and "SparseCodingDataModule" in str(error.value)
-    with pytest.raises(ConfigError, match="val_dataset, test_dataset and augmentation"):
+    with pytest.raises(ConfigError, match="TopActivations needs a DataModule with val_dataset"):
         _picture_data(SimpleNamespace(datamodule=_build("dsprites")))  # type: ignore[arg-type]
