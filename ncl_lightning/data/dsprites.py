@@ -86,8 +86,8 @@ class RenderBatch:
         self.factor_jitter = factor_jitter
 
     def __call__(self, keys: Sequence[Key]) -> tuple[Tensor | list[Tensor], Tensor]:
-        positions = [key[0] if isinstance(key, tuple) else key for key in keys]
-        factors = index_to_factors(self.grid_indices[positions])
+        positions = torch.tensor([key[0] if isinstance(key, tuple) else key for key in keys])
+        factors = index_to_factors(self.grid_indices.index_select(0, positions))
         if self.augmentation is None:
             return render_sprites(factors), factors
         generator = seeded_generator(batch_seed(keys))  # type: ignore[arg-type]

@@ -213,8 +213,9 @@ class MaskBatch:
     def __call__(self, keys: Sequence[tuple[int, int]]) -> tuple[list[Tensor], Tensor]:
         index = torch.tensor([key[0] for key in keys])
         generator = seeded_generator(batch_seed(keys))
-        v1, v2 = mask_views(self.inputs[index], self.alpha, self.views, generator)
-        return [v1, v2], self.latents[index]
+        x = self.inputs.index_select(0, index)  # index_select: no thread-pool round trip
+        v1, v2 = mask_views(x, self.alpha, self.views, generator)
+        return [v1, v2], self.latents.index_select(0, index)
 
 
 class CleanBatch:
@@ -225,7 +226,7 @@ class CleanBatch:
 
     def __call__(self, keys: Sequence[int]) -> tuple[Tensor, Tensor]:
         index = torch.tensor(list(keys))
-        return self.inputs[index], self.latents[index]
+        return self.inputs.index_select(0, index), self.latents.index_select(0, index)
 
 
 class SparseCodingDataModule(ResumableData, L.LightningDataModule):
