@@ -41,7 +41,7 @@ from ncl_lightning.data.seeding import (
 )
 from ncl_lightning.data.transforms import SimCLRAugmentation
 from ncl_lightning.data.views import DeviceViews, cpu_views
-from ncl_lightning.runtime.errors import ConfigError, DataError
+from ncl_lightning.runtime.errors import ConfigError, DataError, UsageError
 from ncl_lightning.runtime.validation import check_at_least, check_choice, check_positive
 
 Split = Literal["train", "val", "test"]
@@ -265,7 +265,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
     # ----------------------------------------------------------------------- loaders
     def _loader(self, dataset: Dataset | None, name: str, train: bool) -> DataLoader:
         if dataset is None:
-            raise RuntimeError(f"{name} dataset is not built; call setup() first")
+            raise UsageError(f"{name} dataset is not built; call setup() first")
         # (index, seed) keys from (seed, epoch): exact resume, any worker count
         sampler = self.train_sampler(dataset) if train else None
         return (ResumableLoader if train else DataLoader)(

@@ -32,7 +32,7 @@ from ncl_lightning.data.imagenet100 import SHIPPED_CLASS_LIST, load_imagenet100_
 from ncl_lightning.data.scan import FolderScan
 from ncl_lightning.data.seeding import TransformedDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.errors import ConfigError, UsageError
 
 IMAGENET_C_CORRUPTIONS: tuple[str, ...] = (
     "gaussian_noise",
@@ -260,7 +260,7 @@ class ImageNetOODDataModule(MultiViewDataModule):
     def test_dataloader(self) -> list[DataLoader]:  # type: ignore[override]
         """One loader of ``(images [B, 3, 224, 224], labels [B])`` per set, in order."""
         if self.test_datasets is None:
-            raise RuntimeError("OOD test datasets are not built; call setup('test') first")
+            raise UsageError("OOD test datasets are not built; call setup('test') first")
         return [
             self._loader(ds, name, train=False)
             for ds, name in zip(self.test_datasets, self.test_names, strict=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ncl_lightning.callbacks.pictures import accuracy_vs_k
 from ncl_lightning.runtime.cli import cli_main
+from ncl_lightning.runtime.errors import ConfigError
 
 # Column -> (protocol, metric key); selection keys get the reported k filled in.
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -92,7 +93,9 @@ def run_chain(
     results = {"pretrain": _run("fit", pretrain, root / "pretrain", pretrain_args)}
     ckpt = results["pretrain"].pop("_last_ckpt", "")
     if not ckpt or not Path(str(ckpt)).is_file():
-        raise FileNotFoundError(f"{pretrain} wrote no last.ckpt (ModelCheckpoint save_last?)")
+        raise ConfigError(
+            f"{pretrain} wrote no last.ckpt (ModelCheckpoint save_last?)", key="pretrain"
+        )
     subcommands = {"linear": "fit", "knn": "test", "selection": "test", "finetune": "fit"}
     for name, config in protocols.items():
         if config is not None:

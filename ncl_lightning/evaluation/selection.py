@@ -41,7 +41,7 @@ from ncl_lightning.metrics.functional import (
 from ncl_lightning.nn.gather import gather_uneven
 from ncl_lightning.runtime.checkpoint import load_method
 from ncl_lightning.runtime.defaults import missing_callbacks
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.errors import ConfigError, UsageError
 from ncl_lightning.runtime.record import CheckpointRecord
 from ncl_lightning.runtime.validation import check_at_least, check_choice, check_positive
 
@@ -141,7 +141,7 @@ class FeatureSelection(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         if self._train is None:
-            raise RuntimeError("training features missing: run FeatureSelection with ncl-cli test")
+            raise UsageError("training features missing: run FeatureSelection with ncl-cli test")
         test = (
             gather_uneven(torch.cat([z for z, _ in self._test])),
             gather_uneven(torch.cat([y for _, y in self._test])),

@@ -49,6 +49,11 @@ class EmptyMetricError(NCLError, ValueError, RuntimeError):
     Both a ``ValueError`` and a ``RuntimeError``, so a caller catching either catches it."""
 
 
+class UsageError(NCLError, RuntimeError):
+    """A call made out of order from Python (a loader before ``setup``, a test epoch that
+    never saw its training features); names the call to make first."""
+
+
 class NonFiniteLossError(NCLError, RuntimeError):
     """Training stopped on a NaN/Inf loss; names the step and the checkpoint saved."""
 
@@ -73,6 +78,7 @@ __all__ = [
     "EmptyMetricError",
     "NCLError",
     "NonFiniteLossError",
+    "UsageError",
     "closest",
     "did_you_mean",
 ]
