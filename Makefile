@@ -36,8 +36,9 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# The throughput benchmark reads the real CIFAR-10 subset kept beside the checkout.
 bench: $(STAMP)
-	$(BIN)/python -m ncl_lightning.bench
+	NCL_BENCH_DATA=$${NCL_BENCH_DATA:-../shared/data/cifar10-real-subset} $(BIN)/python -m ncl_lightning.bench
 
 # The documentation site (mkdocs.yml) into site/; --strict turns every warning (a broken link,
 # a stale API reference) into a failure. tests/test_docs.py runs the same build.

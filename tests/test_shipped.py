@@ -6,8 +6,6 @@ development machines, so no shipped file may point at them.
 
 from __future__ import annotations
 
-import pytest
-
 from tests.conftest import ROOT
 
 SHIPPED = ("ncl_lightning", "configs", "docs", "examples")
@@ -33,9 +31,5 @@ def test_no_shipped_file_cites_the_design_notes() -> None:
     assert not _citing("DESIGN.md")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="configs/{subset,eval}/*subset* read ../shared/data, 4 docs cite it; unmark when fixed",
-)
 def test_no_shipped_file_points_beside_the_checkout() -> None:
     assert not _citing("../shared")

@@ -49,9 +49,7 @@ TIMED_STEPS = 8
 LOG_EVERY = 10
 METHODS: dict[str, type[CL]] = {"CL": CL, "NCL": NCL, "BayesNCL": BayesNCL}
 PIPELINES = ("device", "cpu")
-DEFAULT_DATA = (
-    Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "cifar10-real-subset"
-)
+DEFAULT_DATA = Path("data/cifar10-real-subset")  # as the subset configs; NCL_BENCH_DATA overrides
 
 
 def _flag(name: str, default: bool) -> bool:
