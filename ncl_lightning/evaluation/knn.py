@@ -16,12 +16,14 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from ncl_lightning.data.protocol import CleanData, require_extra
 from ncl_lightning.evaluation.features import extract_features
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.classifier import accuracy_metrics, first_view
 from ncl_lightning.metrics.functional.knn import weighted_knn_predict
 from ncl_lightning.runtime.checkpoint import load_backbone
 from ncl_lightning.runtime.defaults import missing_callbacks
+from ncl_lightning.runtime.errors import UsageError
 from ncl_lightning.runtime.record import CheckpointRecord
 from ncl_lightning.runtime.validation import check_at_least, check_positive
 
@@ -70,9 +72,9 @@ class KNNClassifier(L.LightningModule):
 
     def build_bank(self) -> None:
         """Encode the clean training split (sharded over ranks) into the bank."""
-        dm = self.trainer.datamodule
-        if not hasattr(dm, "clean_train_dataloader"):
-            raise TypeError(f"{type(dm).__name__} has no clean_train_dataloader for the kNN bank")
+        dm = require_extra(
+            self.trainer.datamodule, CleanData, "KNNClassifier", "clean_train_dataloader()", "data"
+        )
         loader = dm.clean_train_dataloader(self.global_rank, self.trainer.world_size)
         self._bank = extract_features(self.encode, loader, self.device)
 
@@ -85,7 +87,7 @@ class KNNClassifier(L.LightningModule):
     def _evaluate(self, batch: Any, stage: str) -> Encoded:
         x, y = first_view(batch)
         if self._bank is None:
-            raise RuntimeError("kNN bank not built: evaluate with ncl-cli test or validate")
+            raise UsageError("kNN bank not built: evaluate with ncl-cli test or validate")
         h = self.backbone(x)
         bank, labels = self._bank
         scores = weighted_knn_predict(

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from ncl_lightning.data.protocol import MultipleTestSets
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.trainable import TrainableModule, common_arguments
 from ncl_lightning.runtime.guard import NonFiniteLoss
@@ -134,7 +135,8 @@ class Classifier(TrainableModule):
 
     def on_test_start(self) -> None:
         """One metric collection per test set (``datamodule.test_names`` when present)."""
-        names = getattr(self.trainer.datamodule, "test_names", None) or [None]
+        dm = self.trainer.datamodule
+        names = (dm.test_names if isinstance(dm, MultipleTestSets) else None) or [None]
         c = self.hparams.num_classes
         prefixes = [
             f"test/{self.label}/" if n is None else f"test/{n}/{self.label}/" for n in names

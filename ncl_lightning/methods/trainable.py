@@ -28,7 +28,7 @@ from torch import Tensor
 from ncl_lightning.optim import decay_param_groups, warmup_cosine
 from ncl_lightning.optim import scale_lr as scaled
 from ncl_lightning.runtime.defaults import missing_callbacks
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.errors import ConfigError, UsageError
 from ncl_lightning.runtime.guard import (
     NONFINITE_CHOICES,
     NonFiniteGuard,
@@ -37,7 +37,7 @@ from ncl_lightning.runtime.guard import (
     zero_loss,
 )
 from ncl_lightning.runtime.internals import built_by_cli
-from ncl_lightning.runtime.record import spec_of
+from ncl_lightning.runtime.record import RECORD_KEY, make_record, spec_of
 from ncl_lightning.runtime.switches import CompileMode, check_compile_mode
 from ncl_lightning.runtime.validation import check_at_least, check_choice, check_range
 
@@ -155,6 +155,12 @@ class TrainableModule(L.LightningModule):
         or ``None`` if unknown. Subclasses that load a pretrained backbone override it."""
         return spec_of(getattr(self, "backbone", None), self.hparams.get("backbone"))
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The record's core (method class, backbone spec) for a save the
+        :class:`~ncl_lightning.runtime.record.CheckpointRecord` callback did not see:
+        Lightning calls no callback on a weights-only save, but calls this hook."""
+        checkpoint.setdefault(RECORD_KEY, make_record(self, self.backbone_spec()))
+
     # -- finiteness ---------------------------------------------------------------------
     def nonfinite_guard(self) -> NonFiniteGuard:
         """The trainer's :class:`~ncl_lightning.runtime.guard.NonFiniteGuard`; without a
@@ -166,7 +172,7 @@ class TrainableModule(L.LightningModule):
             return self._own_guard
         guards = [c for c in trainer.callbacks if isinstance(c, NonFiniteGuard)]
         if not guards:
-            raise RuntimeError(
+            raise UsageError(
                 f"{type(self).__name__}: no NonFiniteGuard among trainer.callbacks; train "
                 "with trainer.fit (configure_callbacks adds it) or add "
                 "ncl_lightning.default_callbacks() to the Trainer"

@@ -37,6 +37,10 @@ class CheckpointError(NCLError, ValueError):
     """A checkpoint that is unsafe, foreign or does not fit the module asked for."""
 
 
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No checkpoint file at the path given."""
+
+
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read one of our checkpoints with tensor-only unpickling.
 
@@ -47,13 +51,13 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         The checkpoint dict (``state_dict``, ``hyper_parameters``, the record, ...).
 
     Raises:
-        FileNotFoundError: No such file.
+        CheckpointNotFoundError: No such file (also a ``FileNotFoundError``).
         CheckpointError: The file holds executable pickled objects (refused, nothing run),
             is not a torch checkpoint, or was not written by ncl-lightning.
     """
     path = Path(path).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise CheckpointNotFoundError(f"checkpoint not found: {path}", key="checkpoint")
     if not zipfile.is_zipfile(path):
         raise CheckpointError(f"cannot read checkpoint {path}: not a torch.save zip archive")
     try:

@@ -39,6 +39,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from ncl_lightning.data.protocol import ChecksInputs, MultiViewData
 from ncl_lightning.runtime import (
     Preemption,
     ResumeOverrides,
@@ -230,9 +231,8 @@ class NCLCLI(LightningCLI):
         trainer, model, datamodule = self.trainer, self.model, self.datamodule
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
-        check_data = getattr(datamodule, "check_inputs", None)
-        if callable(check_data):
-            check_data(stage, trainer.world_size)
+        if isinstance(datamodule, ChecksInputs):
+            datamodule.check_inputs(stage, trainer.world_size)
         preflight(model, example_batch(datamodule))
         for callback in trainer.callbacks:
             if isinstance(callback, Preflight):
@@ -288,7 +288,7 @@ class NCLCLI(LightningCLI):
 def _check_views(model: Any, datamodule: Any) -> None:
     """The views per image the DataModule yields are those the method trains on."""
     expected = getattr(model, "views_per_image", None)
-    given = getattr(datamodule, "n_views", None)
+    given = datamodule.n_views if isinstance(datamodule, MultiViewData) else None
     if isinstance(expected, int) and isinstance(given, int) and given != expected:
         raise ConfigError(
             f"data.init_args.n_views: {type(model).__name__} trains on {expected} views per "

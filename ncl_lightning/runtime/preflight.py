@@ -21,6 +21,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 
+from ncl_lightning.data.protocol import ImageShape
 from ncl_lightning.runtime.errors import ConfigError
 
 OPTIMIZER_LR_KEY = "model.init_args.optimizer.init_args.lr"
@@ -78,10 +79,10 @@ def preflight(module: nn.Module, example: Tensor | None = None) -> None:
 def example_batch(datamodule: Any) -> Tensor | None:
     """Two zero images shaped like the DataModule's (its ``in_channels`` and
     ``image_size``), or ``None`` when it does not say."""
-    channels = getattr(datamodule, "in_channels", None)
-    size = getattr(datamodule, "image_size", None)
-    if isinstance(channels, int) and isinstance(size, int):
-        return torch.zeros(2, channels, size, size)
+    if isinstance(datamodule, ImageShape):
+        channels, size = datamodule.in_channels, datamodule.image_size
+        if isinstance(channels, int) and isinstance(size, int):
+            return torch.zeros(2, channels, size, size)
     return None
 
 

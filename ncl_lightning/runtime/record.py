@@ -9,8 +9,9 @@ checkpoint loses no row that the resumed run will not log again.
 
 ``ncl-cli`` installs it; a plain ``Trainer`` gets it from the module's
 ``configure_callbacks`` (every module of the package asks for it). Lightning calls no
-callback's ``on_save_checkpoint`` for a weights-only save (``save_weights_only=True``), so
-such a file has no record; the loaders refuse it with a message saying so.
+callback's ``on_save_checkpoint`` for a weights-only save (``save_weights_only=True``); for
+those, :class:`~ncl_lightning.methods.TrainableModule` writes the record's core itself (no
+logger versions: a weights-only file cannot resume a run anyway).
 """
 
 from __future__ import annotations

@@ -179,3 +179,20 @@ def test_load_method_inside_a_cli_instantiation(checkpoints) -> None:
     assert isinstance(method, BayesNCL)
     x = torch.randn(4, 1, 8, 8)
     assert torch.equal(method.encode(x).z, model.eval().encode(x).z)
+
+
+def test_a_weights_only_save_still_loads_its_backbone(checkpoints, tmp_path: Path) -> None:
+    """Lightning runs no callback for ``save_weights_only``; the module writes the record."""
+    path, model = checkpoints["ncl"]
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    assert "loggers" in ckpt[RECORD_KEY]  # the full record of a normal save
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path)  # fmt: skip
+    trainer.strategy.connect(model)
+    trainer.save_checkpoint(tmp_path / "weights.ckpt", weights_only=True)
+    saved = torch.load(tmp_path / "weights.ckpt", map_location="cpu", weights_only=True)
+    assert "optimizer_states" not in saved and "loggers" not in saved[RECORD_KEY]
+    backbone = load_backbone(tmp_path / "weights.ckpt")
+    for name, value in model.backbone.state_dict().items():
+        assert torch.equal(backbone.state_dict()[name], value.cpu())
