@@ -10,7 +10,6 @@ from torch import Tensor, nn
 from ncl_lightning.losses import OBJECTIVES
 from ncl_lightning.methods.base import Encoded, SSLMethod
 from ncl_lightning.methods.checks import check_projector
-from ncl_lightning.methods.defaults import check_declared_defaults
 from ncl_lightning.nn.heads import MLP
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.validation import check_positive
@@ -55,7 +54,6 @@ class CL(SSLMethod):
         gather_distributed: bool = True,
         **kwargs: Any,
     ) -> None:
-        check_declared_defaults(type(self), CL)
         if "objective" in kwargs:
             raise ConfigError(
                 "objective: this argument is now called loss (objective(views) is the hook "

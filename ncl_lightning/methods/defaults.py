@@ -12,9 +12,9 @@ parent's value and nothing says so. The defaults that survive the CLI are declar
 * for the loss of a contrastive method, the class attribute ``default_loss`` (the ``loss``
   argument's default ``None`` means "the class's ``default_loss``").
 
-:func:`check_declared_defaults` reads the source of each subclass ``__init__`` and refuses
-the two undeclared patterns. A class whose source cannot be read (defined in an
-interactive session) is not checked.
+:func:`check_declared_defaults`, called by the base of every trainable module, reads the
+source of each subclass ``__init__`` and refuses the two undeclared patterns. A class whose
+source cannot be read (defined in an interactive session) is not checked.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from torch import Tensor, nn
 from ncl_lightning.losses import symmetric_negative_cosine
 from ncl_lightning.methods.base import Encoded, SSLMethod
 from ncl_lightning.methods.checks import check_projector
-from ncl_lightning.methods.defaults import check_declared_defaults
 from ncl_lightning.nn.heads import MLP
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.validation import check_at_least
@@ -59,7 +58,6 @@ class SimSiam(SSLMethod):
         pred_num_layers: int = 2,
         **kwargs: Any,
     ) -> None:
-        check_declared_defaults(type(self), SimSiam)
         super().__init__(backbone, **kwargs)
         check_projector(proj_hidden_dim, proj_output_dim, proj_num_layers, low_layers=0)
         check_at_least("pred_num_layers", pred_num_layers, 0)

@@ -25,6 +25,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
+from ncl_lightning.methods.defaults import check_declared_defaults
 from ncl_lightning.optim import decay_param_groups, warmup_cosine
 from ncl_lightning.optim import scale_lr as scaled
 from ncl_lightning.runtime.defaults import missing_callbacks
@@ -96,6 +97,7 @@ class TrainableModule(L.LightningModule):
         grad_norm_limit: float | None,
     ) -> None:
         super().__init__()
+        check_declared_defaults(type(self), TrainableModule)  # defaults ncl-cli would ignore
         check_compile_mode(compile_mode)
         check_common_arguments(batch_size, warmup_epochs, min_lr_ratio)
         check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_CHOICES)
