@@ -51,7 +51,7 @@ from ncl_lightning.runtime.checkpoint import RECORD_KEY, check_state_fits, read_
 from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO
 from ncl_lightning.runtime.cli_errors import summarize, user_error_message
 from ncl_lightning.runtime.config_files import check_config_args
-from ncl_lightning.runtime.defaults import default_callbacks
+from ncl_lightning.runtime.defaults import default_callbacks, drop_shadowed
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.overrides import describe
 from ncl_lightning.runtime.preflight import Preflight, example_batch, preflight
@@ -229,6 +229,8 @@ class NCLCLI(LightningCLI):
     def _preflight(self, stage: str) -> None:
         """Checks that need the built objects; nothing has been written yet."""
         trainer, model, datamodule = self.trainer, self.model, self.datamodule
+        defaults = [c for c in self.trainer_defaults["callbacks"] if not isinstance(c, Preemption)]
+        trainer.callbacks = drop_shadowed(trainer.callbacks, defaults)  # the user's copy wins
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         if isinstance(datamodule, ChecksInputs):

@@ -53,3 +53,16 @@ def missing_callbacks(
     present = list(trainer.callbacks) if trainer is not None else []
     wanted = default_callbacks() if wanted is None else wanted
     return [c for c in wanted if not any(isinstance(p, type(c)) for p in present)]
+
+
+def drop_shadowed(callbacks: Sequence[Callback], defaults: Sequence[Callback]) -> list[Callback]:
+    """``callbacks`` without those of ``defaults`` whose type the user configured too.
+
+    ``ncl-cli`` appends :func:`default_callbacks` to the callbacks of the config; a config
+    that lists, say, its own ``NonFiniteGuard`` keeps that one, and only that one.
+    """
+    own = {id(c) for c in defaults}
+    users = [c for c in callbacks if id(c) not in own]
+    return [
+        c for c in callbacks if id(c) not in own or not any(isinstance(u, type(c)) for u in users)
+    ]

@@ -131,3 +131,17 @@ def test_ncl_cli_installs_each_default_once(tmp_path: Path) -> None:
     for kind in DEFAULT_TYPES:
         assert len(_of_type(cli.trainer, kind)) == 1, kind.__name__
     assert _of_type(cli.trainer, Preflight)[0].done  # ran by the CLI, before fit
+
+
+def test_a_default_the_config_lists_is_the_users_only(tmp_path: Path) -> None:
+    cli = cli_main([
+        "fit", "--config", str(ROOT / "configs" / "demo" / "digits_nce.yaml"),
+        "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
+        "--trainer.max_epochs", "1", "--trainer.max_steps", "1",
+        "--trainer.limit_val_batches", "0", "--trainer.enable_progress_bar", "false",
+        "--trainer.callbacks+=ncl_lightning.runtime.guard.NonFiniteGuard",
+    ])  # fmt: skip
+    for kind in DEFAULT_TYPES:
+        assert len(_of_type(cli.trainer, kind)) == 1, kind.__name__
+    (guard,) = _of_type(cli.trainer, NonFiniteGuard)
+    assert guard not in cli.trainer_defaults["callbacks"]  # the configured one, not ours
