@@ -235,7 +235,8 @@ def configure_warmup_cosine(
         if batch_size is None:
             raise ConfigError(
                 "batch_size must be set when scale_lr is true (the per-device batch size "
-                "scales the learning rate), got None"
+                "scales the learning rate), got None",
+                key="batch_size",
             )
         world = trainer.world_size * trainer.accumulate_grad_batches
         for group in optimizer.param_groups:
@@ -252,7 +253,8 @@ def check_schedule_epochs(max_epochs: int | None) -> None:
     """The warmup-cosine schedule is laid out over ``trainer.max_epochs`` epochs."""
     if not max_epochs or max_epochs < 1:
         raise ConfigError(
-            f"trainer.max_epochs must be >= 1 for the warmup-cosine schedule, got {max_epochs}"
+            f"trainer.max_epochs must be >= 1 for the warmup-cosine schedule, got {max_epochs}",
+            key="trainer.max_epochs",
         )
 
 

@@ -178,4 +178,8 @@ MESSAGE_FORMATS: dict[str, re.Pattern[str]] = {
     # PyTorch: an exception re-raised from a DataLoader worker.
     "worker_traceback": re.compile(r"Original Traceback"),
     "exception_prefix": re.compile(r"^[\w.]+(Error|Exception): "),
+    # PyTorch (and LARS): an optimiser refusing its learning rate; a convolution refusing
+    # its input channels (read by runtime/preflight.py).
+    "invalid_lr": re.compile(r"(?:learning rate:?|\blr must be [^,]*, got)\s*(\S+)", re.IGNORECASE),
+    "conv_channels": re.compile(r"to have (\d+) channels, but got (\d+) channels"),
 }

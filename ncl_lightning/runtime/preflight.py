@@ -13,7 +13,6 @@ a fit for a plain ``Trainer`` (``ncl_lightning.default_callbacks()``, or the mod
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
@@ -23,6 +22,7 @@ from torch import Tensor, nn
 
 from ncl_lightning.data.protocol import ImageShape
 from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.internals import MESSAGE_FORMATS
 
 OPTIMIZER_LR_KEY = "model.init_args.optimizer.init_args.lr"
 
@@ -44,8 +44,8 @@ def _first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
-_LR_IN_ERROR = re.compile(r"(?:learning rate:?|\blr must be [^,]*, got)\s*(\S+)", re.IGNORECASE)
-_CONV_CHANNELS = re.compile(r"to have (\d+) channels, but got (\d+) channels")
+_LR_IN_ERROR = MESSAGE_FORMATS["invalid_lr"]
+_CONV_CHANNELS = MESSAGE_FORMATS["conv_channels"]
 
 
 def preflight(module: nn.Module, example: Tensor | None = None) -> None:
@@ -114,7 +114,8 @@ def _check_learning_rates(module: CheckedModule) -> None:
     if module.scale_lr and module.batch_size is None:
         raise ConfigError(
             "batch_size must be set when scale_lr is true (the per-device batch size "
-            "scales the learning rate), got None"
+            "scales the learning rate), got None",
+            key="batch_size",
         )
     specs = module.param_groups()
     own_lr = [g.get("lr") if isinstance(g, dict) else None for g in specs]  # torch fills
@@ -123,8 +124,12 @@ def _check_learning_rates(module: CheckedModule) -> None:
     except ValueError as err:  # torch: "Invalid learning rate: -0.1"; LARS: "lr must be"
         match = _LR_IN_ERROR.search(str(err))
         if match:
-            raise ConfigError(f"{OPTIMIZER_LR_KEY} must be > 0, got {match.group(1)}") from err
-        raise ConfigError(f"model.init_args.optimizer: {_first_line(err)}") from err
+            raise ConfigError(
+                f"{OPTIMIZER_LR_KEY} must be > 0, got {match.group(1)}", key=OPTIMIZER_LR_KEY
+            ) from err
+        raise ConfigError(
+            f"model.init_args.optimizer: {_first_line(err)}", key="model.init_args.optimizer"
+        ) from err
     for i, group in enumerate(optimizer.param_groups):
         lr = float(group["lr"])
         if lr > 0 and math.isfinite(lr):
@@ -132,7 +137,7 @@ def _check_learning_rates(module: CheckedModule) -> None:
         own = own_lr[i] if i < len(own_lr) else None  # the group's own rate, if any
         key = OPTIMIZER_LR_KEY if own is None else _lr_key(module, own, i)
         problem = "must be > 0" if not lr > 0 else "must be a finite number"
-        raise ConfigError(f"{key} {problem}, got {lr!r}")
+        raise ConfigError(f"{key} {problem}, got {lr!r}", key=key)
 
 
 def _lr_key(module: Any, lr: float, index: int) -> str:
@@ -178,7 +183,8 @@ def _check_training_batch(module: nn.Module, batch: Tensor) -> None:
     except (RuntimeError, ValueError) as err:
         raise ConfigError(
             f"batch_size={batch.shape[0]} is too small for training this model "
-            f"({_first_line(err)}); set data.init_args.batch_size >= 2"
+            f"({_first_line(err)}); set data.init_args.batch_size >= 2",
+            key="data.init_args.batch_size",
         ) from err
     finally:
         with torch.no_grad():
@@ -196,10 +202,14 @@ def _run(module: nn.Module, example: Tensor) -> Any:
         if channels and int(channels.group(2)) == example.shape[1]:
             raise ConfigError(
                 f"model does not fit the data: the backbone expects {channels.group(1)} "
-                f"input channel(s), the data has {channels.group(2)}"
+                f"input channel(s), the data has {channels.group(2)}",
+                key="model.init_args.backbone",
             ) from err
         shape = list(example.shape[1:])
-        raise ConfigError(f"model does not fit data of shape {shape}: {_first_line(err)}") from err
+        raise ConfigError(
+            f"model does not fit data of shape {shape}: {_first_line(err)}",
+            key="model.init_args.backbone",
+        ) from err
 
 
 def _check_width(h: Any, out_dim: int) -> None:
@@ -208,10 +218,12 @@ def _check_width(h: Any, out_dim: int) -> None:
     if h.dim() != 2:
         raise ConfigError(
             f"model does not fit the data: the backbone outputs features of shape "
-            f"{list(h.shape)} for a batch of {h.shape[0]}, expected [{h.shape[0]}, {out_dim}]"
+            f"{list(h.shape)} for a batch of {h.shape[0]}, expected [{h.shape[0]}, {out_dim}]",
+            key="model.init_args.backbone",
         )
     if h.shape[1] != out_dim:
         raise ConfigError(
             f"model does not fit the data: the backbone outputs {h.shape[1]} features but "
-            f"declares out_dim={out_dim} (the input width of the heads built on it)"
+            f"declares out_dim={out_dim} (the input width of the heads built on it)",
+            key="model.init_args.backbone",
         )

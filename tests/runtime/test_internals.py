@@ -257,6 +257,7 @@ def test_every_format_and_noise_line_is_exercised(tmp_path) -> None:
     """A pattern no case produces would be untested: each name is in some case, and each
     noise prefix begins a line of some real report."""
     used = {n for _, _, names, _ in CASES for n in names} | {"worker_traceback", "exception_prefix"}
+    used |= {"invalid_lr", "conv_channels"}  # test_torch_formats
     assert used == set(internals.MESSAGE_FORMATS)
     message = str(_cli_error([*BASE, *MODEL, "--model.init_args.temperature", "abc"]))
     lines = [line.strip() for line in message.splitlines()]
@@ -268,3 +269,23 @@ def test_a_format_that_no_longer_matches_names_pattern_and_message() -> None:
     with pytest.raises(AssertionError, match=r"(?s)'parser_key' \(.*Parser key.*\).*observed "
                        r"message:.*something else entirely"):  # fmt: skip
         _check_formats("a case", ["parser_key"], "something else entirely")
+
+
+def test_torch_formats() -> None:
+    """The preflight reads the learning rate off torch's and LARS's refusals, and the
+    channel counts off a convolution's."""
+    from ncl_lightning.optim import LARS
+
+    param = [torch.zeros(1, requires_grad=True)]
+    for make in (lambda: torch.optim.SGD(param, lr=-0.1), lambda: LARS(param, lr=-0.1)):
+        with pytest.raises(ValueError) as info:
+            make()
+        _check_formats("optimiser lr", ["invalid_lr"], str(info.value))
+        assert internals.MESSAGE_FORMATS["invalid_lr"].search(str(info.value)).group(1) == "-0.1"
+    with pytest.raises(RuntimeError) as info:
+        nn.Conv2d(3, 4, 3)(torch.zeros(1, 1, 8, 8))
+    _check_formats("conv channels", ["conv_channels"], str(info.value))
+    assert internals.MESSAGE_FORMATS["conv_channels"].search(str(info.value)).groups() == (
+        "3",
+        "1",
+    )
