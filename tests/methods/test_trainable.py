@@ -121,26 +121,26 @@ def test_guard_restores_the_skipped_count_from_a_checkpoint() -> None:
     assert fresh.skipped_total == 3
 
 
-def test_ncl_cli_installs_each_default_once(tmp_path: Path) -> None:
-    cli = cli_main([
+def _one_step_fit(tmp_path: Path, *extra: str):
+    """``ncl-cli fit`` of one step on the digits NCE config; the CLI object is returned."""
+    return cli_main([
         "fit", "--config", str(ROOT / "configs" / "demo" / "digits_nce.yaml"),
         "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
         "--trainer.max_epochs", "1", "--trainer.max_steps", "1",
         "--trainer.limit_val_batches", "0", "--trainer.enable_progress_bar", "false",
+        *extra,
     ])  # fmt: skip
+
+
+def test_ncl_cli_installs_each_default_once(tmp_path: Path) -> None:
+    cli = _one_step_fit(tmp_path)
     for kind in DEFAULT_TYPES:
         assert len(_of_type(cli.trainer, kind)) == 1, kind.__name__
     assert _of_type(cli.trainer, Preflight)[0].done  # ran by the CLI, before fit
 
 
 def test_a_default_the_config_lists_is_the_users_only(tmp_path: Path) -> None:
-    cli = cli_main([
-        "fit", "--config", str(ROOT / "configs" / "demo" / "digits_nce.yaml"),
-        "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
-        "--trainer.max_epochs", "1", "--trainer.max_steps", "1",
-        "--trainer.limit_val_batches", "0", "--trainer.enable_progress_bar", "false",
-        "--trainer.callbacks+=ncl_lightning.runtime.guard.NonFiniteGuard",
-    ])  # fmt: skip
+    cli = _one_step_fit(tmp_path, "--trainer.callbacks+=ncl_lightning.runtime.guard.NonFiniteGuard")
     for kind in DEFAULT_TYPES:
         assert len(_of_type(cli.trainer, kind)) == 1, kind.__name__
     (guard,) = _of_type(cli.trainer, NonFiniteGuard)
