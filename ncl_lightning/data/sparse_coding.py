@@ -44,6 +44,12 @@ from ncl_lightning.data.seeding import (
     batch_seed,
     seeded_generator,
 )
+from ncl_lightning.data.sparse_latents import (
+    Support,
+    bernoulli_latents,
+    fixed_count_latents,
+    paper_nonzero_count,
+)
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.validation import check_at_least, check_choice, check_range
 
@@ -113,14 +119,16 @@ def mask_views(
 class SparseCodingModel:
     """The generative model ``x = M z + ε`` of Pokle et al. (AISTATS 2022).
 
-    Latents: with ``latent="symmetric"`` each entry of ``z`` is ``+1`` or ``-1`` with
-    probability ``β / 2`` each and 0 otherwise; with ``"binary"`` it is 1 with probability
-    ``β`` and 0 otherwise (``β = nonzero_prob``). Samples with ``z = 0`` carry no signal,
-    so ``z`` is drawn *conditioned on at least one non-zero entry* (exactly, without a
-    rejection loop: the index of the first non-zero entry is drawn from its truncated
-    geometric law, the later entries independently). The expected fraction of non-zero
-    entries is therefore ``β / (1 - (1 - β)^d)`` (0.154 at the defaults ``β = 0.1``,
-    ``d = 10``), see :meth:`expected_nonzero_fraction`.
+    Latents (``β = nonzero_prob``, :mod:`ncl_lightning.data.sparse_latents`): with
+    ``support="bernoulli"`` every entry is non-zero independently with probability ``β``,
+    conditioned on at least one non-zero entry, so the expected fraction of non-zero
+    entries is ``β / (1 - (1 - β)^d)`` (0.154 at ``β = 0.1``, ``d = 10``). With
+    ``support="fixed_count"`` every sample has exactly ``k`` non-zeros at uniformly random
+    positions, as in Pokle et al.'s code (``gen_z``): ``k = nonzero_count``, or by default
+    their rule ``k = max(⌈dβ⌉, ⌈dβ/2⌉ + 1)`` (2 at ``β = 0.1`` and ``0.2``, 3 at ``0.3``,
+    ``d = 10``). Non-zero entries are ``±1`` (``latent="symmetric"``: i.i.d. fair signs
+    under ``"bernoulli"``; exactly ``⌈k/2⌉`` of them ``-1`` under ``"fixed_count"``, as the
+    authors) or 1 (``"binary"``). See :meth:`expected_nonzero_fraction`.
 
     Args:
         p: Input dimension (>= d).
@@ -130,6 +138,9 @@ class SparseCodingModel:
         noise_var: Noise variance ``σ²`` per input entry (>= 0); ``None`` uses
             ``log(d) / d``.
         seed: Seed of the dictionary.
+        support: ``"bernoulli"`` (i.i.d. entries) or ``"fixed_count"`` (``k`` per sample).
+        nonzero_count: ``k`` for ``"fixed_count"`` (in ``[1, d]``); ``None`` derives it from
+            ``nonzero_prob`` by the authors' rule. Only with ``"fixed_count"``.
 
     Attributes:
         dictionary: Column-orthonormal ``M`` ``[p, d]`` (float32).
@@ -141,6 +152,8 @@ class SparseCodingModel:
     nonzero_prob: float = 0.1
     noise_var: float | None = None
     seed: int = 0
+    support: Support = "bernoulli"
+    nonzero_count: int | None = None
     dictionary: Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -154,6 +167,15 @@ class SparseCodingModel:
         if self.noise_var is not None:
             check_at_least("noise_var", self.noise_var, 0.0)
         check_at_least("seed", self.seed, 0)
+        check_choice("support", self.support, get_args(Support))
+        if self.nonzero_count is not None and self.support != "fixed_count":
+            raise ConfigError(
+                f"nonzero_count={self.nonzero_count} needs support='fixed_count' "
+                f"(support={self.support!r} draws each entry with nonzero_prob)",
+                key="nonzero_count",
+            )
+        if self.support == "fixed_count":
+            check_range("nonzero_count", self.count, 1, self.d)
         generator = seeded_generator(self.seed, DATA_KEY, _DICTIONARY_STREAM)
         self.dictionary = random_dictionary(self.p, self.d, generator)
 
@@ -162,26 +184,29 @@ class SparseCodingModel:
         """The noise variance in use (``noise_var`` or ``log(d) / d``)."""
         return default_noise_var(self.d) if self.noise_var is None else self.noise_var
 
+    @property
+    def count(self) -> int:
+        """Non-zeros per sample under ``"fixed_count"``: ``nonzero_count`` or the authors'
+        ``max(⌈dβ⌉, ⌈dβ/2⌉ + 1)``."""
+        if self.nonzero_count is not None:
+            return self.nonzero_count
+        return paper_nonzero_count(self.d, self.nonzero_prob)
+
     def expected_nonzero_fraction(self) -> float:
-        """``E[#non-zeros of z] / d = β / (1 - (1 - β)^d)`` under the conditioning."""
+        """``E[#non-zeros of z] / d``: ``β / (1 - (1 - β)^d)`` (``"bernoulli"``, under the
+        conditioning on ``z ≠ 0``) or ``k / d`` (``"fixed_count"``)."""
+        if self.support == "fixed_count":
+            return self.count / self.d
         beta = self.nonzero_prob
         return beta / (1.0 - (1.0 - beta) ** self.d)
 
     def sample_latents(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` latents ``[n, d]`` (float32), each with at least one non-zero entry."""
         check_at_least("n", n, 1)
-        beta, d = self.nonzero_prob, self.d
-        # First non-zero index k: P(k) ∝ (1 - β)^k β, k < d (the law given z ≠ 0).
-        first_probs = (1.0 - beta) ** torch.arange(d, dtype=torch.float64)
-        first = torch.multinomial(first_probs, n, replacement=True, generator=generator)
-        later = torch.rand(n, d, generator=generator) < beta
-        index = torch.arange(d)
-        support = ((index > first[:, None]) & later) | (index == first[:, None])
-        z = support.float()
-        if self.latent == "symmetric":
-            signs = torch.randint(0, 2, (n, d), generator=generator).float() * 2.0 - 1.0
-            z = z * signs
-        return z
+        symmetric = self.latent == "symmetric"
+        if self.support == "fixed_count":
+            return fixed_count_latents(n, self.d, self.count, symmetric, generator)
+        return bernoulli_latents(n, self.d, self.nonzero_prob, symmetric, generator)
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """Draw ``n`` samples.
@@ -246,6 +271,11 @@ class SparseCodingDataModule(ResumableData, L.LightningDataModule):
         latent: ``"symmetric"`` (±1 latents) or ``"binary"`` ({0, 1} latents).
         nonzero_prob: Probability ``β`` that a latent entry is non-zero, in ``(0, 1]``.
         noise_var: Noise variance per input entry (>= 0); ``None`` uses ``log(d) / d``.
+        support: ``"bernoulli"`` (i.i.d. non-zeros, the default) or ``"fixed_count"``
+            (exactly ``k`` non-zeros per sample, Pokle et al.'s generator; the paper
+            configs use it).
+        nonzero_count: ``k`` of ``"fixed_count"``; ``None``: the authors' rule from
+            ``nonzero_prob`` (2 at 0.1 and 0.2, 3 at 0.3 for ``d = 10``).
         alpha: Probability that a coordinate survives a mask, in ``(0, 1)``.
         views: ``"independent"`` (``D_1 x, D_2 x``) or ``"dependent"``
             (``2 D x, 2 (I - D) x``).
@@ -279,6 +309,8 @@ class SparseCodingDataModule(ResumableData, L.LightningDataModule):
         batch_size: int = 100,
         val_n: int = 1000,
         seed: int = 0,
+        support: Support = "bernoulli",
+        nonzero_count: int | None = None,
     ) -> None:
         super().__init__()
         check_at_least("n", n, 1)
@@ -286,7 +318,9 @@ class SparseCodingDataModule(ResumableData, L.LightningDataModule):
         check_range("batch_size", batch_size, 1, n)
         check_range("alpha", alpha, 0.0, 1.0, "()")
         check_choice("views", views, get_args(ViewScheme))
-        self.model = SparseCodingModel(p, d, latent, nonzero_prob, noise_var, seed)
+        self.model = SparseCodingModel(
+            p, d, latent, nonzero_prob, noise_var, seed, support, nonzero_count
+        )
         self.save_hyperparameters()
         self.n, self.p, self.d, self.val_n = n, p, d, val_n
         self.alpha, self.views, self.batch_size = alpha, views, batch_size

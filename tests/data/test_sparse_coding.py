@@ -12,6 +12,7 @@ from ncl_lightning.data.sparse_coding import (
     SparseCodingModel,
     mask_views,
 )
+from ncl_lightning.runtime.errors import ConfigError
 
 
 def _gen(seed=0):
@@ -177,3 +178,110 @@ def test_mask_views_bad_arguments():
         mask_views(x, 1.0)
     with pytest.raises(ValueError, match="scheme"):
         mask_views(x, 0.5, "shared")  # type: ignore[arg-type]
+
+
+# --- Fixed-count latents (Pokle et al.'s data_model/gen_sparse_coding_data.py, gen_z) ---
+
+
+def _reference_count(d: int, beta: float) -> int:
+    """The authors' rule, by hand: ``s1 = ceil(d β / 2)`` entries -1, ``s2 - s1`` entries +1
+    with ``s2 = max(ceil(d β), s1 + 1)``."""
+    s1 = math.ceil(round(d * beta / 2, 9))
+    return max(math.ceil(round(d * beta, 9)), s1 + 1)
+
+
+def _reference_row(d: int, count: int, symmetric: bool, generator: torch.Generator):
+    """One latent, the slow obvious way: the fixed vector, then a random permutation."""
+    negatives = math.ceil(count / 2) if symmetric else 0
+    base = [-1.0] * negatives + [1.0] * (count - negatives) + [0.0] * (d - count)
+    order = torch.randperm(d, generator=generator).tolist()
+    return [base[order.index(j)] for j in range(d)]
+
+
+@pytest.mark.parametrize(("beta", "count"), [(0.1, 2), (0.2, 2), (0.3, 3), (0.5, 5), (1.0, 10)])
+def test_fixed_count_follows_the_authors_rule(beta, count):
+    assert _reference_count(10, beta) == count
+    assert SparseCodingModel(nonzero_prob=beta, support="fixed_count").count == count
+
+
+@pytest.mark.parametrize(("latent", "count"), [("symmetric", 3), ("symmetric", 2), ("binary", 4)])
+def test_fixed_count_latents_match_a_slow_reference(latent, count):
+    d, n = 6, 30000
+    model = SparseCodingModel(
+        p=8, d=d, latent=latent, support="fixed_count", nonzero_count=count, seed=1
+    )
+    z = model.sample_latents(n, _gen(2))
+    symmetric = latent == "symmetric"
+    ref = torch.tensor([_reference_row(d, count, symmetric, _gen(i)) for i in range(2000)])
+    # Every row holds exactly the fixed multiset of values (as the reference's rows do).
+    want = sorted(ref[0].tolist())
+    assert all(sorted(row) == want for row in z.tolist())
+    assert ((z != 0).sum(dim=1) == count).all()
+    assert model.expected_nonzero_fraction() == pytest.approx(count / d)
+    # Positions uniform: each coordinate takes each value with the reference's frequency.
+    for value in (-1.0, 1.0):
+        freq = (z == value).float().mean(dim=0)
+        expected = (ref == value).float().mean().item()  # by symmetry, one number
+        assert expected == pytest.approx(want.count(value) / d, abs=0.03)
+        assert torch.allclose(freq, torch.full((d,), want.count(value) / d), atol=0.015)
+    # Uniform over supports: every pair of coordinates is jointly non-zero equally often.
+    nonzero = (z != 0).float()
+    pairs = (nonzero.T @ nonzero / n)[torch.triu_indices(d, d, 1).unbind()]
+    assert torch.allclose(
+        pairs, torch.full_like(pairs, count * (count - 1) / (d * (d - 1))), atol=0.015
+    )
+
+
+def test_fixed_count_datamodule_is_seeded_and_resumable():
+    kwargs = {"n": 200, "val_n": 50, "nonzero_prob": 0.3, "support": "fixed_count"}
+    a, b = (SparseCodingDataModule(seed=5, **kwargs) for _ in range(2))
+    assert torch.equal(a.train_latents, b.train_latents) and torch.equal(a.val_inputs, b.val_inputs)
+    assert ((a.train_latents != 0).sum(dim=1) == 3).all()
+    assert ((a.val_latents == -1).sum(dim=1) == 2).all()
+    other = SparseCodingDataModule(seed=6, **kwargs)
+    assert not torch.equal(other.train_latents, a.train_latents)
+    # Same seed, other support law: other latents, the same dictionary.
+    bernoulli = SparseCodingDataModule(seed=5, **{**kwargs, "support": "bernoulli"})
+    assert torch.equal(bernoulli.dictionary, a.dictionary)
+    assert not torch.equal(bernoulli.train_latents, a.train_latents)
+
+
+def test_fixed_count_run_resumes_mid_epoch(tmp_path):
+    from tests.data.test_resume_generated import _cl, _fit
+
+    def data():
+        return SparseCodingDataModule(
+            n=64, p=12, d=4, batch_size=16, val_n=16, seed=4, support="fixed_count",
+            nonzero_count=2,
+        )  # fmt: skip
+
+    from ncl_lightning.nn import SparseCodingEncoder
+
+    _, want = _fit(lambda: _cl(SparseCodingEncoder(12, 8)), data(), tmp_path / "reference")
+    mid = tmp_path / "mid.ckpt"
+    _, stopped = _fit(lambda: _cl(SparseCodingEncoder(12, 8)), data(), tmp_path / "run", mid)
+    saved = torch.load(mid, weights_only=False)["datamodule_hyper_parameters"]
+    assert saved["support"] == "fixed_count"
+    _, resumed = _fit(
+        lambda: _cl(SparseCodingEncoder(12, 8)), data(), tmp_path / "run", ckpt_path=mid
+    )
+    seen = stopped.batches + resumed.batches
+    assert len(seen) == len(want.batches) == 8
+    for (_, _, views), (_, _, ref) in zip(seen, want.batches, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(views, ref, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"support": "poisson"}, "support must be one of"),
+        ({"nonzero_count": 2}, "needs support='fixed_count'"),
+        ({"support": "fixed_count", "nonzero_count": 0}, r"nonzero_count must be in \[1, 10\]"),
+        ({"support": "fixed_count", "nonzero_count": 11}, r"nonzero_count must be in \[1, 10\]"),
+        ({"support": "fixed_count", "d": 1, "nonzero_prob": 1.0}, "nonzero_count"),
+    ],
+)
+def test_fixed_count_bad_arguments(kwargs, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        SparseCodingDataModule(**kwargs)
+    assert info.value.key in ("support", "nonzero_count")
