@@ -44,13 +44,21 @@ class BayesNCL(NCL):
 
     Args:
         backbone: Encoder exposing ``out_dim``.
-        gate: ``ste`` (paper), ``gumbel`` or ``soft``, or a gate module.
+        gate: ``ste`` (paper), ``gumbel`` (the release's Gumbel ablation), ``logistic``
+            (binary Concrete) or ``soft``, or a gate module (see
+            :mod:`ncl_lightning.nn.gates`).
         prior: Prior open probability ``ρ`` (paper: 0.8).
         kl_weight: ``λ`` (paper: 3e-5).
+        kl_eps: ``α`` and ``ρ`` are clamped to ``[kl_eps, 1 − kl_eps]`` in the KL (release:
+            0.01, so an ``α`` outside ``[0.01, 0.99]`` gets no KL gradient).
         gate_temperature: Sigmoid temperature of ``α`` (paper: 1.0).
         threshold: Open when ``α > threshold`` (paper: 0.5).
         gate_layers: Linear layers of the gating head (1, 2 or 3; paper: 2).
         gate_hidden_dim: Hidden width of the gating head (None: the projector's).
+        gate_batch_norm: BatchNorm after each hidden layer of the gating head. ``False``
+            (default): Linear–ReLU–Linear, the release's head, whose mask is the same
+            function of the input in training and at inference (BatchNorm would read batch
+            statistics in one and running statistics in the other).
         gate_lr: Learning rate of the gating head (paper: 0.1; scaled by batch like all).
         detach_gate_input: Feed the gating head detached backbone features.
         **kwargs: Everything :class:`~ncl_lightning.methods.NCL` takes.
@@ -64,10 +72,12 @@ class BayesNCL(NCL):
         gate: str | nn.Module = "ste",
         prior: float = 0.8,
         kl_weight: float = 3e-5,
+        kl_eps: float = 0.01,
         gate_temperature: float = 1.0,
         threshold: float = 0.5,
         gate_layers: int = 2,
         gate_hidden_dim: int | None = None,
+        gate_batch_norm: bool = False,
         gate_lr: float = 0.1,
         detach_gate_input: bool = True,
         **kwargs: Any,
@@ -75,6 +85,7 @@ class BayesNCL(NCL):
         super().__init__(backbone, **kwargs)
         check_range("prior", prior, 0, 1, closed="()")
         check_at_least("kl_weight", kl_weight, 0)
+        check_range("kl_eps", kl_eps, 0, 0.5, closed="[)")
         check_positive("gate_temperature", gate_temperature)
         check_range("threshold", threshold, 0, 1, closed="()")
         check_choice("gate_layers", gate_layers, (1, 2, 3))
@@ -82,8 +93,12 @@ class BayesNCL(NCL):
             check_at_least("gate_hidden_dim", gate_hidden_dim, 1)
         check_positive("gate_lr", gate_lr)
         hidden = gate_hidden_dim or self.hparams.get("proj_hidden_dim", backbone.out_dim)
-        self.gating_head = MLP(backbone.out_dim, hidden, self.projector.out_dim, gate_layers)
-        self.gate = GATES.build(gate, config_key="gate", threshold=threshold)
+        self.gating_head = MLP(
+            backbone.out_dim, hidden, self.projector.out_dim, gate_layers, gate_batch_norm
+        )
+        self.gate = GATES.build(
+            gate, config_key="gate", threshold=threshold, temperature=gate_temperature
+        )
         d = self.projector.out_dim
         self.open_frequency = nn.ModuleDict({s: OpenFrequency(d) for s in ("val", "test")})
 
@@ -101,8 +116,9 @@ class BayesNCL(NCL):
 
     def kl(self, views: list[GatedEncoded]) -> Tensor:
         """``mean_x Σ_i KL(Bern(α_i(x)) || Bern(ρ))`` over the views."""
-        prior = self.hparams.prior
-        return sum(bernoulli_kl(v.alpha, prior).sum(dim=1).mean() for v in views) / len(views)
+        prior, eps = self.hparams.prior, self.hparams.kl_eps
+        kls = (bernoulli_kl(v.alpha, prior, eps).sum(dim=1).mean() for v in views)
+        return sum(kls) / len(views)
 
     def objective(self, views: list[GatedEncoded]) -> Tensor:  # type: ignore[override]
         contrastive = super().objective(views)

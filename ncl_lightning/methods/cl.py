@@ -27,6 +27,9 @@ class CL(SSLMethod):
         proj_hidden_dim: Projector hidden width (CIFAR: 2048).
         proj_output_dim: Projector output width ``d`` (CIFAR: 256).
         proj_num_layers: Linear layers in the projector.
+        proj_batch_norm: BatchNorm after each hidden projector layer. ``False`` (default)
+            is the NCL and BayesNCL releases' projector, Linear–ReLU–Linear
+            (``solo/methods/simclr.py`` of both); ``True`` is the SimCLR paper's.
         loss: Registered loss name (``info_nce``, ``spectral``; see
             :data:`~ncl_lightning.losses.OBJECTIVES`) or a module
             ``(z1 [n, d], z2 [n, d]) -> loss`` that :meth:`objective` applies; ``None``:
@@ -49,6 +52,7 @@ class CL(SSLMethod):
         proj_hidden_dim: int = 2048,
         proj_output_dim: int = 256,
         proj_num_layers: int = 2,
+        proj_batch_norm: bool = False,
         loss: str | nn.Module | None = None,
         temperature: float = 0.2,
         gather_distributed: bool = True,
@@ -63,7 +67,9 @@ class CL(SSLMethod):
         super().__init__(backbone, **kwargs)
         check_positive("temperature", temperature)
         check_projector(proj_hidden_dim, proj_output_dim, proj_num_layers)
-        self.projector = MLP(backbone.out_dim, proj_hidden_dim, proj_output_dim, proj_num_layers)
+        self.projector = MLP(
+            backbone.out_dim, proj_hidden_dim, proj_output_dim, proj_num_layers, proj_batch_norm
+        )
         self.loss_fn = OBJECTIVES.build(
             self.resolve_loss(loss),
             config_key="loss",

@@ -42,6 +42,8 @@ class NCEClassifier(Classifier):
         proj_hidden_dim: Projector hidden width (0: no projector).
         proj_output_dim: Projector output width (0: no projector).
         proj_num_layers: Linear layers of the projector.
+        proj_batch_norm: BatchNorm after each hidden projector layer (default ``False``:
+            Linear–ReLU–Linear, the projector of the NCL release, which NCE shares).
         pretrained: A checkpoint of this package whose backbone weights initialise
             ``backbone`` (tensor-only loading); ``None`` trains from scratch.
         **kwargs: Optimisation settings of :class:`Classifier`.
@@ -58,6 +60,7 @@ class NCEClassifier(Classifier):
         proj_hidden_dim: int = 0,
         proj_output_dim: int = 0,
         proj_num_layers: int = 2,
+        proj_batch_norm: bool = False,
         pretrained: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -75,7 +78,13 @@ class NCEClassifier(Classifier):
             check_at_least("proj_num_layers", proj_num_layers, 1)
         self.backbone = load_backbone(pretrained, backbone) if pretrained else backbone
         self.projector = (
-            MLP(backbone.out_dim, proj_hidden_dim, proj_output_dim, proj_num_layers)
+            MLP(
+                backbone.out_dim,
+                proj_hidden_dim,
+                proj_output_dim,
+                proj_num_layers,
+                proj_batch_norm,
+            )
             if proj_output_dim > 0
             else nn.Identity()
         )

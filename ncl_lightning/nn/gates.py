@@ -1,12 +1,20 @@
 """Bernoulli gates for BayesNCL ("Bayesian Gated Non-Negative Contrastive Learning",
 ICML 2026): per-sample, per-dimension masks ``m`` that multiply the NCL features.
 
-Each gate maps open probabilities ``α ∈ (0, 1)`` ``[B, d]`` to a mask ``[B, d]``:
+Each gate maps open probabilities ``α = σ(g / T) ∈ (0, 1)`` ``[B, d]`` (``g`` the gating
+head's logits, ``T`` its sigmoid temperature) to a mask ``[B, d]``:
 
 * ``ste``: forward the hard mask ``1[α > threshold]``, backward through ``α``
   (straight-through estimator, the paper's gate);
-* ``gumbel``: a Gumbel-sigmoid (binary Concrete) sample, hard in the forward pass, with the
-  straight-through gradient of the relaxed sample;
+* ``gumbel``: the BayesNCL release's Gumbel ablation (``gumbel_sigmoid`` in
+  ``solo/methods/bayesncl_helper_functions.py``): one Gumbel(0, 1) sample ``G`` added to the
+  raw logits, ``s = σ((g + G) / T)``, hard ``1[s > threshold]`` forward, straight-through
+  to ``s``. It is not a Bernoulli(α) sample: ``G`` has mean ≈ 0.577, so a gate opens with
+  probability ``1 − exp(−exp(T·(logit α − logit threshold)))`` (``1 − exp(−α/(1−α))`` at
+  ``T = 1``, threshold 0.5): more often than ``α`` (0.63 at ``α = 0.5``);
+* ``logistic``: the binary Concrete / Gumbel-sigmoid relaxation (Maddison et al., 2017;
+  Jang et al., 2017): logistic noise on ``logit α``, hard ``1[s > 0.5]``, an exact
+  Bernoulli(α) sample in the forward pass;
 * ``soft``: the probabilities themselves (ablation).
 
 At inference every gate is the deterministic hard mask ``1[α > threshold]``.
@@ -18,10 +26,11 @@ import torch
 from torch import Tensor, nn
 
 from ncl_lightning.registry import Registry
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.validation import check_positive, check_range
 
 GATES: Registry[nn.Module] = Registry("gate type")
-"""BayesNCL gates by name (``model.init_args.gate``): ``"ste"``, ``"gumbel"``, ``"soft"``."""
+"""BayesNCL gates by name (``model.init_args.gate``): ``"ste"``, ``"gumbel"``,
+``"logistic"``, ``"soft"``."""
 
 
 class _StraightThrough(torch.autograd.Function):
@@ -40,10 +49,24 @@ def straight_through(hard: Tensor, soft: Tensor) -> Tensor:
     return _StraightThrough.apply(hard.to(soft.dtype), soft)
 
 
-def bernoulli_kl(alpha: Tensor, prior: float, eps: float = 1e-6) -> Tensor:
-    """``KL(Bern(α) || Bern(ρ))`` elementwise, ``α`` clamped to ``[eps, 1 - eps]``."""
+def bernoulli_kl(alpha: Tensor, prior: float, eps: float = 0.01) -> Tensor:
+    """``KL(Bern(α) || Bern(ρ))`` elementwise, ``α`` and ``ρ`` clamped to ``[eps, 1 − eps]``.
+
+    The default ``eps = 0.01`` is the BayesNCL release's (``compute_bernoulli_kl_divergence``
+    in ``solo/methods/bayesncl_helper_functions.py``): an ``α`` outside ``[0.01, 0.99]``
+    gets no KL gradient.
+
+    Args:
+        alpha: Open probabilities ``[B, d]`` (any shape).
+        prior: Prior open probability ``ρ``.
+        eps: Clamp margin, in ``[0, 0.5)``.
+
+    Returns:
+        The KL of every entry, ``alpha``'s shape.
+    """
     a = alpha.clamp(eps, 1 - eps)
-    return a * torch.log(a / prior) + (1 - a) * torch.log((1 - a) / (1 - prior))
+    rho = min(max(prior, eps), 1 - eps)
+    return a * torch.log(a / rho) + (1 - a) * torch.log((1 - a) / (1 - rho))
 
 
 class Gate(nn.Module):
@@ -51,13 +74,16 @@ class Gate(nn.Module):
 
     Args:
         threshold: Open when ``α > threshold`` (paper: 0.5).
+        temperature: The sigmoid temperature ``T`` of ``α = σ(g / T)`` (BayesNCL passes its
+            ``gate_temperature``), for gates that work on the logits ``g = T · logit α``.
     """
 
-    def __init__(self, threshold: float = 0.5) -> None:
+    def __init__(self, threshold: float = 0.5, temperature: float = 1.0) -> None:
         super().__init__()
-        if not 0.0 < threshold < 1.0:
-            raise ConfigError(f"threshold must be in (0, 1), got {threshold}")
+        check_range("threshold", threshold, 0, 1, closed="()")
+        check_positive("gate_temperature", temperature)
         self.threshold = threshold
+        self.temperature = temperature
 
     def hard(self, alpha: Tensor) -> Tensor:
         """Deterministic mask ``1[α > threshold]`` ``[B, d]``."""
@@ -80,28 +106,56 @@ class STEGate(Gate):
         return straight_through(self.hard(alpha), alpha)
 
 
+def _logit(alpha: Tensor) -> Tensor:
+    """``log(α / (1 − α))``, ``α`` kept 1e-6 away from 0 and 1 (where the sigmoid's gradient
+    is ~0 anyway)."""
+    a = alpha.clamp(1e-6, 1 - 1e-6)
+    return torch.log(a) - torch.log1p(-a)
+
+
+def _uniform(like: Tensor) -> Tensor:
+    """``U(0, 1)`` draws of ``like``'s shape, away from 0 and 1 (global generator)."""
+    return torch.rand_like(like).clamp(1e-6, 1 - 1e-6)
+
+
 @GATES.register("gumbel")
 class GumbelGate(Gate):
-    """Gumbel-sigmoid sample ``σ((logit α + log u − log(1 − u)) / τ_g)``, hard forward.
+    """The BayesNCL release's Gumbel gate: ``s = σ((g + G) / T)``, ``G ~ Gumbel(0, 1)``,
+    hard ``1[s > threshold]`` forward, ``∂m/∂s = 1`` backward.
+
+    ``g = T · logit α`` are the gating head's logits. Reproducible under
+    ``torch.manual_seed`` (it draws from the global generator). The release draws
+    ``G = −log(−log(u + 1e-4) + 1e-4)``; here ``u`` is kept in ``[1e-6, 1 − 1e-6]``.
+    """
+
+    def train_mask(self, alpha: Tensor) -> Tensor:
+        gumbel = -torch.log(-torch.log(_uniform(alpha)))
+        relaxed = torch.sigmoid(_logit(alpha) + gumbel / self.temperature)
+        return straight_through((relaxed > self.threshold).to(alpha.dtype), relaxed)
+
+
+@GATES.register("logistic")
+class LogisticGate(Gate):
+    """Binary Concrete sample ``s = σ((logit α + log u − log(1 − u)) / τ)``, hard
+    ``1[s > 0.5]`` forward (an exact Bernoulli(α) sample), straight-through to ``s``.
 
     Reproducible under ``torch.manual_seed`` (it draws from the global generator).
 
     Args:
-        threshold: Threshold of the hard forward mask and of inference.
+        threshold: Threshold of inference's hard mask.
+        temperature: Sigmoid temperature of ``α`` (unused: the noise is on ``logit α``).
         tau: Temperature of the relaxed sample.
     """
 
-    def __init__(self, threshold: float = 0.5, tau: float = 1.0) -> None:
-        super().__init__(threshold)
-        if not tau > 0:
-            raise ConfigError(f"gumbel tau must be > 0, got {tau}")
+    def __init__(self, threshold: float = 0.5, temperature: float = 1.0, tau: float = 1.0) -> None:
+        super().__init__(threshold, temperature)
+        check_positive("tau", tau)
         self.tau = tau
 
     def train_mask(self, alpha: Tensor) -> Tensor:
-        a = alpha.clamp(1e-6, 1 - 1e-6)
-        u = torch.rand_like(a).clamp(1e-6, 1 - 1e-6)
-        relaxed = torch.sigmoid((torch.log(a / (1 - a)) + torch.log(u / (1 - u))) / self.tau)
-        return straight_through((relaxed > 0.5).to(a.dtype), relaxed)
+        u = _uniform(alpha)
+        relaxed = torch.sigmoid((_logit(alpha) + torch.log(u) - torch.log1p(-u)) / self.tau)
+        return straight_through((relaxed > 0.5).to(alpha.dtype), relaxed)
 
 
 @GATES.register("soft")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import lightning as L
@@ -11,7 +12,7 @@ import torch
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.methods import BayesNCL, NCLTopK
 from ncl_lightning.nn import SmallCNN
-from ncl_lightning.nn.gates import GATES, GumbelGate, STEGate, bernoulli_kl
+from ncl_lightning.nn.gates import GATES, GumbelGate, LogisticGate, STEGate, bernoulli_kl
 
 
 def _model(**kw) -> BayesNCL:
@@ -84,18 +85,74 @@ def test_bernoulli_kl_matches_the_formula() -> None:
     assert bernoulli_kl(torch.tensor([rho]), rho).abs().item() < 1e-7
 
 
-def test_gumbel_gate_is_hard_and_reproducible_under_a_seed() -> None:
-    gate = GumbelGate(0.5).train()
-    alpha = torch.full((2000, 8), 0.3)
-    torch.manual_seed(3)
+def test_bernoulli_kl_clamps_like_the_release() -> None:
+    # The release clamps α and ρ to [0.01, 0.99]: outside, the KL is that of the boundary
+    # and its gradient is zero.
+    a = torch.tensor([0.001, 0.5, 0.9999], requires_grad=True)
+    kl = bernoulli_kl(a, 0.8)
+    boundary = bernoulli_kl(torch.tensor([0.01, 0.99]), 0.8, eps=0.0)
+    torch.testing.assert_close(kl[[0, 2]].detach(), boundary)
+    kl.sum().backward()
+    assert a.grad[0] == 0 and a.grad[2] == 0 and a.grad[1] != 0
+    # ρ is clamped too: a prior of 0.999 is read as 0.99.
+    torch.testing.assert_close(bernoulli_kl(a.detach(), 0.999), bernoulli_kl(a.detach(), 0.99))
+    # eps=1e-6 is the old, looser clamp: α = 0.001 then has a gradient.
+    b = torch.tensor([0.001], requires_grad=True)
+    bernoulli_kl(b, 0.8, eps=1e-6).sum().backward()
+    assert b.grad[0] != 0
+
+
+def _open_rate(gate: torch.nn.Module, alpha: torch.Tensor, seed: int) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(seed)
     a = gate(alpha)
-    torch.manual_seed(3)
+    torch.manual_seed(seed)
     b = gate(alpha)
-    c = gate(alpha)
+    return a, b, gate(alpha)
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.5, 0.7])
+def test_gumbel_gate_is_the_release_estimator(alpha: float) -> None:
+    # One Gumbel(0, 1) sample on the raw logits g = logit α (T = 1), thresholded at 0.5:
+    # P(open) = P(G > -logit α) = 1 - exp(-exp(logit α)) = 1 - exp(-α / (1 - α)).
+    gate = GumbelGate(0.5).train()
+    probs = torch.full((4000, 8), alpha)
+    a, b, c = _open_rate(gate, probs, 3)
     assert set(a.unique().tolist()) <= {0.0, 1.0}
     assert torch.equal(a, b) and not torch.equal(b, c)
-    assert abs(a.mean().item() - 0.3) < 0.02  # a Bernoulli(α) sample
-    assert torch.equal(gate.eval()(alpha), torch.zeros_like(alpha))  # inference: 1[α > t]
+    expected = 1 - math.exp(-alpha / (1 - alpha))
+    assert abs(a.mean().item() - expected) < 0.015
+    assert abs(expected - alpha) > 0.04  # so the two estimators are told apart
+    assert torch.equal(gate.eval()(probs), (probs > 0.5).float())  # inference: 1[α > t]
+
+
+def test_gumbel_gate_reads_the_sigmoid_temperature() -> None:
+    # α = σ(g / T) with T = 2: the noise is added to g = 2 logit α, so s = σ(logit α + G / 2).
+    alpha, temperature = 0.3, 2.0
+    gate = GumbelGate(0.5, temperature=temperature).train()
+    a = _open_rate(gate, torch.full((4000, 8), alpha), 5)[0]
+    logit = math.log(alpha / (1 - alpha))
+    expected = 1 - math.exp(-math.exp(temperature * logit))
+    assert abs(a.mean().item() - expected) < 0.015
+
+
+def test_gumbel_gate_gradient_is_straight_through_to_the_relaxed_sample() -> None:
+    alpha = torch.full((1, 4), 0.4, requires_grad=True)
+    torch.manual_seed(0)
+    GumbelGate(0.5).train()(alpha).sum().backward()
+    torch.manual_seed(0)
+    u = torch.rand(1, 4).clamp(1e-6, 1 - 1e-6)
+    s = torch.sigmoid(math.log(0.4 / 0.6) - torch.log(-torch.log(u)))
+    # ds/dα = s (1 - s) / (α (1 - α)) through logit α
+    torch.testing.assert_close(alpha.grad, s * (1 - s) / (0.4 * 0.6))
+
+
+def test_logistic_gate_is_a_bernoulli_sample() -> None:
+    gate = GATES.build("logistic", threshold=0.5).train()
+    assert isinstance(gate, LogisticGate)
+    a, b, c = _open_rate(gate, torch.full((4000, 8), 0.3), 3)
+    assert set(a.unique().tolist()) <= {0.0, 1.0}
+    assert torch.equal(a, b) and not torch.equal(b, c)
+    assert abs(a.mean().item() - 0.3) < 0.015  # a Bernoulli(α) sample
 
 
 def test_soft_gate_multiplies_by_alpha_in_training_and_is_hard_at_inference() -> None:
@@ -107,7 +164,7 @@ def test_soft_gate_multiplies_by_alpha_in_training_and_is_hard_at_inference() ->
 
 def test_bad_gate_settings_are_clear_errors() -> None:
     with pytest.raises(
-        ValueError, match="unknown gate type 'hard'; valid names: gumbel, soft, ste"
+        ValueError, match="unknown gate type 'hard'; valid names: gumbel, logistic, soft, ste"
     ):
         _model(gate="hard")
     with pytest.raises(ValueError, match=r"prior must be in \(0, 1\)"):
@@ -159,3 +216,29 @@ def test_ncl_topk_keeps_k_activations_per_sample() -> None:
     assert ((z > 0).sum(dim=1) <= 3).all()
     with pytest.raises(ValueError, match=r"topk must be in \[1, 12\]"):
         NCLTopK(SmallCNN(1, 8, 16), proj_hidden_dim=32, proj_output_dim=12, topk=13)
+
+
+def test_gating_head_has_no_batch_norm_so_train_and_eval_masks_agree() -> None:
+    # The release's head is Linear-ReLU-Linear. With BatchNorm the eval mask reads running
+    # statistics, so the same images can get another mask than in training.
+    for batch_norm, agree in ((False, True), (True, False)):
+        model = _model(gate_batch_norm=batch_norm)
+        norms = [m for m in model.gating_head.modules() if isinstance(m, torch.nn.BatchNorm1d)]
+        assert bool(norms) == batch_norm
+        h = torch.randn(32, model.backbone.out_dim) * 3 + 1  # the same backbone features
+        with torch.no_grad():
+            model.train()
+            train_mask = model.gate(model.gate_probs(h))
+            model.eval()
+            eval_mask = model.gate(model.gate_probs(h))
+        assert torch.equal(train_mask, eval_mask) == agree
+
+
+def test_kl_eps_reaches_the_kl_and_is_checked() -> None:
+    model = _model(kl_eps=0.2)
+    alpha = torch.full((4, model.projector.out_dim), 0.05)
+    views = [model.encode(torch.randn(4, 1, 8, 8))._replace(alpha=alpha)] * 2
+    expected = bernoulli_kl(torch.full_like(alpha, 0.2), 0.8, eps=0.0).sum(dim=1).mean()
+    torch.testing.assert_close(model.kl(views), expected)
+    with pytest.raises(ValueError, match=r"kl_eps must be in \[0, 0.5\)"):
+        _model(kl_eps=0.5)

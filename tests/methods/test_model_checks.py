@@ -172,7 +172,8 @@ _ssl_cases = {
     ),
     "gate-did-you-mean": (
         partial(_ssl, BayesNCL, gate="stee"),
-        "gate: unknown gate type 'stee'; valid names: gumbel, soft, ste; did you mean 'ste'?",
+        "gate: unknown gate type 'stee'; valid names: gumbel, logistic, soft, ste; "
+        "did you mean 'ste'?",
     ),
     "objective-did-you-mean": (
         partial(_ssl, CL, loss="info_nse"),
@@ -334,9 +335,12 @@ def test_preflight_changes_nothing(cls: type) -> None:
 
 
 def _batch_of(cls: type, batch_size: int) -> nn.Module:
+    """A model whose projector has BatchNorm (``proj_batch_norm``; off by default)."""
     if cls is NCEClassifier:
-        return _nce(batch_size=batch_size, proj_hidden_dim=16, proj_output_dim=8)
-    return _ssl(cls, batch_size=batch_size)
+        return _nce(
+            batch_size=batch_size, proj_hidden_dim=16, proj_output_dim=8, proj_batch_norm=True
+        )
+    return _ssl(cls, batch_size=batch_size, proj_batch_norm=True)
 
 
 @pytest.mark.parametrize("cls", [NCL, BayesNCL, NCEClassifier])
