@@ -314,8 +314,7 @@ class BatchAugmentation(nn.Module):
         strengths += (augmentation.saturation, augmentation.hue)
         # Ops of strength 0 are left out, as ColorJitter leaves them out (factor None).
         self._jitter_ops = [op for op, s in enumerate(strengths) if s > 0]
-        size = augmentation.crop_size
-        self.blur_kernel = max(3, int(0.1 * size) // 2 * 2 + 1)  # as SimCLRAugmentation.build
+        self.blur_kernel = augmentation.blur_kernel_side  # as SimCLRAugmentation.build
 
     def sample(self, n: int, height: int, width: int) -> ViewParams:
         """Draw the parameters of ``n`` views of ``height x width`` sources."""

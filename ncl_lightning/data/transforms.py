@@ -13,6 +13,7 @@ or float in [0, 1]) and return a normalised float tensor ``[C, H', W']``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,7 +24,13 @@ from torchvision.transforms import v2
 
 from ncl_lightning.registry import Registry
 from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_at_least, check_pair, check_positive, check_range
+from ncl_lightning.runtime.validation import (
+    check_at_least,
+    check_finite,
+    check_pair,
+    check_positive,
+    check_range,
+)
 
 CIFAR_MEAN: tuple[float, ...] = (0.4914, 0.4822, 0.4465)
 CIFAR_STD: tuple[float, ...] = (0.2470, 0.2435, 0.2616)
@@ -32,6 +39,25 @@ IMAGENET_STD: tuple[float, ...] = (0.229, 0.224, 0.225)
 # Pixel statistics of sklearn's load_digits after scaling 0..16 to [0, 1].
 DIGITS_MEAN: tuple[float, ...] = (0.3053,)
 DIGITS_STD: tuple[float, ...] = (0.3760,)
+
+
+def blur_kernel_size(sigma_max: float, side: int) -> int:
+    """Side of the Gaussian blur kernel for standard deviations up to ``sigma_max``.
+
+    The kernel covers ``±3 sigma_max`` (``2 ceil(3 sigma_max) + 1`` taps, 13 for
+    ``sigma_max = 2``), and is never smaller than SimCLR's "about 10 % of the image side"
+    (Chen et al., 2020, Appendix A: 23 px at 224), odd and at least 3. A kernel of 10 %
+    of a 32 px crop (3 px) truncates a σ = 2 Gaussian to a near box filter.
+
+    Args:
+        sigma_max: Largest blur standard deviation, in pixels.
+        side: Side of the (square) image the blur runs on, in pixels.
+
+    Returns:
+        The odd kernel side in pixels.
+    """
+    tenth = int(0.1 * side) // 2 * 2 + 1
+    return max(3, tenth, 2 * math.ceil(3 * sigma_max) + 1)
 
 
 @dataclass
@@ -53,8 +79,12 @@ class SimCLRAugmentation:
         hue: Colour-jitter hue strength, in [0, 0.5] (RGB only).
         jitter_p: Probability of applying the colour jitter.
         grayscale_p: Probability of converting to grayscale (channels are kept).
-        blur_p: Probability of a Gaussian blur (kernel about 10 % of ``crop_size``).
-        blur_sigma: Range of the blur standard deviation.
+        blur_p: Probability of a Gaussian blur.
+        blur_sigma: Range of the blur standard deviation, in pixels (drawn uniformly).
+        blur_kernel: Odd side of the blur kernel in pixels; ``None`` picks
+            :func:`blur_kernel_size` (``±3 σ_max``, at least ~10 % of ``crop_size``): 13 at
+            32 px, 23 at 224 px for ``σ_max = 2``. Set 3 for the 3-px kernel that earlier
+            versions used at 32 px. Reflect padding needs ``blur_kernel // 2 < crop_size``.
         solarize_p: Probability of solarising (threshold at half the intensity range).
         flip_p: Probability of a horizontal flip.
         mean: Per-channel normalisation mean (its length is the channel count).
@@ -73,6 +103,7 @@ class SimCLRAugmentation:
     grayscale_p: float = 0.2
     blur_p: float = 0.0
     blur_sigma: tuple[float, float] = (0.1, 2.0)
+    blur_kernel: int | None = None
     solarize_p: float = 0.0
     flip_p: float = 0.5
     mean: tuple[float, ...] = CIFAR_MEAN
@@ -86,6 +117,7 @@ class SimCLRAugmentation:
         check_pair("crop_scale", self.crop_scale, 0.0, 1.0)
         check_pair("crop_ratio", self.crop_ratio, 0.0, float("inf"))
         check_pair("blur_sigma", self.blur_sigma, 0.0, float("inf"))
+        check_finite("blur_sigma", self.blur_sigma[1])
         for name in ("rotation", "brightness", "contrast", "saturation"):
             check_at_least(name, getattr(self, name), 0)
         check_range("hue", self.hue, 0, 0.5)
@@ -107,11 +139,41 @@ class SimCLRAugmentation:
                         f"{self.channels} channel(s); set it to 0",
                         key=name,
                     )
+        self._check_blur_kernel()
+
+    def _check_blur_kernel(self) -> None:
+        # Reflect padding of kernel // 2 needs fewer pixels than the side: fail at config
+        # time, not in the first training batch.
+        if self.blur_kernel is not None:
+            check_positive("blur_kernel", self.blur_kernel)
+            if self.blur_kernel % 2 == 0:
+                raise ConfigError(
+                    f"SimCLRAugmentation.blur_kernel must be odd, got {self.blur_kernel}",
+                    key="blur_kernel",
+                )
+        kernel = self.blur_kernel_side
+        if self.blur_p > 0 and kernel // 2 >= self.crop_size:
+            key = "blur_kernel" if self.blur_kernel is not None else "blur_sigma"
+            raise ConfigError(
+                f"SimCLRAugmentation: a {kernel}-px blur kernel (blur_sigma max "
+                f"{self.blur_sigma[1]}, blur_kernel {self.blur_kernel}) does not fit "
+                f"crop_size={self.crop_size} (reflect padding needs kernel // 2 < crop_size); "
+                f"lower blur_sigma or blur_kernel, or set blur_p: 0",
+                key=key,
+            )
 
     @property
     def channels(self) -> int:
         """Number of image channels the normalisation expects."""
         return len(self.mean)
+
+    @property
+    def blur_kernel_side(self) -> int:
+        """The blur kernel side in pixels: ``blur_kernel``, or :func:`blur_kernel_size`
+        of ``blur_sigma`` and ``crop_size``; both pipelines use it."""
+        if self.blur_kernel is not None:
+            return self.blur_kernel
+        return blur_kernel_size(self.blur_sigma[1], self.crop_size)
 
     def build(self) -> Callable[[Any], Tensor]:
         """The stochastic view transform.
@@ -142,8 +204,7 @@ class SimCLRAugmentation:
             ops.append(v2.RandomGrayscale(self.grayscale_p))
         ops += [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
         if self.blur_p > 0:
-            kernel = max(3, int(0.1 * self.crop_size) // 2 * 2 + 1)  # odd, ~10 % of the side
-            blur = v2.GaussianBlur(kernel, sigma=self.blur_sigma)
+            blur = v2.GaussianBlur(self.blur_kernel_side, sigma=self.blur_sigma)
             ops.append(v2.RandomApply([blur], p=self.blur_p))
         if self.solarize_p > 0:
             ops.append(v2.RandomSolarize(0.5, p=self.solarize_p))
@@ -181,12 +242,16 @@ AUGMENTATIONS: Registry[SimCLRAugmentation] = Registry("augmentation preset")
 
 @AUGMENTATIONS.register("cifar")
 def cifar_augmentation(crop_size: int = 32) -> SimCLRAugmentation:
-    """CIFAR-10/100 views of the SimCLR and NCL papers.
+    """CIFAR-10/100 views of the NCL and BayesNCL releases.
 
+    The releases' ``scripts/pretrain/cifar/augmentations/symmetric.yaml``:
     RandomResizedCrop(32, scale 0.08-1), colour jitter (0.8, 0.8, 0.8, 0.2) with p=0.8,
-    grayscale p=0.2, horizontal flip p=0.5, no blur, CIFAR mean/std.
+    grayscale p=0.2, Gaussian blur p=0.5 with σ ~ U(0.1, 2) (the range of their
+    ``GaussianBlur``; a 13-px kernel, :func:`blur_kernel_size`), horizontal flip p=0.5,
+    no solarisation; CIFAR mean/std. The default of the CIFAR-10/100 DataModules and,
+    through :func:`scaled_augmentation`, of image folders up to 64 px (the CIFAR subset).
     """
-    return SimCLRAugmentation(crop_size=crop_size)
+    return SimCLRAugmentation(crop_size=crop_size, blur_p=0.5, blur_sigma=(0.1, 2.0))
 
 
 @AUGMENTATIONS.register("imagenet")
@@ -195,7 +260,7 @@ def imagenet_augmentation(crop_size: int = 224) -> SimCLRAugmentation:
 
     RandomResizedCrop(224, scale 0.08-1), colour jitter of strength 1 (0.8, 0.8, 0.8,
     0.2) with p=0.8, grayscale p=0.2, Gaussian blur p=0.5 (sigma 0.1-2, kernel ~10 % of
-    the side), flip p=0.5, no solarisation (BYOL's asymmetric recipe needs a different
+    the side: 23 px), flip p=0.5, no solarisation (BYOL's asymmetric recipe needs a different
     augmentation per view, which one shared augmentation does not express), ImageNet mean/std.
     """
     return SimCLRAugmentation(crop_size=crop_size, blur_p=0.5, mean=IMAGENET_MEAN, std=IMAGENET_STD)
@@ -228,9 +293,15 @@ def digits_augmentation() -> SimCLRAugmentation:
 
 def scaled_augmentation(image_size: int) -> SimCLRAugmentation:
     """Default views for images of side ``image_size``: the CIFAR recipe for small
-    images (<= 64 px), the ImageNet recipe (with blur, ImageNet statistics) above."""
+    images (<= 64 px), the ImageNet recipe (with blur, ImageNet statistics) above.
+
+    Images of 6 px or less cannot hold the 13-px kernel of the CIFAR blur (σ up to 2):
+    their views have no blur.
+    """
     if image_size <= 64:
-        return replace(cifar_augmentation(), crop_size=image_size)
+        cifar = cifar_augmentation()
+        fits = blur_kernel_size(cifar.blur_sigma[1], image_size) // 2 < image_size
+        return replace(cifar, crop_size=image_size, blur_p=cifar.blur_p if fits else 0.0)
     return imagenet_augmentation(crop_size=image_size)
 
 
@@ -270,6 +341,7 @@ __all__ = [
     "IMAGENET_STD",
     "MultiView",
     "SimCLRAugmentation",
+    "blur_kernel_size",
     "cifar_augmentation",
     "digits_augmentation",
     "imagenet_augmentation",

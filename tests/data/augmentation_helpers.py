@@ -83,9 +83,14 @@ def cpu_views(
     PIL image (as the loaders do) or the uint8 tensor."""
     transform = aug.build()
     source = to_pil(image) if pil else image
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        views = torch.stack([transform(source) for _ in range(n)])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a loader worker: one image is too small to split
+    try:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            views = torch.stack([transform(source) for _ in range(n)])
+    finally:
+        torch.set_num_threads(threads)
     return unnormalise(views, aug)
 
 

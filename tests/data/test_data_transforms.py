@@ -20,6 +20,7 @@ from ncl_lightning.data import (
     imagenet_augmentation,
     scaled_augmentation,
 )
+from ncl_lightning.data.transforms import blur_kernel_size
 
 
 def _pil(size: tuple[int, int] = (40, 36), seed: int = 0) -> Image.Image:
@@ -68,19 +69,44 @@ def test_presets_by_name() -> None:
     assert AUGMENTATIONS.names == ["cifar", "digits", "imagenet"]
     assert AUGMENTATIONS.build("cifar") == cifar_augmentation()
     cifar = cifar_augmentation()
-    assert (cifar.crop_size, cifar.crop_scale, cifar.jitter_p, cifar.blur_p) == (
-        32,
-        (0.08, 1.0),
-        0.8,
-        0.0,
-    )
+    # The releases' scripts/pretrain/cifar/augmentations/symmetric.yaml: blur p 0.5, σ 0.1-2.
+    assert (cifar.crop_size, cifar.crop_scale, cifar.jitter_p) == (32, (0.08, 1.0), 0.8)
+    assert (cifar.blur_p, cifar.blur_sigma, cifar.blur_kernel_side) == (0.5, (0.1, 2.0), 13)
     assert (cifar.brightness, cifar.contrast, cifar.saturation, cifar.hue) == (0.8, 0.8, 0.8, 0.2)
     imagenet = imagenet_augmentation()
-    assert (imagenet.crop_size, imagenet.blur_p) == (224, 0.5)
+    assert (imagenet.crop_size, imagenet.blur_p, imagenet.blur_kernel_side) == (224, 0.5, 23)
     digits = digits_augmentation()
     assert (digits.flip_p, digits.channels, digits.crop_size) == (0.0, 1, 8)
-    assert scaled_augmentation(64).crop_size == 64 and scaled_augmentation(64).blur_p == 0.0
+    assert scaled_augmentation(64).crop_size == 64 and scaled_augmentation(64).blur_p == 0.5
     assert scaled_augmentation(96).blur_p == 0.5
+    # The CIFAR blur's 13-px kernel needs 7 px; smaller images get no blur.
+    assert scaled_augmentation(7).blur_p == 0.5 and scaled_augmentation(6).blur_p == 0.0
+
+
+def test_blur_kernel_size_rule() -> None:
+    """±3 σ_max, odd, never below SimCLR's ~10 % of the side (23 px at 224) or 3."""
+    assert [blur_kernel_size(s, 32) for s in (0.1, 0.5, 1.0, 2.0)] == [3, 5, 7, 13]
+    assert [blur_kernel_size(2.0, side) for side in (8, 64, 160, 224)] == [13, 13, 17, 23]
+    assert SimCLRAugmentation(blur_p=0.5, blur_kernel=3).blur_kernel_side == 3
+
+
+@pytest.mark.parametrize(
+    ("fields", "key", "match"),
+    [
+        ({"crop_size": 6, "blur_p": 0.5}, "blur_sigma", r"13-px blur kernel .* crop_size=6"),
+        ({"crop_size": 4, "blur_p": 0.5, "blur_kernel": 9}, "blur_kernel", r"crop_size=4"),
+        ({"blur_kernel": 4}, "blur_kernel", r"blur_kernel must be odd"),
+        ({"blur_kernel": 0}, "blur_kernel", r"blur_kernel must be > 0"),
+        ({"blur_sigma": (0.1, float("inf"))}, "blur_sigma", r"blur_sigma must be a finite"),
+    ],
+)
+def test_blur_kernel_that_does_not_fit_is_refused(fields: dict, key: str, match: str) -> None:
+    """A blur kernel the crop cannot hold (reflect padding) fails at config time."""
+    with pytest.raises(ValueError, match=match) as info:
+        SimCLRAugmentation(**fields)
+    assert info.value.key == key
+    SimCLRAugmentation(crop_size=6, blur_p=0.0)  # no blur: no kernel to fit
+    SimCLRAugmentation(crop_size=7, blur_p=0.5)
 
 
 @pytest.mark.parametrize(
