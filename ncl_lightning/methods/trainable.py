@@ -40,6 +40,7 @@ from ncl_lightning.runtime.guard import (
 from ncl_lightning.runtime.internals import built_by_cli
 from ncl_lightning.runtime.record import RECORD_KEY, make_record, spec_of
 from ncl_lightning.runtime.switches import CompileMode, check_compile_mode
+from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
 from ncl_lightning.runtime.validation import check_at_least, check_choice, check_range
 
 
@@ -144,8 +145,11 @@ class TrainableModule(L.LightningModule):
         )
 
     def check_trainer(self, trainer: L.Trainer) -> None:
-        """What ``configure_optimizers`` needs of the trainer, checked before ``fit``."""
+        """What ``configure_optimizers`` and the strategy need of the trainer, checked
+        before ``fit``: the schedule's epochs, and ``sync_batchnorm`` only where
+        ``SyncBatchNorm`` runs."""
         check_schedule_epochs(trainer.max_epochs)
+        check_sync_batchnorm(trainer)
 
     def configure_callbacks(self) -> list[Callback]:
         """The default run-time callbacks the trainer lacks (a user's own instance of a

@@ -80,6 +80,15 @@ def missing_private_apis() -> list[str]:
     return missing
 
 
+# -- the strategy's layer sync (Trainer(sync_batchnorm=True)) ---------------------------
+def layer_sync(trainer: Any) -> Any | None:
+    """The strategy's layer-sync plugin (``TorchSyncBatchNorm`` under
+    ``Trainer(sync_batchnorm=True)``), or ``None``. Lightning keeps it in the parallel
+    strategies' private ``_layer_sync`` and converts the model's BatchNorm layers in
+    ``strategy.setup``."""
+    return getattr(trainer.strategy, "_layer_sync", None)
+
+
 # -- LightningCLI's hyper-parameter hand-over ------------------------------------------
 def built_by_cli() -> bool:
     """Whether the module being constructed now is built by LightningCLI from a config."""

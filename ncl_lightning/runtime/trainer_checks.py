@@ -23,6 +23,7 @@ from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
 
 from ncl_lightning.runtime.errors import ConfigError, closest
+from ncl_lightning.runtime.internals import layer_sync
 
 _AUTO = "auto"
 
@@ -265,3 +266,34 @@ __all__ = [
     "check_trainer",
     "output_dirs",
 ]
+
+
+SYNC_BATCHNORM_DEVICES = ("cuda", "xpu", "hpu")
+"""Device types on which ``torch.nn.SyncBatchNorm`` synchronises (torch refuses others)."""
+
+
+def check_sync_batchnorm(trainer: Any) -> None:
+    """``trainer.sync_batchnorm`` needs a device ``SyncBatchNorm`` supports.
+
+    The papers' configs train with ``sync_batchnorm: true`` (BatchNorm statistics over the
+    global batch, as the releases do). ``torch.nn.SyncBatchNorm`` synchronises only on
+    CUDA, XPU and HPU devices and raises in the first training step of a multi-process
+    CPU run, so that run is refused here, before anything is trained.
+
+    Args:
+        trainer: The built ``Trainer``.
+
+    Raises:
+        ConfigError: ``sync_batchnorm`` with several processes on another device type.
+    """
+    if layer_sync(trainer) is None or trainer.world_size < 2:
+        return
+    device = trainer.strategy.root_device.type
+    if device not in SYNC_BATCHNORM_DEVICES:
+        raise ConfigError(
+            f"trainer.sync_batchnorm: SyncBatchNorm runs on GPUs only (torch supports "
+            f"{', '.join(SYNC_BATCHNORM_DEVICES)}), and this run trains {trainer.world_size} "
+            f"processes on {device}; set --trainer.sync_batchnorm false (each process then "
+            "normalises by its own batch)",
+            key="trainer.sync_batchnorm",
+        )
