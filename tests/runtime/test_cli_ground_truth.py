@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from ncl_lightning.metrics.functional.dictionary import dictionary_recovery
 from ncl_lightning.runtime.cli import cli_main
@@ -40,21 +41,43 @@ def test_sparse_coding_config_short_run(config: Path, tmp_path: Path) -> None:
     assert metrics["val/dictionary/min"].item() == pytest.approx(expected["min"].item())
 
 
+def _predictor_linear_layers(model: torch.nn.Module) -> int:
+    return sum(isinstance(m, torch.nn.Linear) for m in model.predictor.modules())
+
+
 @pytest.mark.slow
-def test_overlays_add_the_predictor_and_the_warm_start(tmp_path: Path) -> None:
-    overlays = ["predictor.yaml", "warm_start.yaml"]
+def test_simsiam_config_is_the_paper_architecture(tmp_path: Path) -> None:
+    """Pokle et al.'s SimSiam (models/simsiam.py): encoder, m x m projector layer with BN
+    and SReLU, one linear predictor; the authors' fixed-count latents."""
+    cli = _fit(["--config", str(GROUND_TRUTH / "sparse_coding_simsiam.yaml")], tmp_path)
+    backbone = cli.model.backbone
+    assert backbone.second is not None and backbone.second[0].weight.shape == (50, 50)
+    assert isinstance(backbone.second[1], torch.nn.BatchNorm1d)
+    assert _predictor_linear_layers(cli.model) == 1
+    assert cli.datamodule.model.support == "fixed_count"
+    assert ((cli.datamodule.train_latents != 0).sum(dim=1) == 2).all()  # Pr(non-zero) 0.1
+
+
+@pytest.mark.slow
+def test_overlays_strip_the_projector_add_the_predictor_and_the_warm_start(
+    tmp_path: Path,
+) -> None:
+    overlays = ["encoder_only.yaml", "predictor.yaml", "warm_start.yaml", "bernoulli_latents.yaml"]
     args = ["--config", str(GROUND_TRUTH / "sparse_coding_simsiam.yaml")]
     args += [a for o in overlays for a in ("--config", str(GROUND_TRUTH / "overlays" / o))]
     cli = _fit(args, tmp_path, "--trainer.callbacks.init_args.seed", "7")
-    assert cli.model.hparams.pred_num_layers == 1
+    assert cli.model.backbone.second is None and _predictor_linear_layers(cli.model) == 1
+    assert cli.datamodule.model.support == "bernoulli"
     warm = [c for c in cli.trainer.callbacks if type(c).__name__ == "WarmStart"]
     assert len(warm) == 1 and warm[0].seed == 7 and warm[0].atoms is not None
+    only = _fit(args[:4], tmp_path / "encoder_only")
+    assert only.model.backbone.second is None and _predictor_linear_layers(only.model) == 0
 
 
 @pytest.mark.slow
 def test_landscape_study_writes_table_and_curves_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "study"
-    variants = ["SimCLR", "SimSiam + predictor + warm start"]
+    variants = ["SimCLR", "SimSiam, encoder only + predictor + warm start"]
     short = ["--trainer.max_epochs=3"]
     records = landscape.run_study(out, variants, sparsities=[0.2], seeds=2, workers=1, extra=short)
     assert len(records) == 4 and {r["seed"] for r in records} == {0, 1}
@@ -71,6 +94,16 @@ def test_landscape_study_writes_table_and_curves_and_resumes(tmp_path: Path) -> 
     assert [r["min"] for r in again] == [r["min"] for r in records]
     assert (landscape.run_dir(out, "SimCLR", 0.2, 0) / "result.json").stat().st_mtime_ns == stamp
     assert json.loads((out / "results.json").read_text())[0]["variant"] == "SimCLR"
+
+
+def test_study_variants_name_existing_overlays_and_honest_labels() -> None:
+    for name, variant in landscape.VARIANTS.items():
+        assert all(Path(arg).is_file() for arg in variant.config_args()[1::2]), name
+        stripped = "encoder_only.yaml" in variant.overlays
+        assert stripped == ("encoder only" in name), name  # no projector/predictor: said
+        assert ("bernoulli_latents.yaml" in variant.overlays) == ("Bernoulli" in name), name
+    assert landscape.PAPER[(landscape.PAPER_SIMSIAM, "min")] == "0.37-0.47"
+    assert not any(v == landscape.ENCODER_ONLY for v, _ in landscape.PAPER)
 
 
 def test_study_rejects_bad_arguments(tmp_path: Path) -> None:
