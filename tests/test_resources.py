@@ -42,11 +42,12 @@ def test_demo_takes_files_and_packaged_names(tmp_path: Path) -> None:
 
 
 def test_study_variants_read_packaged_configs_and_overlays() -> None:
-    args = VARIANTS["SimSiam + predictor + warm start"].config_args()
+    args = VARIANTS["SimSiam, encoder only + predictor + warm start"].config_args()
     names = [Path(a).relative_to(config_root()).as_posix() for a in args[1::2]]
-    assert args[::2] == ["--config"] * 3
+    assert args[::2] == ["--config"] * 4
     assert names == [
         "ground_truth/sparse_coding_simsiam.yaml",
+        "ground_truth/overlays/encoder_only.yaml",
         "ground_truth/overlays/predictor.yaml",
         "ground_truth/overlays/warm_start.yaml",
     ]
