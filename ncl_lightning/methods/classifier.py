@@ -27,7 +27,11 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.data.protocol import MultipleTestSets
 from ncl_lightning.methods.base import Encoded
-from ncl_lightning.methods.trainable import TrainableModule, common_arguments
+from ncl_lightning.methods.trainable import (
+    TrainableModule,
+    common_arguments,
+    configure_warmup_cosine,
+)
 from ncl_lightning.runtime.guard import NonFiniteLoss
 from ncl_lightning.runtime.switches import CompileMode, float32
 from ncl_lightning.runtime.validation import check_at_least, check_range
@@ -65,6 +69,10 @@ class Classifier(TrainableModule):
             ``torch_compile``, ``compile_mode``, ``nonfinite_loss`` and
             ``grad_norm_limit``.
         label_smoothing: Cross-entropy label smoothing.
+        lr_milestones: Epochs at which the learning rate is multiplied by ``lr_gamma``
+            (step decay after the warmup, as the NCL release's ImageNet-100 linear probe:
+            ``[60, 80]``); ``None`` (default): warmup then cosine decay.
+        lr_gamma: Step-decay factor (release: 0.1).
 
     Attributes:
         label: Class attribute naming the protocol in metric keys (``offline_linear``).
@@ -83,6 +91,8 @@ class Classifier(TrainableModule):
         scale_lr: bool = True,
         exclude_bias_n_norm: bool = True,
         label_smoothing: float = 0.0,
+        lr_milestones: list[int] | None = None,
+        lr_gamma: float = 0.1,
         channels_last: bool = False,
         torch_compile: bool = False,
         compile_mode: CompileMode = "default",
@@ -91,11 +101,30 @@ class Classifier(TrainableModule):
     ) -> None:
         check_at_least("num_classes", num_classes, 1)
         check_range("label_smoothing", label_smoothing, 0, 1, closed="[)")
+        if lr_milestones is not None:
+            for milestone in lr_milestones:
+                check_at_least("lr_milestones", milestone, 1)
+        check_range("lr_gamma", lr_gamma, 0, 1, closed="(]")
         super().__init__(**common_arguments(locals()))
         self.label_smoothing = label_smoothing
+        self.lr_milestones = lr_milestones
+        self.lr_gamma = lr_gamma
         self.train_metrics = accuracy_metrics(num_classes).clone(prefix=f"train/{self.label}/")
         self.val_metrics = accuracy_metrics(num_classes).clone(prefix=f"val/{self.label}/")
         self.test_metrics = nn.ModuleList()
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """The optimiser with warmup then cosine decay, or step decay at ``lr_milestones``."""
+        return configure_warmup_cosine(
+            self,
+            self.optimizer_factory(self.param_groups()),
+            scale_lr=self.scale_lr,
+            batch_size=self.batch_size,
+            warmup_epochs=self.warmup_epochs,
+            min_lr_ratio=self.min_lr_ratio,
+            milestones=self.lr_milestones,
+            gamma=self.lr_gamma,
+        )
 
     # -- hooks for subclasses ---------------------------------------------------------
     def encode(self, x: Tensor) -> Encoded:

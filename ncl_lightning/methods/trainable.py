@@ -26,7 +26,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
 from ncl_lightning.methods.defaults import check_declared_defaults
-from ncl_lightning.optim import decay_param_groups, warmup_cosine
+from ncl_lightning.optim import decay_param_groups, warmup_cosine, warmup_step
 from ncl_lightning.optim import scale_lr as scaled
 from ncl_lightning.runtime.defaults import missing_callbacks
 from ncl_lightning.runtime.errors import ConfigError, UsageError
@@ -220,8 +220,11 @@ def configure_warmup_cosine(
     batch_size: int | None,
     warmup_epochs: float,
     min_lr_ratio: float,
+    milestones: list[int] | None = None,
+    gamma: float = 0.1,
 ) -> dict[str, Any]:
-    """Scale the optimiser's learning rates and attach a per-step warmup-cosine schedule.
+    """Scale the optimiser's learning rates and attach a per-step warmup-cosine schedule
+    (or, with ``milestones``, warmup then step decay).
 
     Args:
         module: The module being trained (its trainer gives world size and step count).
@@ -230,6 +233,9 @@ def configure_warmup_cosine(
         batch_size: Per-device batch size (needed when ``scale_lr``).
         warmup_epochs: Linear warmup length in epochs (fractions allowed).
         min_lr_ratio: Final rate of the cosine, relative to the peak.
+        milestones: Epochs at which the rate is multiplied by ``gamma``
+            (:func:`~ncl_lightning.optim.warmup_step`) instead of the cosine.
+        gamma: Step-decay factor.
 
     Returns:
         What ``configure_optimizers`` returns: optimiser and a step-interval scheduler.
@@ -249,7 +255,10 @@ def configure_warmup_cosine(
     total = int(trainer.estimated_stepping_batches)
     epochs = trainer.max_epochs
     warmup = round(warmup_epochs * total / epochs)
-    scheduler = warmup_cosine(optimizer, warmup, total, min_lr_ratio)
+    if milestones:
+        scheduler = warmup_step(optimizer, warmup, max(1, total // epochs), milestones, gamma)
+    else:
+        scheduler = warmup_cosine(optimizer, warmup, total, min_lr_ratio)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 

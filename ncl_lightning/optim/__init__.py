@@ -6,7 +6,7 @@ import torch
 
 from ncl_lightning.optim.lars import LARS
 from ncl_lightning.optim.param_groups import NORM_LAYERS, decay_param_groups, split_decay_params
-from ncl_lightning.optim.schedulers import warmup_cosine
+from ncl_lightning.optim.schedulers import warmup_cosine, warmup_step
 from ncl_lightning.registry import Registry
 from ncl_lightning.runtime.errors import ConfigError
 
@@ -47,4 +47,5 @@ __all__ = [
     "scale_lr",
     "split_decay_params",
     "warmup_cosine",
+    "warmup_step",
 ]

@@ -68,3 +68,59 @@ def warmup_cosine(
     if not 0.0 <= min_lr_ratio <= 1.0:
         raise ConfigError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}", key="min_lr_ratio")
     return LambdaLR(optimizer, _WarmupCosineFactor(warmup_steps, total_steps, min_lr_ratio))
+
+
+class _WarmupStepFactor:
+    """Multiplicative lr factor of :func:`warmup_step` (a class so checkpoints pickle it)."""
+
+    def __init__(
+        self, warmup_steps: int, steps_per_epoch: int, milestones: list[int], gamma: float
+    ) -> None:
+        self.warmup_steps = warmup_steps
+        self.steps_per_epoch = steps_per_epoch
+        self.milestones = sorted(milestones)
+        self.gamma = gamma
+
+    def __call__(self, step: int) -> float:
+        warm = (step + 1) / self.warmup_steps if step < self.warmup_steps else 1.0
+        epoch = step // self.steps_per_epoch
+        return warm * self.gamma ** sum(epoch >= m for m in self.milestones)
+
+
+def warmup_step(
+    optimizer: Optimizer,
+    warmup_steps: int,
+    steps_per_epoch: int,
+    milestones: list[int],
+    gamma: float = 0.1,
+) -> LambdaLR:
+    """Linear warm-up, then the lr multiplied by ``gamma`` at each milestone epoch
+    (PyTorch's ``MultiStepLR`` laid out in optimisation steps).
+
+    With base lr ``b``, step ``t`` (0-based) and epoch ``e = t // steps_per_epoch``: the lr
+    is ``b · w(t) · gamma^#{m ∈ milestones : e >= m}``, ``w(t) = (t + 1) / W`` during the
+    ``W`` warm-up steps and 1 after. The linear probe of the NCL release on ImageNet-100
+    uses ``milestones [60, 80]``, ``gamma 0.1``, no warm-up.
+
+    Args:
+        optimizer: Wrapped optimiser; its groups' current ``lr`` are the base lrs.
+        warmup_steps: Number of warm-up steps ``W`` (>= 0).
+        steps_per_epoch: Optimisation steps per epoch (>= 1).
+        milestones: Epochs at whose start the lr is multiplied by ``gamma`` (each >= 1).
+        gamma: Decay factor, in ``(0, 1]``.
+
+    Returns:
+        A ``LambdaLR`` to be stepped after every ``optimizer.step()``.
+    """
+    for key, value in (("warmup_steps", warmup_steps), ("steps_per_epoch", steps_per_epoch)):
+        low = 0 if key == "warmup_steps" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{key} must be an int >= {low}, got {value!r}", key=key)
+    if not milestones or any(not isinstance(m, int) or m < 1 for m in milestones):
+        raise ConfigError(
+            f"lr_milestones must be a non-empty list of epochs >= 1, got {milestones!r}",
+            key="lr_milestones",
+        )
+    if not 0.0 < gamma <= 1.0:
+        raise ConfigError(f"lr_gamma must be in (0, 1], got {gamma}", key="lr_gamma")
+    return LambdaLR(optimizer, _WarmupStepFactor(warmup_steps, steps_per_epoch, milestones, gamma))

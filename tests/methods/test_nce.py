@@ -82,3 +82,24 @@ def test_ce_and_nce_train_on_digits_well_above_chance(loss: str) -> None:
     trainer.fit(model, data)
     assert trainer.callback_metrics["val/classifier/acc_top1"] > 0.5  # chance: 0.1
     assert "train/classifier/loss" in trainer.callback_metrics
+
+
+def test_lr_milestones_give_step_decay_in_a_real_fit(tmp_path: Path) -> None:
+    # The NCL release's ImageNet-100 probe: SGD, lr x0.1 at epochs 60 and 80; here at 2.
+    model = _model(
+        batch_size=64, scale_lr=False, lr_milestones=[2], lr_gamma=0.1,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.5),
+    )  # fmt: skip
+    seen: list[float] = []
+
+    class Record(L.Callback):
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            seen.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    trainer = L.Trainer(max_epochs=3, limit_train_batches=2, limit_val_batches=0, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu",
+                        callbacks=[Record()], default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(model, DigitsDataModule(batch_size=64, n_views=1))
+    assert seen == pytest.approx([0.5, 0.5, 0.05])
+    with pytest.raises(ValueError, match="lr_milestones must be >= 1"):
+        _model(lr_milestones=[0])

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ncl_lightning.optim import scale_lr, warmup_cosine
+from ncl_lightning.optim import scale_lr, warmup_cosine, warmup_step
 
 
 def lrs(warmup, total, min_ratio=0.0, base=2.0, steps=None):
@@ -89,3 +89,44 @@ def test_scale_lr():
     assert scale_lr(0.3, 128, reference=256) == pytest.approx(0.15)
     with pytest.raises(ValueError, match="global_batch_size"):
         scale_lr(0.1, 0)
+
+
+def test_warmup_step_without_warmup_is_multistep_lr_per_epoch() -> None:
+    # Reference: torch's MultiStepLR stepped once per epoch, read at every step.
+    steps_per_epoch, epochs, milestones = 3, 9, [4, 7]
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = warmup_step(opt, 0, steps_per_epoch, milestones, gamma=0.1)
+    ref_opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    ref = torch.optim.lr_scheduler.MultiStepLR(ref_opt, milestones, gamma=0.1)
+    for _ in range(epochs):
+        for _ in range(steps_per_epoch):
+            assert opt.param_groups[0]["lr"] == pytest.approx(ref_opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        ref_opt.step()
+        ref.step()
+
+
+def test_warmup_step_warms_up_then_decays() -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
+    sched = warmup_step(opt, 4, 5, [2], gamma=0.5)
+    got = []
+    for _ in range(15):
+        got.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    want = [2.0 * (t + 1) / 4 if t < 4 else 2.0 for t in range(10)] + [1.0] * 5
+    assert got == pytest.approx(want)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [((0, 0, [1]), "steps_per_epoch must be an int >= 1"),
+     ((0, 2, []), "lr_milestones must be a non-empty list"),
+     ((0, 2, [0]), "lr_milestones must be a non-empty list"),
+     ((0, 2, [1], 0.0), r"lr_gamma must be in \(0, 1\]")],
+)  # fmt: skip
+def test_warmup_step_bad_arguments(args, message) -> None:
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match=message):
+        warmup_step(opt, *args)
