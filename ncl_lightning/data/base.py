@@ -311,11 +311,14 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         return self.clean_dataloader("train", rank, world_size)
 
     def view_dataloader(self, split: Split, rank: int = 0, world_size: int = 1) -> DataLoader:
-        """Augmented ``(views, labels)`` of an evaluation split, in order (SEPIN's pairs).
+        """Augmented ``(views, labels)`` of an evaluation split in batches that mix the
+        classes (SEPIN's pairs and in-batch negatives).
 
-        Rank ``rank`` of ``world_size`` gets samples ``rank::world_size`` in batches of the
-        training ``batch_size`` (the in-batch negatives), the last incomplete one dropped
-        if a full one exists. The views of sample ``i`` depend only on ``(seed, i)``
+        The split is put in a random order seeded by the data's ``seed`` (the same on every
+        rank) and cut into batches of the training ``batch_size``; rank ``rank`` of
+        ``world_size`` gets batches ``rank::world_size``, so the batches do not depend on
+        the number of ranks. The last incomplete batch is dropped if a full one exists.
+        The order and the views of sample ``i`` depend only on ``(seed, i)``
         (:class:`EvalViewSampler`): not on the global generator, the workers or a resume.
 
         Args:
@@ -326,13 +329,13 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         check_choice("split", split, ("val", "test"))
         views = cpu_views(self.augmentation.build(), self.n_views)
         base = self.base_dataset(split)
-        keys = EvalViewSampler(len(base), self.seed, rank, world_size)  # type: ignore[arg-type]
+        size = len(base)  # type: ignore[arg-type]
+        keys = EvalViewSampler(size, self.seed, rank, world_size, self.batch_size)
         return DataLoader(
             SeededTransformDataset(base, views),
             batch_size=self.batch_size,
             sampler=keys,
             generator=torch.Generator().manual_seed(keys.seed),  # private: global untouched
-            drop_last=len(keys) >= self.batch_size,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
         )

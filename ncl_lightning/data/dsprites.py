@@ -264,15 +264,17 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         return self.clean_dataloader("train", rank, world_size)
 
     def view_dataloader(self, split: str, rank: int = 0, world_size: int = 1) -> DataLoader:
-        """Augmented ``(views, factors)`` of an evaluation split, in order (SEPIN).
+        """Augmented ``(views, factors)`` of an evaluation split (SEPIN).
 
-        Rank ``rank`` of ``world_size`` gets samples ``rank::world_size``; the views of a
-        batch depend only on ``(seed, its samples)`` (:class:`EvalViewSampler` keys): the
-        same at every call, with any number of workers and after a resume.
+        The split in a random order seeded by ``seed``, cut into batches of ``batch_size``;
+        rank ``rank`` of ``world_size`` gets batches ``rank::world_size`` (the last
+        incomplete batch dropped if a full one exists). The views of a batch depend only on
+        ``(seed, its samples)`` (:class:`EvalViewSampler` keys): the same at every call,
+        with any number of workers or ranks and after a resume.
         """
         check_choice("split", split, ("val", "test"))
         indices = self.split_indices(split)
-        keys = EvalViewSampler(len(indices), self.seed, rank, world_size)
+        keys = EvalViewSampler(len(indices), self.seed, rank, world_size, self.batch_size)
         collate = RenderBatch(indices, self.augmentation, self.n_views, self.factor_jitter)
         return self._loader(collate, keys)
 

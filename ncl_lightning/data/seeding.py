@@ -39,6 +39,7 @@ from ncl_lightning.runtime.internals import (
     batches_processed,
     epochs_processed,
 )
+from ncl_lightning.runtime.validation import check_positive
 
 _MASK = (1 << 64) - 1
 EVAL_KEY = -1
@@ -130,9 +131,14 @@ class EpochSampler(DistributedSampler):
 
 
 class EvalViewSampler(Sampler[tuple[int, int]]):
-    """``(index, sample_seed)`` keys of one rank's shard of an evaluation split, in order.
+    """``(index, sample_seed)`` keys of one rank's batches of an evaluation split (SEPIN).
 
-    Rank ``rank`` of ``world_size`` gets samples ``rank::world_size``; sample ``i`` has the
+    The split is put in a seeded random order, ``randperm`` of a generator seeded with
+    ``(seed, EVAL_KEY)`` (the same on every rank), and cut into consecutive batches of
+    ``batch_size``; batch ``b`` goes to rank ``b mod world_size``. The batches, hence the
+    in-batch negatives of each pair, are then the same for any number of ranks, and on a
+    class-sorted folder they mix the classes. The last incomplete batch is dropped when a
+    full one exists (SEPIN's InfoNCE bound depends on the batch size). Sample ``i`` has the
     seed ``mix_seed(seed, EVAL_KEY, i)`` at every iteration, so with
     :class:`SeededTransformDataset` its views depend only on ``(seed, i)``.
 
@@ -141,13 +147,28 @@ class EvalViewSampler(Sampler[tuple[int, int]]):
         seed: The run's seed (``None``: :func:`global_seed`).
         rank: This rank.
         world_size: Ranks sharing the split.
+        batch_size: Samples per batch (the loader's ``batch_size``; 1 shards sample by
+            sample).
     """
 
-    def __init__(self, size: int, seed: int | None, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        size: int,
+        seed: int | None,
+        rank: int = 0,
+        world_size: int = 1,
+        batch_size: int = 1,
+    ) -> None:
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank must be in [0, {world_size}), got {rank}", key="rank")
-        self.indices = range(rank, size, world_size)
+        check_positive("batch_size", batch_size)
         self.seed = global_seed() if seed is None else seed
+        order = torch.randperm(size, generator=seeded_generator(self.seed, EVAL_KEY))
+        batches = list(order.split(batch_size))
+        if len(batches) > 1 and len(batches[-1]) < batch_size:
+            batches.pop()
+        mine = batches[rank::world_size]
+        self.indices: list[int] = torch.cat(mine).tolist() if mine else []
 
     def __len__(self) -> int:
         return len(self.indices)

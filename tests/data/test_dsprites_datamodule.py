@@ -179,6 +179,16 @@ def test_clean_and_view_dataloaders_shard_and_repeat():
     assert torch.equal(full[0::2], shards[0]) and torch.equal(full[1::2], shards[1])
     a, b = (next(iter(dm.view_dataloader("val")))[0] for _ in range(2))
     assert torch.equal(a[0], b[0]) and not torch.equal(a[0], a[1])
+    # View batches: a seeded order of the split cut into batches (the incomplete last one
+    # dropped); rank r of 2 gets batches r::2 with the same views and factors.
+    whole = list(dm.view_dataloader("val"))
+    assert len(whole) == 40 // 16
+    assert not torch.equal(whole[0][1], full[:16]), "the view batches are not shuffled"
+    for rank in (0, 1):
+        for (views, factors), (ref_views, ref_factors) in zip(
+            dm.view_dataloader("val", rank, 2), whole[rank::2], strict=True
+        ):
+            assert torch.equal(factors, ref_factors) and torch.equal(views[0], ref_views[0])
     with pytest.raises(ValueError, match="split"):
         dm.clean_dataloader("holdout")
 
