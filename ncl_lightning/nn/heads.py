@@ -8,9 +8,12 @@ from ncl_lightning.runtime.errors import ConfigError
 
 
 class MLP(nn.Module):
-    """``num_layers`` linear layers, BatchNorm + ReLU between them, none after the last.
+    """``num_layers`` linear layers, ReLU (after an optional BatchNorm) between them.
 
-    The SimCLR projector (Chen et al., 2020) is ``MLP(512, 2048, 256, num_layers=2)``.
+    The projector of the NCL and BayesNCL releases (``solo/methods/simclr.py``) is
+    ``MLP(512, 2048, 256, batch_norm=False)``: Linear–ReLU–Linear, what CL, NCL and
+    BayesNCL build by default (``proj_batch_norm``). SimCLR's (Chen et al., 2020) and
+    SimSiam's projectors have BatchNorm, the default here.
 
     Args:
         in_dim: Input width (the backbone's ``out_dim``).
