@@ -24,6 +24,7 @@ from ncl_lightning.callbacks import TopActivations
 from ncl_lightning.callbacks.pictures import side_by_side
 from ncl_lightning.resources import config_path, config_root
 from ncl_lightning.runtime.cli import cli_main
+from ncl_lightning.runtime.errors import ConfigError
 
 DEFAULT = [f"demo/digits_{m}" for m in ("cl", "ncl", "bayesncl")]
 COLUMNS = {
@@ -90,7 +91,17 @@ def main(argv: list[str] | None = None) -> str:
         default=DEFAULT,
         help="configs to compare: files, or packaged names (default: %(default)s)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default %(default)s: as fast as more for these small "
+        "models, and the numbers then do not depend on the machine's core count)",
+    )
     args, extra = parser.parse_known_args(argv)  # the rest goes to every `ncl-cli fit`
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}", key="threads")
+    torch.set_num_threads(args.threads)
     args.configs = [resolve(c) for c in args.configs]
     results, dims, pics = {}, {}, {}
     start = time.perf_counter()
