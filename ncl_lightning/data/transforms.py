@@ -66,7 +66,8 @@ class SimCLRAugmentation:
 
     Order of operations: random resized crop, rotation, horizontal flip, colour jitter,
     grayscale, Gaussian blur, solarisation, then normalisation. An operation whose
-    probability (or strength) is 0 is left out of the pipeline.
+    probability (or strength) is 0 is left out of the pipeline. The defaults are the CIFAR
+    recipe (:func:`cifar_augmentation`), so a config that sets some fields keeps the others.
 
     Args:
         crop_size: Output side length of the random resized crop (pixels).
@@ -79,7 +80,7 @@ class SimCLRAugmentation:
         hue: Colour-jitter hue strength, in [0, 0.5] (RGB only).
         jitter_p: Probability of applying the colour jitter.
         grayscale_p: Probability of converting to grayscale (channels are kept).
-        blur_p: Probability of a Gaussian blur.
+        blur_p: Probability of a Gaussian blur (0.5, as in the CIFAR and ImageNet recipes).
         blur_sigma: Range of the blur standard deviation, in pixels (drawn uniformly).
         blur_kernel: Odd side of the blur kernel in pixels; ``None`` picks
             :func:`blur_kernel_size` (``±3 σ_max``, at least ~10 % of ``crop_size``): 13 at
@@ -101,7 +102,7 @@ class SimCLRAugmentation:
     hue: float = 0.2
     jitter_p: float = 0.8
     grayscale_p: float = 0.2
-    blur_p: float = 0.0
+    blur_p: float = 0.5
     blur_sigma: tuple[float, float] = (0.1, 2.0)
     blur_kernel: int | None = None
     solarize_p: float = 0.0
@@ -285,6 +286,7 @@ def digits_augmentation() -> SimCLRAugmentation:
         hue=0.0,
         jitter_p=0.8,
         grayscale_p=0.0,
+        blur_p=0.0,
         flip_p=0.0,
         mean=DIGITS_MEAN,
         std=DIGITS_STD,

@@ -57,6 +57,7 @@ def test_flip_rate_of_outputs(flip_p: float, pipeline: str) -> None:
         crop_ratio=(1.0, 1.0),
         jitter_p=0.0,
         grayscale_p=0.0,
+        blur_p=0.0,
         flip_p=flip_p,
     )
     image = ramp_image()
@@ -84,7 +85,9 @@ def _estimated_area(views: Tensor, size: int = 32) -> tuple[Tensor, Tensor, Tens
 def test_crop_scale_of_outputs() -> None:
     """Crop areas read off the output images lie in crop_scale (up to rounding of w and h),
     equal the drawn boxes on the device, and have the same mean on both pipelines."""
-    aug = SimCLRAugmentation(crop_scale=(0.25, 0.6), jitter_p=0.0, grayscale_p=0.0, flip_p=0.0)
+    aug = SimCLRAugmentation(
+        crop_scale=(0.25, 0.6), jitter_p=0.0, grayscale_p=0.0, blur_p=0.0, flip_p=0.0
+    )
     image = ramp_image()
     n = N_VIEWS
     batch_aug = BatchAugmentation(aug, seed=0)
