@@ -72,6 +72,7 @@ def test_presets_by_name() -> None:
     # The releases' scripts/pretrain/cifar/augmentations/symmetric.yaml: blur p 0.5, σ 0.1-2.
     assert (cifar.crop_size, cifar.crop_scale, cifar.jitter_p) == (32, (0.08, 1.0), 0.8)
     assert (cifar.blur_p, cifar.blur_sigma, cifar.blur_kernel_side) == (0.5, (0.1, 2.0), 13)
+    assert SimCLRAugmentation() == cifar  # a config setting some fields keeps the recipe
     assert (cifar.brightness, cifar.contrast, cifar.saturation, cifar.hue) == (0.8, 0.8, 0.8, 0.2)
     imagenet = imagenet_augmentation()
     assert (imagenet.crop_size, imagenet.blur_p, imagenet.blur_kernel_side) == (224, 0.5, 23)
