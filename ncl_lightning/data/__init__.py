@@ -30,6 +30,8 @@ from ncl_lightning.data.sparse_coding import SparseCodingDataModule, SparseCodin
 from ncl_lightning.data.sprite_augmentation import SpriteAugmentation
 from ncl_lightning.data.transforms import (
     AUGMENTATIONS,
+    CIFAR100_MEAN,
+    CIFAR100_STD,
     CIFAR_MEAN,
     CIFAR_STD,
     DIGITS_MEAN,
@@ -38,6 +40,7 @@ from ncl_lightning.data.transforms import (
     IMAGENET_STD,
     MultiView,
     SimCLRAugmentation,
+    cifar100_augmentation,
     cifar_augmentation,
     digits_augmentation,
     imagenet_augmentation,
@@ -46,6 +49,8 @@ from ncl_lightning.data.transforms import (
 
 __all__ = [
     "AUGMENTATIONS",
+    "CIFAR100_MEAN",
+    "CIFAR100_STD",
     "CIFAR_MEAN",
     "CIFAR_STD",
     "DIGITS_MEAN",
@@ -77,6 +82,7 @@ __all__ = [
     "SpriteAugmentation",
     "TensorImageDataset",
     "TransformedDataset",
+    "cifar100_augmentation",
     "cifar_augmentation",
     "decode_images",
     "digits_augmentation",

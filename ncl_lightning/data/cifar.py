@@ -19,7 +19,11 @@ from torchvision.datasets.utils import check_integrity, extract_archive
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
 from ncl_lightning.data.memory import TensorImageDataset
-from ncl_lightning.data.transforms import SimCLRAugmentation, cifar_augmentation
+from ncl_lightning.data.transforms import (
+    SimCLRAugmentation,
+    cifar100_augmentation,
+    cifar_augmentation,
+)
 from ncl_lightning.runtime.errors import DataError, DataNotFoundError
 
 SAMPLES_PER_FILE = 10_000  # every CIFAR batch file (md5-checked) holds 10,000 images
@@ -180,3 +184,8 @@ class CIFAR100DataModule(_CIFARDataModule):
     dataset_cls = CIFAR100
     name = "CIFAR-100"
     num_classes = 100
+
+    def default_augmentation(self) -> SimCLRAugmentation:
+        """The paper's CIFAR augmentation with CIFAR-100's statistics
+        (``cifar100_augmentation()``), for pre-training and evaluation alike."""
+        return cifar100_augmentation()

@@ -34,6 +34,8 @@ from ncl_lightning.runtime.validation import (
 
 CIFAR_MEAN: tuple[float, ...] = (0.4914, 0.4822, 0.4465)
 CIFAR_STD: tuple[float, ...] = (0.2470, 0.2435, 0.2616)
+CIFAR100_MEAN: tuple[float, ...] = (0.5071, 0.4865, 0.4409)
+CIFAR100_STD: tuple[float, ...] = (0.2673, 0.2564, 0.2762)
 IMAGENET_MEAN: tuple[float, ...] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, ...] = (0.229, 0.224, 0.225)
 # Pixel statistics of sklearn's load_digits after scaling 0..16 to [0, 1].
@@ -255,6 +257,13 @@ def cifar_augmentation(crop_size: int = 32) -> SimCLRAugmentation:
     return SimCLRAugmentation(crop_size=crop_size, blur_p=0.5, blur_sigma=(0.1, 2.0))
 
 
+@AUGMENTATIONS.register("cifar100")
+def cifar100_augmentation(crop_size: int = 32) -> SimCLRAugmentation:
+    """:func:`cifar_augmentation` normalised with CIFAR-100's statistics, as the releases'
+    pre-training on CIFAR-100 (``MEANS_N_STD`` in ``solo/data/pretrain_dataloader.py``)."""
+    return replace(cifar_augmentation(crop_size), mean=CIFAR100_MEAN, std=CIFAR100_STD)
+
+
 @AUGMENTATIONS.register("imagenet")
 def imagenet_augmentation(crop_size: int = 224) -> SimCLRAugmentation:
     """ImageNet(-100) views of SimCLR (Chen et al., 2020, Appendix A).
@@ -335,6 +344,8 @@ class MultiView:
 
 __all__ = [
     "AUGMENTATIONS",
+    "CIFAR100_MEAN",
+    "CIFAR100_STD",
     "CIFAR_MEAN",
     "CIFAR_STD",
     "DIGITS_MEAN",

@@ -20,7 +20,13 @@ import pytest
 import torchvision.datasets.cifar as tv_cifar
 from torchvision.datasets import CIFAR10, CIFAR100
 
-from ncl_lightning.data import CIFAR10DataModule, CIFAR100DataModule
+from ncl_lightning.data import (
+    CIFAR100_MEAN,
+    CIFAR100_STD,
+    CIFAR_MEAN,
+    CIFAR10DataModule,
+    CIFAR100DataModule,
+)
 from tests.fakes import N_PER_FILE, make_fake_cifar, md5
 
 
@@ -110,3 +116,11 @@ def test_partial_files_are_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     dm = CIFAR10DataModule(root=str(tmp_path), batch_size=4, num_workers=0)
     with pytest.raises(FileNotFoundError, match=r"cifar-10-batches-py \(missing test_batch\)"):
         dm.setup("fit")
+
+
+def test_cifar100_views_are_normalised_with_cifar100_statistics(tmp_path) -> None:
+    # The releases normalise CIFAR-100 pre-training with its own statistics.
+    aug100 = CIFAR100DataModule(root=str(tmp_path)).default_augmentation()
+    assert (aug100.mean, aug100.std) == (CIFAR100_MEAN, CIFAR100_STD)
+    assert aug100.blur_p == 0.5 and aug100.crop_size == 32
+    assert CIFAR10DataModule(root=str(tmp_path)).default_augmentation().mean == CIFAR_MEAN
