@@ -27,11 +27,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.data.protocol import MultipleTestSets
 from ncl_lightning.methods.base import Encoded
-from ncl_lightning.methods.trainable import (
-    TrainableModule,
-    common_arguments,
-    configure_warmup_cosine,
-)
+from ncl_lightning.methods.trainable import TrainableModule, common_arguments
 from ncl_lightning.runtime.guard import NonFiniteLoss
 from ncl_lightning.runtime.switches import CompileMode, float32
 from ncl_lightning.runtime.validation import check_at_least, check_range
@@ -112,19 +108,6 @@ class Classifier(TrainableModule):
         self.train_metrics = accuracy_metrics(num_classes).clone(prefix=f"train/{self.label}/")
         self.val_metrics = accuracy_metrics(num_classes).clone(prefix=f"val/{self.label}/")
         self.test_metrics = nn.ModuleList()
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        """The optimiser with warmup then cosine decay, or step decay at ``lr_milestones``."""
-        return configure_warmup_cosine(
-            self,
-            self.optimizer_factory(self.param_groups()),
-            scale_lr=self.scale_lr,
-            batch_size=self.batch_size,
-            warmup_epochs=self.warmup_epochs,
-            min_lr_ratio=self.min_lr_ratio,
-            milestones=self.lr_milestones,
-            gamma=self.lr_gamma,
-        )
 
     # -- hooks for subclasses ---------------------------------------------------------
     def encode(self, x: Tensor) -> Encoded:

@@ -77,10 +77,14 @@ class TrainableModule(L.LightningModule):
             and the logging stay eager. Subclasses add their heads.
         last_step_skipped: Whether the last optimiser step was a no-op (all its batches
             skipped for a non-finite value; set by the guard).
+        lr_milestones: Epochs of a step decay by ``lr_gamma`` instead of the cosine
+            (``None``: warmup-cosine); subclasses that offer it set both (the probes).
     """
 
     compile_targets: ClassVar[tuple[str, ...]] = ("backbone", "projector")
     last_step_skipped: bool = False
+    lr_milestones: list[int] | None = None
+    lr_gamma: float = 0.1
 
     def __init__(
         self,
@@ -134,7 +138,7 @@ class TrainableModule(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         """The optimiser over :meth:`param_groups`, learning rates scaled by the global
-        batch, and a per-step warmup-cosine schedule."""
+        batch, and a per-step warmup-cosine schedule (step decay with ``lr_milestones``)."""
         return configure_warmup_cosine(
             self,
             self.optimizer_factory(self.param_groups()),
@@ -142,6 +146,8 @@ class TrainableModule(L.LightningModule):
             batch_size=self.batch_size,
             warmup_epochs=self.warmup_epochs,
             min_lr_ratio=self.min_lr_ratio,
+            milestones=self.lr_milestones,
+            gamma=self.lr_gamma,
         )
 
     def check_trainer(self, trainer: L.Trainer) -> None:
