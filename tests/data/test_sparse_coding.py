@@ -246,6 +246,7 @@ def test_fixed_count_datamodule_is_seeded_and_resumable():
     assert not torch.equal(bernoulli.train_latents, a.train_latents)
 
 
+@pytest.mark.slow
 def test_fixed_count_run_resumes_mid_epoch(tmp_path):
     from tests.data.test_resume_generated import _cl, _fit
 
