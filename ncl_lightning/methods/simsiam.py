@@ -32,9 +32,10 @@ class SimSiam(SSLMethod):
     (``ncl_lightning.losses.negative_cosine``). Subclasses change the targets with
     :meth:`targets` (BYOL's momentum encoder).
 
-    The sparse-coding study of Pokle et al. (AISTATS 2022) uses ``proj_num_layers: 0``
-    (the encoder output is the representation) and ``pred_num_layers`` 0 or 1 (no
-    predictor / a linear one).
+    The sparse-coding study (Pokle et al., AISTATS 2022, Table 1) builds its SimSiam as
+    encoder → projector → linear predictor: the projector is the encoder's second layer
+    (``SparseCodingEncoder(second_layer=True)``), so ``proj_num_layers: 0`` here, and
+    ``pred_num_layers: 1``; its encoder-only ablation has neither.
 
     Args:
         backbone: Encoder exposing ``out_dim``.
