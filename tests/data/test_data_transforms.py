@@ -66,7 +66,7 @@ def test_lists_become_tuples() -> None:
 
 
 def test_presets_by_name() -> None:
-    assert AUGMENTATIONS.names == ["cifar", "digits", "imagenet"]
+    assert AUGMENTATIONS.names == ["cifar", "cifar100", "digits", "imagenet"]
     assert AUGMENTATIONS.build("cifar") == cifar_augmentation()
     cifar = cifar_augmentation()
     # The releases' scripts/pretrain/cifar/augmentations/symmetric.yaml: blur p 0.5, σ 0.1-2.
