@@ -115,7 +115,9 @@ CASES = [
      lambda t: ["--trainer.max_epochs", "0"],
      ["trainer.max_epochs must be >= 1 for the warmup-cosine schedule, got 0"]),
     # -- a batch the model cannot train on ------------------------------------------------
-    ("batch of one with BatchNorm", "digits_ncl", lambda t: ["--data.init_args.batch_size", "1"],
+    # (the projector has BatchNorm only when asked: the releases' projector has none)
+    ("batch of one with BatchNorm", "digits_ncl",
+     lambda t: ["--data.init_args.batch_size", "1", "--model.init_args.proj_batch_norm", "true"],
      ["batch_size=1 is too small for training", "value per channel", "batch_size >= 2"]),
     # -- config files --------------------------------------------------------------------
     ("YAML syntax error", "digits_ncl", lambda t: _yaml(t, "trainer:\n  max_epochs: [1\n"),
