@@ -30,6 +30,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from ncl_lightning.data.batch_scope import BatchScope, check_train_batches, per_device_batch
 from ncl_lightning.data.memory import FixedSizeUInt8
 from ncl_lightning.data.seeding import (
     EvalViewSampler,
@@ -68,7 +69,14 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
     attribute or instance attribute) is passed to ``SimCLRAugmentation.clean``.
 
     Args:
-        batch_size: Images per batch (per device).
+        batch_size: Images per batch: per device, or summed over every device and node
+            with ``batch_scope: global``.
+        batch_scope: What ``batch_size`` counts. ``device``: each process loads
+            ``batch_size`` (the global batch grows with the device count). ``global``: the
+            run's batch over all ``world_size`` processes, each loading
+            ``batch_size // world_size`` (:attr:`per_device_batch_size`), so a paper's
+            global batch and its scaled learning rate hold on any device count; a
+            ``world_size`` that does not divide it is refused before training.
         num_workers: DataLoader worker processes (0 loads in the main process); ``None``
             picks one per CPU core available to this process, less one for the training
             process, at most 8 (``augment_on: device`` needs few: loading is indexing).
@@ -100,6 +108,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
     def __init__(
         self,
         batch_size: int = 256,
+        batch_scope: BatchScope = "device",
         num_workers: int | None = None,
         n_views: int = 2,
         augmentation: SimCLRAugmentation | None = None,
@@ -111,6 +120,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
     ) -> None:
         super().__init__()
         check_positive("batch_size", batch_size)
+        per_device_batch(batch_size, batch_scope, 1)  # checks the choice
         if num_workers is not None:
             check_at_least("num_workers", num_workers, 0)
         check_at_least("n_views", n_views, 1)
@@ -118,6 +128,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         check_choice("augment_on", augment_on, get_args(AugmentOn))
         self.save_hyperparameters()
         self.batch_size = batch_size
+        self.batch_scope: BatchScope = batch_scope
         self.num_workers = default_workers(augment_on) if num_workers is None else num_workers
         self.n_views = n_views
         self.train_transform = train_transform
@@ -174,9 +185,11 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
                 key and the path).
             DataError: The training split has fewer samples per device than one batch
                 with ``drop_last``, or an evaluation split is empty.
-            ConfigError: The augmentation does not fit the images.
+            ConfigError: The augmentation does not fit the images, or ``batch_scope:
+                global`` with a ``batch_size`` that ``world_size`` does not divide.
         """
         splits = _STAGE_SPLITS.get(stage, _STAGE_SPLITS[None])
+        per_device_batch(self.batch_size, self.batch_scope, world_size)
         self._check_augmentation()
         if "train" in splits:
             self._check_train_size(self.split_size("train"), world_size)
@@ -260,7 +273,9 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
             )
 
     def _check_train_size(self, count: int, world_size: int = 1) -> None:
-        check_train_batches(count, world_size, self.batch_size, self.drop_last)
+        check_train_batches(
+            count, world_size, self.batch_size, self.drop_last, batch_scope=self.batch_scope
+        )
 
     # ----------------------------------------------------------------------- loaders
     def _loader(self, dataset: Dataset | None, name: str, train: bool) -> DataLoader:
@@ -270,7 +285,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         sampler = self.train_sampler(dataset) if train else None
         return (ResumableLoader if train else DataLoader)(
             dataset,
-            batch_size=self.batch_size,
+            batch_size=self.per_device_batch_size,
             sampler=sampler,
             generator=torch.Generator().manual_seed(self.seed or 0),  # private: global untouched
             drop_last=train and self.drop_last,
@@ -315,10 +330,11 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         classes (SEPIN's pairs and in-batch negatives).
 
         The split is put in a random order seeded by the data's ``seed`` (the same on every
-        rank) and cut into batches of the training ``batch_size``; rank ``rank`` of
-        ``world_size`` gets batches ``rank::world_size``, so the batches do not depend on
-        the number of ranks. The last incomplete batch is dropped if a full one exists.
-        The order and the views of sample ``i`` depend only on ``(seed, i)``
+        rank) and cut into batches of the configured ``batch_size`` (with ``batch_scope:
+        global`` the whole global batch, whose negatives the gathered training loss sees);
+        rank ``rank`` of ``world_size`` gets batches ``rank::world_size``, so the batches do
+        not depend on the number of ranks. The last incomplete batch is dropped if a full
+        one exists. The order and the views of sample ``i`` depend only on ``(seed, i)``
         (:class:`EvalViewSampler`): not on the global generator, the workers or a resume.
 
         Args:
@@ -338,30 +354,6 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
             generator=torch.Generator().manual_seed(keys.seed),  # private: global untouched
             num_workers=self.num_workers,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
-        )
-
-
-def check_train_batches(
-    count: int, world_size: int, batch_size: int, drop_last: bool = True, hint: str = ""
-) -> None:
-    """Raise :class:`DataError` unless every rank gets at least one training batch.
-
-    Args:
-        count: Samples of the training split.
-        world_size: Ranks sharing it.
-        batch_size: Samples per batch and rank (``data.init_args.batch_size``).
-        drop_last: Whether the last incomplete batch is dropped.
-        hint: Extra remedy appended to "lower batch_size" (e.g. "or raise ...").
-    """
-    per_device = count // max(1, world_size)
-    if count == 0:
-        raise DataError("data: the training split is empty")
-    if drop_last and per_device < batch_size:
-        raise DataError(
-            f"data: the training split has {count} samples ({per_device} per device), fewer "
-            f"than one batch (data.init_args.batch_size={batch_size}) with "
-            f"drop_last={drop_last}; lower batch_size{hint}",
-            key="batch_size",
         )
 
 

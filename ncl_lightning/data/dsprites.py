@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 
-from ncl_lightning.data.base import check_train_batches
+from ncl_lightning.data.batch_scope import check_train_batches
 from ncl_lightning.data.seeding import (
     DATA_KEY,
     EvalViewSampler,

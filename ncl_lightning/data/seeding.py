@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
+from ncl_lightning.data.batch_scope import ScopedBatch
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.internals import (
     batches_fetched_total,
@@ -178,16 +179,15 @@ class EvalViewSampler(Sampler[tuple[int, int]]):
             yield index, mix_seed(self.seed, EVAL_KEY, index)
 
 
-class ResumableData:
+class ResumableData(ScopedBatch):
     """DataModule mixin: the training data's position, kept in checkpoints.
 
-    Needs ``trainer``, ``seed`` (the training data's seed), ``batch_size`` and ``resumed``
+    Needs ``trainer``, ``seed`` (the training data's seed), ``batch_size`` (with
+    ``batch_scope``: :class:`~ncl_lightning.data.batch_scope.ScopedBatch`) and ``resumed``
     (``(epoch, batches done)`` of the checkpoint resumed from, ``(0, 0)`` if none).
     """
 
-    trainer: Any
     seed: int | None
-    batch_size: int
     resumed: tuple[int, int]
 
     def state_dict(self) -> dict[str, Any]:
@@ -225,7 +225,7 @@ class ResumableData:
         """This rank's samples of the epoch being loaded that were trained on before the
         mid-epoch checkpoint resumed from (0 in any other epoch)."""
         epoch, batches = self.resumed
-        return batches * self.batch_size if self.train_epoch() == epoch else 0
+        return batches * self.per_device_batch_size if self.train_epoch() == epoch else 0
 
     def _batch_seed(self) -> int:
         # One seed per training batch and rank, from the run's seed and the loop's
