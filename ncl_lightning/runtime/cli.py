@@ -18,10 +18,14 @@ Reliability (``docs/reliability.md``):
 
 * Bad input stops the run before anything is trained or written, with one line
   ``ncl-cli: error: <key or path>: <problem>`` (``NCL_TRACEBACK=1`` shows the traceback).
-* ``--ckpt_path last`` resumes from the run's newest ``last.ckpt`` (searched under
-  ``default_root_dir``, the loggers' ``save_dir`` and the checkpoint ``dirpath``);
-  ``--auto_resume true`` does the same when one exists and starts afresh otherwise. The
-  loggers continue the checkpoint's versions (same CSV folder, same W&B run).
+* Every run has its own folder and id (:mod:`ncl_lightning.runtime.runs`):
+  ``--ckpt_path last`` resumes the run's ``last.ckpt`` (searched under
+  ``default_root_dir``, the loggers' ``save_dir`` and the checkpoint ``dirpath``): the
+  run ``--run_id`` names (or the SLURM job), else the only run there, and refuses when
+  several runs could be meant. ``--auto_resume true`` does the same when there is one and
+  starts afresh otherwise. The loggers continue the checkpoint's versions (same CSV
+  folder, same W&B run). ``config.yaml`` and ``run.yaml`` go into the run's folder, never
+  overwritten (:class:`~ncl_lightning.runtime.run_config.RunConfig`).
 * Checkpoints are read tensor-only (``weights_only``); one written by another method is
   refused with its missing and unexpected keys. Checkpoints are written atomically.
 """
@@ -55,11 +59,16 @@ from ncl_lightning.runtime.defaults import default_callbacks, drop_shadowed
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.overrides import describe
 from ncl_lightning.runtime.preflight import Preflight, example_batch, preflight
-from ncl_lightning.runtime.resume import (
-    continue_loggers,
-    find_last_checkpoint,
-    restore_csv_rows,
-    same_class,
+from ncl_lightning.runtime.resume import continue_loggers, restore_csv_rows, same_class
+from ncl_lightning.runtime.run_config import RunConfig
+from ncl_lightning.runtime.runs import (
+    check_new_run_folders,
+    check_run_id,
+    default_run_id,
+    new_run_id,
+    run_checkpoints,
+    select_checkpoint,
+    set_logger_versions,
 )
 from ncl_lightning.runtime.trainer_checks import check_seed, check_trainer
 
@@ -121,6 +130,14 @@ class NCLCLI(LightningCLI):
             "start afresh (for jobs that are re-submitted after preemption).",
         )
         parser.add_argument(
+            "--run_id",
+            type=str | None,
+            default=None,
+            help="The run's id and folder name (each logger's version, the W&B run id); "
+            "resume takes this run's last.ckpt. fit default: $NCL_RUN_ID, else the SLURM "
+            "job (slurm-<job> or slurm-<array job>_<task>), else the loggers' own.",
+        )
+        parser.add_argument(
             "--allow_untrained",
             type=bool,
             default=False,
@@ -171,15 +188,12 @@ class NCLCLI(LightningCLI):
         if given in (None, "") and not auto:
             return None
         if given in (None, "", "last"):
-            last = find_last_checkpoint(self._run_roots())
+            roots = self._run_roots()
+            where = ", ".join(dict.fromkeys(str(r) for r in roots if r))
+            last = select_checkpoint(run_checkpoints(roots), self._run_id, given == "last", where)
             if last is None:
-                if given == "last":
-                    roots = ", ".join(dict.fromkeys(str(r) for r in self._run_roots() if r))
-                    raise ConfigError(
-                        f"ckpt_path: 'last' but no last.ckpt under {roots}; drop --ckpt_path "
-                        "to start a new run, or use --auto_resume true"
-                    )
-                rank_zero_info("auto_resume: no last checkpoint found; starting a new run")
+                run = f" of run {self._run_id}" if self._run_id else ""
+                rank_zero_info(f"auto_resume: no last checkpoint{run} found; starting a new run")
                 return None
             rank_zero_info(f"Resuming from {last}")
             return last
@@ -189,6 +203,20 @@ class NCLCLI(LightningCLI):
         if not path.is_file():
             raise ConfigError(f"ckpt_path: checkpoint not found: {path}")
         return path
+
+    def _assign_run_id(self, sub: str, cfg: Any) -> str | None:
+        """The run's id: ``--run_id``, else (fit) the one the environment names; a fit
+        gives it to every configured logger as its ``version``."""
+        run_id, source = cfg.get("run_id"), "--run_id"
+        if run_id is None and sub == "fit":
+            run_id, source = default_run_id() or (None, "")
+        if run_id is None:
+            return None
+        check_run_id(run_id)
+        if sub == "fit":
+            set_logger_versions(cfg["trainer"].get("logger"), run_id)
+            rank_zero_info(f"Run id {run_id} (from {source})")
+        return run_id
 
     def _parse_ckpt_path(self) -> None:
         """Resolve ``last``/``auto_resume``, read the checkpoint tensor-only (a pickled
@@ -200,6 +228,7 @@ class NCLCLI(LightningCLI):
         cfg = self.config[sub]
         self._resume_checkpoint: dict[str, Any] | None = None
         self._overrides: list[Any] = []
+        self._run_id = self._assign_run_id(sub, cfg)
         path = self._resolve_ckpt_path()
         if path is None:
             return
@@ -252,6 +281,13 @@ class NCLCLI(LightningCLI):
             return
         if ckpt is not None and getattr(self, "_overrides", None):
             trainer.callbacks.append(ResumeOverrides())
+        run_id = getattr(self, "_run_id", None)
+        if not trainer.loggers:  # no logger folder: the run's own one under the root
+            folder = Path(trainer.default_root_dir) / (run_id or new_run_id())
+            for callback in trainer.checkpoint_callbacks:
+                callback.dirpath = callback.dirpath or str(folder / "checkpoints")
+        if ckpt is None and run_id is not None:
+            check_new_run_folders(run_folders(trainer), run_id)
         if rank_zero_only.rank == 0:
             # Last: every check has passed. Other ranks of a DDP run share the folder.
             lock = RunLock()
@@ -315,7 +351,7 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
             datamodule_class=LightningDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
-            save_config_kwargs={"overwrite": True},
+            save_config_callback=RunConfig,
             parser_class=NCLArgumentParser,
             args=args,
             auto_configure_optimizers=False,

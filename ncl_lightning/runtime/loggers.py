@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import shutil
 import socket
 import threading
 import urllib.parse
@@ -48,6 +49,15 @@ def _unreachable(url: str) -> str | None:
     thread.join(PROBE_TIMEOUT_S)
     problem = result[0] if result else f"no answer in {PROBE_TIMEOUT_S:g} s"
     return None if problem is None else f"cannot reach {url}: {problem}"
+
+
+def save_run_file(logger: _LightningWandbLogger, path: _PATH, name: str) -> None:
+    """Copy ``path`` into the W&B run's folder as ``name`` (a copy, not wandb's symlink: the
+    run keeps it if the source moves) and upload it with the run."""
+    run = logger.experiment
+    target = os.path.join(run.dir, name)
+    shutil.copyfile(path, target)
+    run.save(target, base_path=run.dir, policy="now")
 
 
 def _short(path: str) -> str:
@@ -219,6 +229,12 @@ class WandbLogger(_LightningWandbLogger):
         log_graph: bool = True,
     ) -> None:
         self._wandb("watch", super().watch, model, log=log, log_freq=log_freq, log_graph=log_graph)
+
+    @rank_zero_only
+    def save_file(self, path: _PATH, name: str) -> None:
+        """Copy ``path`` into the run's files as ``name`` and upload it (``wandb.save``,
+        ``policy="now"``); skipped once logging went to CSV."""
+        self._wandb("save_file", save_run_file, self, path, name)
 
     def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
         self._wandb("after_save_checkpoint", super().after_save_checkpoint, checkpoint_callback)

@@ -11,14 +11,22 @@ status 0, so a pre-empted job looks finished and is never requeued. With the
 3. exits with ``128 + signal number`` (143 for SIGTERM, 138 for SIGUSR1, 130 for
    SIGINT), as a shell reports a process ended by that signal.
 
-SIGUSR1 is treated as SIGTERM unless a handler is already installed for it (Lightning's
-SLURM auto-requeue installs its own). A second signal while saving is ignored.
+SIGUSR1 is treated as SIGTERM unless a handler is already installed for it. Under a
+SLURM batch job (``sbatch --signal=USR1@<seconds>``) the callback owns SIGUSR1, in place
+of Lightning's auto-requeue handler (which saves ``hpc_ckpt_N.ckpt`` into the
+``default_root_dir`` that every run of a root shares, where a sibling array task would
+resume it): it saves ``last.ckpt`` in the run's own folder, requeues the job with
+``scontrol requeue <job>`` (rank zero) and exits 138. The requeued job keeps its job id,
+hence its run id (``slurm-<job>``), and ``--auto_resume true`` resumes exactly that run.
+A second signal while saving is ignored.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +35,10 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from ncl_lightning.runtime.runs import run_folder_of, slurm_run_id
+
+REQUEUE_TIMEOUT_S = 60
 
 
 class PreemptedError(SystemExit):
@@ -53,9 +65,10 @@ def last_checkpoint_path(trainer: L.Trainer) -> Path:
     return Path(folder or Path(trainer.default_root_dir) / "checkpoints") / name
 
 
-def resume_command(argv: list[str] | None = None) -> str:
+def resume_command(argv: list[str] | None = None, run_id: str | None = None) -> str:
     """The command line that resumes this run: the same arguments with ``--ckpt_path
-    last`` (an earlier ``--ckpt_path``/``--auto_resume`` is dropped)."""
+    last`` and, when known, ``--run_id <id>`` (earlier ``--ckpt_path``/``--auto_resume``/
+    ``--run_id`` are dropped)."""
     args = list(sys.argv if argv is None else argv)
     prog = "ncl-cli" if not args or Path(args[0]).name in ("ncl-cli", "cli.py") else args[0]
     out, skip = [], False
@@ -63,13 +76,45 @@ def resume_command(argv: list[str] | None = None) -> str:
         if skip:
             skip = False
             continue
-        if arg in ("--ckpt_path", "--auto_resume"):
+        if arg in ("--ckpt_path", "--auto_resume", "--run_id"):
             skip = True
             continue
-        if arg.startswith(("--ckpt_path=", "--auto_resume=")):
+        if arg.startswith(("--ckpt_path=", "--auto_resume=", "--run_id=")):
             continue
         out.append(arg)
-    return shlex.join([prog, *out, "--ckpt_path", "last"])
+    run = ["--run_id", run_id] if run_id else []
+    return shlex.join([prog, *out, *run, "--ckpt_path", "last"])
+
+
+def slurm_job(env: dict[str, str] | None = None) -> str | None:
+    """The id ``scontrol requeue`` takes for this SLURM batch job (``<array job>_<task>``
+    for an array task), or ``None`` outside one."""
+    env = dict(os.environ) if env is None else env
+    if slurm_run_id(env) is None:
+        return None
+    array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    return f"{array_job}_{task}" if array_job and task else env.get("SLURM_JOB_ID")
+
+
+def requeue(job: str) -> str:
+    """Run ``scontrol requeue <job>``; what happened, in words for the log (a failure says
+    how to go on: nothing is lost, the job only has to be submitted again)."""
+    fallback = "; submit the job again: it resumes with --auto_resume true"
+    try:
+        done = subprocess.run(
+            ["scontrol", "requeue", job],
+            capture_output=True, text=True, timeout=REQUEUE_TIMEOUT_S, check=False,
+        )  # fmt: skip
+    except FileNotFoundError:
+        return f"could not requeue SLURM job {job}: scontrol not found{fallback}"
+    except subprocess.TimeoutExpired:
+        return f"could not requeue SLURM job {job}: scontrol gave no answer{fallback}"
+    if done.returncode != 0:
+        why = (done.stderr or done.stdout).strip().splitlines()
+        detail = f": {why[0]}" if why else ""
+        code = done.returncode
+        return f"could not requeue SLURM job {job} (scontrol exit {code}{detail}){fallback}"
+    return f"requeued SLURM job {job} (scontrol requeue {job})"
 
 
 class Preemption(Callback):
@@ -90,8 +135,8 @@ class Preemption(Callback):
         # Lightning has installed its SIGTERM handler (it stops at the batch end); note
         # which signal arrived, and let SIGUSR1 stop the run the same way.
         self._hook(signal.SIGTERM)
-        if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
-            self._install(signal.SIGUSR1, self._as_sigterm)
+        if slurm_job() is not None or signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+            self._install(signal.SIGUSR1, self._as_sigterm)  # under SLURM: in Lightning's place
 
     def _hook(self, signum: int) -> None:
         previous = signal.getsignal(signum)
@@ -146,9 +191,14 @@ class Preemption(Callback):
             trainer.save_checkpoint(path)  # collective: every rank calls it, rank 0 writes
         finally:
             signal.signal(signal.SIGINT, previous)
+        job = slurm_job()
+        requeued = ""
+        if signum == signal.SIGUSR1 and job is not None and trainer.is_global_zero:
+            requeued = f"{requeue(job)}; "
         message = (
             f"stopped by {name} at step {trainer.global_step} (epoch {trainer.current_epoch}); "
-            f"saved {path}; resume with: {resume_command()}"
+            f"saved {path}; {requeued}resume with: "
+            f"{resume_command(run_id=run_folder_of(path).name)}"
         )
         rank_zero_info(f"ncl-cli: {message}")
         self.stop = PreemptedError(message, int(signum))
