@@ -23,11 +23,13 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from ncl_lightning.methods.defaults import check_declared_defaults
 from ncl_lightning.optim import decay_param_groups, warmup_cosine, warmup_step
 from ncl_lightning.optim import scale_lr as scaled
+from ncl_lightning.optim.batch_report import batch_layout, describe_batch
 from ncl_lightning.runtime.defaults import missing_callbacks
 from ncl_lightning.runtime.errors import ConfigError, UsageError
 from ncl_lightning.runtime.guard import (
@@ -235,30 +237,37 @@ def configure_warmup_cosine(
     Args:
         module: The module being trained (its trainer gives world size and step count).
         optimizer: Optimiser over the module's parameter groups (peak rates at batch 256).
-        scale_lr: Multiply every group's rate by ``batch_size * world * accumulation / 256``.
-        batch_size: Per-device batch size (needed when ``scale_lr``).
+        scale_lr: Multiply every group's rate by ``per-device batch * world *
+            accumulation / 256`` (samples per update / 256, Goyal et al., 2017).
+        batch_size: The module's per-device batch size: used only when the training loader
+            has no integer ``batch_size`` (the loader's, the batch actually loaded, wins:
+            with ``batch_scope: global`` the CLI links the global batch here).
         warmup_epochs: Linear warmup length in epochs (fractions allowed).
         min_lr_ratio: Final rate of the cosine, relative to the peak.
         milestones: Epochs at which the rate is multiplied by ``gamma``
             (:func:`~ncl_lightning.optim.warmup_step`) instead of the cosine.
         gamma: Step-decay factor.
 
+    Prints once (rank zero) the devices, per-device and global batch and the peak rates
+    (:func:`~ncl_lightning.optim.batch_report.describe_batch`).
+
     Returns:
         What ``configure_optimizers`` returns: optimiser and a step-interval scheduler.
+
+    Raises:
+        ConfigError: ``scale_lr`` and no integer batch size (loader or ``batch_size``);
+            ``trainer.max_epochs`` < 1.
     """
     trainer = module.trainer
-    if scale_lr:
-        if batch_size is None:
-            raise ConfigError(
-                "batch_size must be set when scale_lr is true (the per-device batch size "
-                "scales the learning rate), got None",
-                key="batch_size",
-            )
-        world = trainer.world_size * trainer.accumulate_grad_batches
-        for group in optimizer.param_groups:
-            group["lr"] = scaled(group["lr"], batch_size * world)
     check_schedule_epochs(trainer.max_epochs)
-    total = int(trainer.estimated_stepping_batches)
+    total = int(trainer.estimated_stepping_batches)  # builds the training loader
+    layout = batch_layout(trainer, batch_size, required=scale_lr)
+    configured = [group["lr"] for group in optimizer.param_groups]
+    if scale_lr:
+        for group in optimizer.param_groups:
+            group["lr"] = scaled(group["lr"], layout.per_update)
+    peaks = [group["lr"] for group in optimizer.param_groups]
+    rank_zero_info(describe_batch(layout, list(zip(configured, peaks, strict=True)), scale_lr))
     epochs = trainer.max_epochs
     warmup = round(warmup_epochs * total / epochs)
     if milestones:

@@ -63,8 +63,8 @@ def preflight(module: nn.Module, example: Tensor | None = None) -> None:
 
     Raises:
         ConfigError: A learning rate ``<= 0`` (names the key: the optimiser's ``lr``,
-            ``probe_lr``, ``gate_lr``, ...), ``scale_lr`` without ``batch_size``, or a
-            model that does not fit the data (input channels, ``out_dim``, shapes).
+            ``probe_lr``, ``gate_lr``, ...), or a model that does not fit the data (input
+            channels, ``out_dim``, shapes).
     """
     if not isinstance(module, CheckedModule):
         return
@@ -111,12 +111,8 @@ class Preflight(Callback):
 
 # -- learning rates -------------------------------------------------------------------
 def _check_learning_rates(module: CheckedModule) -> None:
-    if module.scale_lr and module.batch_size is None:
-        raise ConfigError(
-            "batch_size must be set when scale_lr is true (the per-device batch size "
-            "scales the learning rate), got None",
-            key="batch_size",
-        )
+    # scale_lr with batch_size None is checked at configure_optimizers: the training
+    # loader's batch_size, not built yet here, is the one that scales the rates.
     specs = module.param_groups()
     own_lr = [g.get("lr") if isinstance(g, dict) else None for g in specs]  # torch fills
     try:

@@ -249,11 +249,6 @@ _lr_cases = {
         lambda: _ssl(optimizer=lambda p: LARS(p, lr=0.1, momentum=1.0)),
         "model.init_args.optimizer: LARS momentum must be in [0, 1), got 1.0",
     ),
-    "scale_lr-without-batch_size": (
-        lambda: _ssl(batch_size=None),
-        "batch_size must be set when scale_lr is true (the per-device batch size scales the "
-        "learning rate), got None",
-    ),
 }
 
 

@@ -1,0 +1,144 @@
+"""The batch a run actually trains with, and the learning rates scaled from it.
+
+:func:`batch_layout` reads the per-device batch from the training loader Lightning built
+(the DataModule's ``batch_scope`` has already split a global batch there) and the device
+layout from the trainer; :func:`describe_batch` formats the one or two lines a run prints
+at the start of ``fit``. Learning rates follow the linear scaling rule of Goyal et al.
+(2017), ``lr = base_lr * samples per update / 256``, as SimCLR and solo-learn do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ncl_lightning.runtime.errors import ConfigError
+
+REFERENCE_BATCH = 256
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """How the samples of one optimiser update are spread.
+
+    Attributes:
+        nodes: Machines (``trainer.num_nodes``).
+        devices: Processes per machine (``trainer.num_devices``).
+        per_device: Samples each process loads per step (``None``: unknown, a loader
+            without an integer ``batch_size`` and no module ``batch_size``).
+        accumulation: Steps per optimiser update (``trainer.accumulate_grad_batches``).
+        batch_scope: The DataModule's ``batch_scope`` (``None`` when it has none).
+    """
+
+    nodes: int
+    devices: int
+    per_device: int | None
+    accumulation: int = 1
+    batch_scope: str | None = None
+
+    @property
+    def world(self) -> int:
+        """Processes of the run."""
+        return self.nodes * self.devices
+
+    @property
+    def global_batch(self) -> int:
+        """Samples of one step over all processes: what a gathered contrastive loss sees."""
+        if self.per_device is None:
+            raise ConfigError("the per-device batch size is unknown", key="batch_size")
+        return self.per_device * self.world
+
+    @property
+    def per_update(self) -> int:
+        """Samples of one optimiser update: the learning rate's scale."""
+        return self.global_batch * self.accumulation
+
+
+def batch_layout(trainer: Any, fallback: int | None, required: bool) -> BatchLayout:
+    """The layout of ``trainer``'s fit: the per-device batch is the training loader's
+    ``batch_size`` (call after ``trainer.estimated_stepping_batches``, which builds the
+    loader), else ``fallback`` (the module's ``batch_size``).
+
+    Args:
+        trainer: The fitting trainer.
+        fallback: The module's per-device ``batch_size``.
+        required: The batch size must be known (``scale_lr``).
+
+    Raises:
+        ConfigError: ``required`` and neither gives an integer batch size.
+    """
+    loaded = getattr(trainer.train_dataloader, "batch_size", None)
+    per_device = loaded if isinstance(loaded, int) else fallback
+    if per_device is None and required:
+        raise ConfigError(
+            "batch_size must be set when scale_lr is true (the per-device batch size "
+            "scales the learning rate), got None and the training loader has no integer "
+            "batch_size (a batch_sampler?)",
+            key="batch_size",
+        )
+    return BatchLayout(
+        nodes=trainer.num_nodes,
+        devices=trainer.num_devices,
+        per_device=per_device,
+        accumulation=trainer.accumulate_grad_batches,
+        batch_scope=getattr(trainer.datamodule, "batch_scope", None),
+    )
+
+
+def _count(n: int, word: str) -> str:
+    plural = word + ("es" if word.endswith("s") else "s")
+    return f"{n} {word}" if n == 1 else f"{n} {plural}"
+
+
+def _rates(values: Sequence[float]) -> str:
+    return ", ".join(f"{value:.6g}" for value in values)
+
+
+def describe_batch(layout: BatchLayout, lrs: Sequence[tuple[float, float]], scaled: bool) -> str:
+    """What a run trains with, in one line (two with gradient accumulation).
+
+    Args:
+        layout: The device layout and batch (:func:`batch_layout`).
+        lrs: ``(configured, peak)`` learning rate of each parameter group; distinct pairs
+            are shown once, in order.
+        scaled: Whether the rates were scaled by ``layout.per_update / 256``.
+
+    Returns:
+        E.g. ``Batch: 2 processes (1 node x 2 devices) x 128 per device = global batch 256
+        (batch_scope: global); learning rate 0.4 -> 0.4 (x 256/256, lr scaled by global
+        batch / 256)``.
+    """
+    scope = f" (batch_scope: {layout.batch_scope})" if layout.batch_scope else ""
+    pairs = list(dict.fromkeys(lrs))
+    word = "learning rate" if len(pairs) == 1 else "learning rates"
+    before = _rates([pair[0] for pair in pairs])
+    processes = (
+        f"{_count(layout.world, 'process')} ({_count(layout.nodes, 'node')} x "
+        f"{_count(layout.devices, 'device')})"
+    )
+    if layout.per_device is None:  # only without scaling: batch_layout refuses otherwise
+        return (
+            f"Batch: {processes}, per-device batch unknown (the training loader has no "
+            f"batch_size); {word} {before} (not scaled: scale_lr is false)"
+        )
+    line = (
+        f"Batch: {processes} x {layout.per_device} per device = global batch "
+        f"{layout.global_batch}{scope}"
+    )
+    if scaled:
+        basis = "global batch" if layout.accumulation == 1 else "samples per update"
+        after = _rates([pair[1] for pair in pairs])
+        line += (
+            f"; {word} {before} -> {after} (x {layout.per_update}/{REFERENCE_BATCH}, "
+            f"lr scaled by {basis} / {REFERENCE_BATCH})"
+        )
+    else:
+        line += f"; {word} {before} (not scaled: scale_lr is false)"
+    if layout.accumulation > 1:
+        line += (
+            f"\ngradient accumulation {layout.accumulation}: {layout.per_update} samples per "
+            f"update, but each contrastive loss sees only the {layout.global_batch} of one "
+            "step (accumulation does not add negatives)"
+        )
+    return line
