@@ -97,10 +97,10 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def _conv_bn_relu(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
+def _conv_bn_relu(c_in: int, c_out: int, stride: int = 1, batch_norm: bool = True) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(c_in, c_out, kernel_size=3, stride=stride, padding=1, bias=False),
-        nn.BatchNorm2d(c_out),
+        nn.Conv2d(c_in, c_out, kernel_size=3, stride=stride, padding=1, bias=not batch_norm),
+        nn.BatchNorm2d(c_out) if batch_norm else nn.Identity(),
         nn.ReLU(inplace=True),
     )
 
@@ -115,6 +115,10 @@ class SmallCNN(nn.Module):
         in_channels: Number of input channels (>= 1).
         width: Channels of the first two layers; the last two use ``2 * width`` (>= 1).
         out_dim: Representation size (>= 1).
+        batch_norm: BatchNorm after each convolution (without it, each convolution has a
+            bias). Without BatchNorm a sample's features do not depend on the rest of its
+            batch, so a run on several processes computes exactly what one process does
+            on the global batch (BatchNorm normalises per process unless synchronised).
 
     Attributes:
         out_dim: Representation size.
@@ -124,18 +128,23 @@ class SmallCNN(nn.Module):
         ``x``: ``[B, in_channels, H, W]`` -> ``[B, out_dim]``.
     """
 
-    def __init__(self, in_channels: int = 1, width: int = 32, out_dim: int = 128) -> None:
+    def __init__(
+        self, in_channels: int = 1, width: int = 32, out_dim: int = 128, batch_norm: bool = True
+    ) -> None:
         super().__init__()
         for name, value in (("in_channels", in_channels), ("width", width), ("out_dim", out_dim)):
             if value < 1:
                 raise ConfigError(f"SmallCNN {name} must be >= 1, got {value}", key=name)
         self.out_dim = out_dim
-        self.spec = backbone_spec(SmallCNN, in_channels=in_channels, width=width, out_dim=out_dim)
+        self.spec = backbone_spec(
+            SmallCNN, in_channels=in_channels, width=width, out_dim=out_dim, batch_norm=batch_norm
+        )
+        norm = batch_norm
         self.features = nn.Sequential(
-            _conv_bn_relu(in_channels, width),
-            _conv_bn_relu(width, width),
-            _conv_bn_relu(width, 2 * width, stride=2),
-            _conv_bn_relu(2 * width, 2 * width),
+            _conv_bn_relu(in_channels, width, batch_norm=norm),
+            _conv_bn_relu(width, width, batch_norm=norm),
+            _conv_bn_relu(width, 2 * width, stride=2, batch_norm=norm),
+            _conv_bn_relu(2 * width, 2 * width, batch_norm=norm),
             nn.AdaptiveAvgPool2d(1),
             nn.Flatten(),
         )

@@ -76,3 +76,16 @@ def test_bad_names():
         build_backbone("vit_b16")
     with pytest.raises(ValueError, match="width"):
         SmallCNN(width=0)
+
+
+def test_small_cnn_without_batch_norm_encodes_each_sample_alone():
+    # Train mode: with BatchNorm a sample's features depend on the batch; without, they do
+    # not (what makes a multi-process run equal one process on the global batch).
+    torch.manual_seed(0)
+    x = torch.randn(8, 1, 8, 8)
+    plain = SmallCNN(width=4, out_dim=6, batch_norm=False).train()
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in plain.modules())
+    torch.testing.assert_close(plain(x)[:4], plain(x[:4]))
+    normed = SmallCNN(width=4, out_dim=6).train()
+    assert not torch.allclose(normed(x)[:4], normed(x[:4]), atol=1e-4)
+    assert plain.spec["init_args"]["batch_norm"] is False
