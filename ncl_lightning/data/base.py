@@ -18,6 +18,9 @@ Batches:
     * ``val_dataloader`` / ``test_dataloader`` / ``predict_dataloader``: ``(images,
       labels)`` with ``images`` ``[B, C, H, W]`` through the clean (non-augmented)
       transform; in order, no batch dropped.
+
+``B`` is the per-device batch: ``batch_size``, or ``batch_size // world_size`` with
+``batch_scope: global`` (:mod:`ncl_lightning.data.batch_scope`).
 """
 
 from __future__ import annotations
