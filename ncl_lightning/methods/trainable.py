@@ -54,7 +54,9 @@ class TrainableModule(L.LightningModule):
     its signature, so ``model.init_args`` keys and their defaults stay the subclass's).
 
     Args:
-        batch_size: Per-device batch size, used to scale the learning rate (CLI-linked).
+        batch_size: The data's ``batch_size`` (CLI-linked). The learning rate is scaled by
+            the batch the training loader loads; this value only when the loader has no
+            integer ``batch_size``.
         optimizer: Callable building the optimiser from parameter groups (``None``: the
             subclass's :meth:`default_optimizer`).
         warmup_epochs: Linear warmup length in epochs (fractions allowed).
