@@ -126,7 +126,8 @@ class NCLCLI(LightningCLI):
             "--auto_resume",
             type=bool,
             default=False,
-            help="fit: resume from the run's newest last.ckpt when there is one, else "
+            help="fit: resume this run's last.ckpt (--run_id, the SLURM job, or the only run "
+            "under the root) when there is one, else "
             "start afresh (for jobs that are re-submitted after preemption).",
         )
         parser.add_argument(
