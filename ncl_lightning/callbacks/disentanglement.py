@@ -14,7 +14,9 @@ disentanglement_lib estimator with 20 equal-width bins) of each space:
 
 The codes are kept (list states reduced by "cat"), because the bins span each dimension's
 global min and max; every rank therefore computes, and logs, the same value as one process
-would on all samples.
+would on all samples. The value is logged with ``sync_dist=True``: the mean over ranks of
+that one value is itself, for one scalar all-reduce per key and evaluation, and Lightning
+gives no "use ``sync_dist=True``" warning.
 """
 
 from __future__ import annotations
@@ -143,12 +145,12 @@ class Disentanglement(L.Callback):
         if not self._active or not self._metrics:
             return
         for space, metric in self._metrics.items():
-            gaps = metric.compute().float()  # [K], synchronised over ranks
-            pl_module.log(f"{stage}/{space}/mig", gaps.nanmean(), sync_dist=False)
+            gaps = metric.compute().float()  # [K], synchronised: equal on every rank
+            pl_module.log(f"{stage}/{space}/mig", gaps.nanmean(), sync_dist=True)
             if self.per_factor:
                 for name, gap in zip(self._factor_names(trainer, len(gaps)), gaps, strict=True):
-                    if not gap.isnan():
-                        pl_module.log(f"{stage}/{space}/mig/{name}", gap, sync_dist=False)
+                    if not gap.isnan():  # the same factors are NaN on every rank
+                        pl_module.log(f"{stage}/{space}/mig/{name}", gap, sync_dist=True)
         self._metrics = {}
         self._active = False
 

@@ -11,7 +11,12 @@ augmented views of held-out images, so after the loop it encodes the DataModule'
 The callback never looks inside the method: a method changes what is measured by
 changing ``encode`` (BayesNCL's gated features, for example), not by editing this file.
 Values are synchronised across ranks by the metrics themselves (sum / cat reductions), so
-2 ranks log what 1 process would.
+2 ranks log what 1 process would, and every rank holds the same number. They are logged
+with ``sync_dist=True`` all the same: the mean of identical values is that value (exactly:
+``(x + x) / 2``) and it costs two scalar all-reduces per key once per evaluation, whereas
+``sync_dist=False`` (even with ``rank_zero_only=True``) draws Lightning's "use
+``sync_dist=True``" warning for every key, and logging on rank 0 alone would hide the keys
+from a checkpoint monitor on the other ranks.
 """
 
 from __future__ import annotations
@@ -220,12 +225,14 @@ class FeatureStatistics(L.Callback):
     def _finish(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not self._active or not self._metrics:
             return
+        # compute() already reduced the states over the ranks: the values are global and
+        # the same on every rank, so sync_dist=True averages equal numbers (module docstring).
         for space, metrics in self._metrics.items():
             for key, value in metrics.compute().items():
-                pl_module.log(f"{stage}/{space}/{key}", value, sync_dist=False)
+                pl_module.log(f"{stage}/{space}/{key}", value, sync_dist=True)
         if self.sepin and "z" in self._metrics:
             for key, value in self._sepin(trainer, pl_module, stage).items():
-                pl_module.log(f"{stage}/z/{key}", value, sync_dist=False)
+                pl_module.log(f"{stage}/z/{key}", value, sync_dist=True)
         self._metrics = {}
         self._active = False
 

@@ -134,7 +134,11 @@ class DictionaryRecoveryMonitor(L.Callback):
         self.metric.update(encoder_weight(pl_module, "DictionaryRecoveryMonitor"))
         scores = self.metric.compute()
         self.metric.reset()
-        when = {"on_step": True, "on_epoch": False} if stage == "train" else {}
+        # DDP keeps the weights equal on every rank, so the scores are too. A training
+        # step's value is logged as it is (no warning on step); the validation value is
+        # logged on epoch, where sync_dist=True averages equal numbers (one all-reduce
+        # per key and validation) instead of warning.
+        when = {"on_step": True, "on_epoch": False} if stage == "train" else {"sync_dist": True}
         for name, value in scores.items():
             pl_module.log(f"{stage}/dictionary/{name}", value, **when)
 

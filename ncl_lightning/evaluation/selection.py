@@ -162,7 +162,9 @@ class FeatureSelection(L.LightningModule):
                 row = self.evaluate_dims(dims, test, transfer, fit)
                 self.results[rule][k] = row
                 for name, value in row.items():
-                    self.log(f"test/selection/{rule}/k{k}/{name}", value, sync_dist=False)
+                    # every rank evaluated the same gathered features: the mean over ranks
+                    # is the value itself (one all-reduce per key, once per test)
+                    self.log(f"test/selection/{rule}/k{k}/{name}", value, sync_dist=True)
         self._write()
 
     def evaluate_dims(

@@ -178,6 +178,9 @@ class SSLMethod(TrainableModule):
             loss = loss + probe_loss
         if not self.loss_is_finite(loss):  # raises under nonfinite_loss: stop
             return self.skipped_step_loss()  # no bank, metric or log update from this batch
+        # The batch losses are this rank's: sync_dist=True logs their mean over the ranks
+        # (the loss of the global batch when the shards are equal). The accuracies are
+        # torchmetrics Metrics, which reduce their own states over the ranks.
         self.log("train/objective", objective, prog_bar=True, sync_dist=True)
         if self._train_logs:
             self.log_dict(self._train_logs, sync_dist=True)

@@ -156,6 +156,8 @@ class BayesNCL(NCL):
         """Log ``{stage}/gate/open_rate`` and the per-dimension open-frequency summary."""
         metric = self.open_frequency[stage]
         if metric.update_called:
-            for key, value in metric.compute().items():  # synchronised across ranks
-                self.log(f"{stage}/gate/{key}", value)
+            # compute() summed the counts over the ranks: equal values on every rank, so
+            # sync_dist=True averages equal numbers (cheap, once per evaluation, no warning).
+            for key, value in metric.compute().items():
+                self.log(f"{stage}/gate/{key}", value, sync_dist=True)
             metric.reset()

@@ -131,6 +131,9 @@ class Classifier(TrainableModule):
         if not self.loss_is_finite(loss):  # raises under nonfinite_loss: stop
             return self.skipped_step_loss()  # no metric or log update from this batch
         self.train_metrics(logits.detach(), y)
+        # This rank's batch loss: averaged over the ranks. The accuracies are Metrics: the
+        # epoch value reduces their states over the ranks; the value on step is this
+        # rank's shard of the batch (Lightning logs rank 0's).
         self.log(f"train/{self.label}/loss", loss, prog_bar=True, sync_dist=True)
         self.log_dict(self.train_metrics, on_step=True, on_epoch=True)
         return loss

@@ -1,0 +1,101 @@
+"""A 2-process CPU DDP ``ncl-cli fit`` prints no "use ``sync_dist=True``" warning.
+
+Each run is the real entry point in a subprocess (Lightning's ``ddp`` launcher starts the
+second rank, gloo on loopback) on the bundled digits with the demo config's callbacks
+(FeatureStatistics with SEPIN, TopActivations; BayesNCL's gate summary; the NCE
+classifier's accuracies). Lightning warns once per key logged at epoch level without
+``sync_dist=True``; the per-rank values are averaged over the ranks and the global ones
+(reduced by their torchmetrics states) are logged with ``sync_dist=True`` too, so the
+output holds no such line. :class:`RankMetrics` writes every rank's ``callback_metrics``:
+each key has the same value on both ranks, the premise of that choice (docs/metrics.md,
+"Logging under DDP"). The exception is a classifier's ``train/{label}/acc_top*_step``,
+the accuracy of the rank's own shard of the last batch (not warned about: on step).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.helpers.cluster import free_port, launch_env
+
+
+class RankMetrics(L.Callback):
+    """Write ``{key: value}`` of the trainer's ``callback_metrics`` to ``<out>/rank<r>.json``
+    at the end of fit, one file per rank."""
+
+    def __init__(self, out: str) -> None:
+        self.out = Path(out)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        values = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(values))
+
+
+def _config(name: str, tmp: Path) -> Path:
+    """The demo config ``name`` with 1 epoch of 2 + 2 batches of 32 on 2 CPU ranks and
+    :class:`RankMetrics` added to its callbacks."""
+    config = yaml.safe_load((ROOT / "configs" / "demo" / f"{name}.yaml").read_text())
+    config["trainer"] |= {
+        "devices": 2, "accelerator": "cpu", "strategy": "ddp", "max_epochs": 1,
+        "limit_train_batches": 2, "limit_val_batches": 2, "check_val_every_n_epoch": 1,
+        "enable_progress_bar": False, "enable_model_summary": False,
+        "default_root_dir": str(tmp / "run"),
+    }  # fmt: skip
+    config["trainer"]["logger"]["init_args"]["save_dir"] = str(tmp / "run")
+    config["trainer"]["callbacks"].append(
+        {"class_path": f"{__name__}.RankMetrics", "init_args": {"out": str(tmp / "ranks")}}
+    )
+    config["data"]["init_args"]["batch_size"] = 32
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+# the config, and keys of each logging family that must reach callback_metrics
+RUNS = {
+    "digits_ncl": ["train/loss", "val/online_acc", "val/knn_acc", "val/z/sparsity",
+                   "val/h/effective_rank", "val/z/sepin@all"],
+    "digits_bayesncl": ["train/kl", "val/gate/open_rate", "val/gate/never_open_dims",
+                        "val/mask/active_dims", "val/z/semantic_consistency"],
+    "digits_nce": ["train/classifier/loss", "val/classifier/acc_top1", "val/z/sparsity"],
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+@pytest.mark.parametrize("name", list(RUNS))
+def test_two_process_fit_prints_no_sync_dist_warning(tmp_path: Path, name: str) -> None:
+    cmd = [sys.executable, "-m", "ncl_lightning.runtime.cli", "fit",
+           "--config", str(_config(name, tmp_path))]  # fmt: skip
+    run = subprocess.run(
+        cmd, cwd=ROOT, env=launch_env(MASTER_PORT=str(free_port())), capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-3000:]
+    assert "Starting with 2 processes" in out
+    warned = [line for line in out.splitlines() if "sync_dist" in line]
+    assert not warned, "\n".join(warned)
+
+    ranks: list[dict[str, Any]] = [
+        json.loads((tmp_path / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)
+    ]
+    assert set(RUNS[name]) <= set(ranks[0]), sorted(ranks[0])
+    assert ranks[0].keys() == ranks[1].keys()
+    differ = {
+        k: (v, ranks[1][k])
+        for k, v in ranks[0].items()
+        if not k.endswith("_step") and not math.isclose(v, ranks[1][k], rel_tol=1e-6, abs_tol=1e-9)
+    }
+    assert not differ, differ
