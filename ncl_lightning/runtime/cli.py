@@ -64,8 +64,8 @@ from ncl_lightning.runtime.run_config import RunConfig
 from ncl_lightning.runtime.runs import (
     check_new_run_folders,
     check_run_id,
+    checkpoint_folder,
     default_run_id,
-    new_run_id,
     run_checkpoints,
     select_checkpoint,
     set_logger_versions,
@@ -284,9 +284,10 @@ class NCLCLI(LightningCLI):
             trainer.callbacks.append(ResumeOverrides())
         run_id = getattr(self, "_run_id", None)
         if not trainer.loggers:  # no logger folder: the run's own one under the root
-            folder = Path(trainer.default_root_dir) / (run_id or new_run_id())
+            resumed = self._subconfig().get("ckpt_path") if ckpt is not None else None
+            folder = checkpoint_folder(Path(trainer.default_root_dir), run_id, resumed)
             for callback in trainer.checkpoint_callbacks:
-                callback.dirpath = callback.dirpath or str(folder / "checkpoints")
+                callback.dirpath = callback.dirpath or str(folder)
         if ckpt is None and run_id is not None:
             check_new_run_folders(run_folders(trainer), run_id)
         if rank_zero_only.rank == 0:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -56,14 +57,20 @@ def check_run_id(run_id: str) -> str:
 
 def slurm_run_id(env: Mapping[str, str] = os.environ) -> str | None:
     """``slurm-<job id>`` (``slurm-<array job>_<task>`` for an array task) of a SLURM batch
-    job, or ``None`` outside one (an interactive allocation runs many things: no id)."""
+    job, or ``None`` outside one (an interactive allocation runs many things: no id).
+
+    With ``SLURM_CLUSTER_NAME`` set the cluster is part of it (``slurm-<cluster>-<job>``):
+    job ids are unique on one cluster only, and a W&B run with the id of an existing run
+    of the project would continue that run.
+    """
     if not env.get("SLURM_NTASKS") or env.get("SLURM_JOB_NAME") in INTERACTIVE_SLURM_JOBS:
         return None
     array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-    if array_job and task:
-        return f"slurm-{array_job}_{task}"
-    job = env.get("SLURM_JOB_ID")
-    return f"slurm-{job}" if job else None
+    job = f"{array_job}_{task}" if array_job and task else env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    cluster = re.sub(r"[^A-Za-z0-9._-]", "-", env.get("SLURM_CLUSTER_NAME", ""))[:24]
+    return f"slurm-{cluster}-{job}" if cluster else f"slurm-{job}"
 
 
 def default_run_id(env: Mapping[str, str] = os.environ) -> tuple[str, str] | None:
@@ -76,8 +83,8 @@ def default_run_id(env: Mapping[str, str] = os.environ) -> tuple[str, str] | Non
 
 
 def new_run_id() -> str:
-    """A fresh id from the start time and the process id, e.g. ``run-20261124-053012-4711``."""
-    return f"run-{dt.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}"
+    """A fresh id: the start time and 6 random hex digits, e.g. ``run-20261124-053012-3fa9c1``."""
+    return f"run-{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 def run_folder_of(checkpoint: Path) -> Path:
@@ -85,6 +92,23 @@ def run_folder_of(checkpoint: Path) -> Path:
     the folder holding it."""
     parent = checkpoint.parent
     return parent.parent if parent.name == CHECKPOINT_FOLDER else parent
+
+
+def checkpoint_folder(root: Path, run_id: str | None, resumed: str | Path | None) -> Path:
+    """Where a run without a logger keeps its checkpoints: ``<root>/<run id>/checkpoints``.
+
+    Args:
+        root: ``trainer.default_root_dir``.
+        run_id: The run's id, if it has one.
+        resumed: The checkpoint the run resumes from: a run of ``root`` keeps its folder.
+
+    Returns:
+        The folder; a new id (:func:`new_run_id`) names it when nothing else does.
+    """
+    if run_id is None and resumed is not None:
+        folder = run_folder_of(Path(resumed).resolve())
+        run_id = folder.name if folder.parent == root.resolve() else None
+    return root / (run_id or new_run_id()) / CHECKPOINT_FOLDER
 
 
 def run_checkpoints(roots: Iterable[str | Path | None]) -> dict[Path, Path]:
@@ -237,6 +261,7 @@ __all__ = [
     "RUN_ID_ENV",
     "check_new_run_folders",
     "check_run_id",
+    "checkpoint_folder",
     "default_run_id",
     "logger_folder",
     "new_run_id",

@@ -81,6 +81,25 @@ def test_two_seeds_in_one_root_never_resume_each_other(
 
 
 @pytest.mark.slow
+def test_runs_without_a_logger_get_their_own_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "runs"
+    config = str(_config(tmp_path, root))
+    plain = ["fit", "--config", config, "--trainer.logger", "false"]
+    for _ in range(2):
+        cli_main(plain)
+    found = sorted(root.glob("run-*/checkpoints/last.ckpt"))
+    assert len(found) == 2, found  # two runs, two folders: nothing shared, nothing replaced
+    line = _refused([*plain, "--auto_resume", "true"], capsys)
+    assert "2 runs under" in line and "ambiguous" in line
+    first = found[0].parent.parent.name
+    cli_main([*plain, "--run_id", first, "--ckpt_path", "last", "--trainer.max_epochs", "2"])
+    assert read_checkpoint(found[0])["epoch"] == 1  # continued in its own folder
+    assert len(list(root.glob("run-*"))) == 2
+
+
+@pytest.mark.slow
 def test_wandb_runs_in_one_root_keep_their_own_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

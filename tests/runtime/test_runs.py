@@ -17,6 +17,7 @@ from ncl_lightning.runtime.run_config import free_name, git_state
 from ncl_lightning.runtime.runs import (
     check_new_run_folders,
     check_run_id,
+    checkpoint_folder,
     default_run_id,
     logger_folder,
     run_checkpoints,
@@ -55,6 +56,8 @@ def test_the_slurm_job_names_the_run() -> None:
     array = {**SLURM, "SLURM_ARRAY_JOB_ID": "800", "SLURM_ARRAY_TASK_ID": "3"}
     assert slurm_run_id(array) == "slurm-800_3"
     assert slurm_job(array) == "800_3" and slurm_job(SLURM) == "812"
+    cluster = {**array, "SLURM_CLUSTER_NAME": "jean zay"}  # ids are unique per cluster
+    assert slurm_run_id(cluster) == "slurm-jean-zay-800_3" and slurm_job(cluster) == "800_3"
     # An interactive allocation runs many things; outside SLURM there is no job.
     assert slurm_run_id({**SLURM, "SLURM_JOB_NAME": "bash"}) is None
     assert slurm_run_id({}) is None and slurm_job({}) is None
@@ -107,6 +110,16 @@ def test_a_run_id_without_a_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"run slurm-9 has no last.ckpt under R; runs with one"):
         select_checkpoint(found, "slurm-9", True, "R")
     assert select_checkpoint(found, None, False, "R") == next(iter(found.values()))
+
+
+def test_a_run_without_a_logger_keeps_its_checkpoints_in_its_own_folder(tmp_path: Path) -> None:
+    assert checkpoint_folder(tmp_path, "a", None) == tmp_path / "a/checkpoints"
+    fresh = checkpoint_folder(tmp_path, None, None)
+    assert fresh.parent.parent == tmp_path and fresh.parent.name.startswith("run-")
+    mine = tmp_path / "run-1/checkpoints/last.ckpt"  # a run of this root resumed: its folder
+    assert checkpoint_folder(tmp_path, None, mine) == tmp_path / "run-1/checkpoints"
+    elsewhere = checkpoint_folder(tmp_path, None, tmp_path.parent / "x/last.ckpt")
+    assert elsewhere.parent.name.startswith("run-")  # a file from elsewhere: a new run
 
 
 def test_the_run_id_becomes_every_loggers_version() -> None:
