@@ -37,6 +37,7 @@ def _args(config: str, subset: Path, out: Path, *extra: str) -> list[str]:
         "--model.init_args.backbone.width", "32",
         "--trainer.accelerator", "cpu",
         "--trainer.devices", "1",
+        "--trainer.precision", "32-true",  # bf16 autocast is slow on the CPU; not under test here
         "--trainer.default_root_dir", str(out),
         "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
         "--trainer.logger.save_dir", str(out),

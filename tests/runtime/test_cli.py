@@ -88,6 +88,10 @@ def test_fit_one_epoch_on_real_cifar_then_test(cifar_subset: Path, tmp_path: Pat
         "--model.init_args.backbone.in_channels", "3",
         "--trainer.accelerator", "cpu",
         "--trainer.devices", "1",
+        # bf16-mixed autocast is slow on the CPU (most of this test's time); this test is about
+        # fit -> W&B -> checkpoint -> test, and bf16 runs in test_config_fast_dev_run and the DDP
+        # and performance-switch tests
+        "--trainer.precision", "32-true",
         "--trainer.default_root_dir", str(tmp_path),
         "--trainer.logger.init_args.save_dir", str(tmp_path),
         "--trainer.enable_progress_bar", "false",
