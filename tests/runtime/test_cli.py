@@ -52,9 +52,16 @@ def _data_root(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     return ["--data.init_args.root", str(root), "--data.init_args.num_workers", "0"]
 
 
+# bf16-mixed autocast on the CPU is ~2.5x slower at 224 px (imagenet100_cl: 33 s against 13 s);
+# these two run in 32-true, and imagenet100_ncl (same data and backbone) and every CIFAR config
+# keep the shipped bf16-mixed.
+FP32_ON_CPU = {"imagenet100_cl", "imagenet100_bayesncl"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_config_fast_dev_run(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    precision = ["--trainer.precision", "32-true"] if config.stem in FP32_ON_CPU else []
     args = [
         "fit",
         "--config", str(config),
@@ -64,6 +71,7 @@ def test_config_fast_dev_run(config: Path, tmp_path: Path, monkeypatch: pytest.M
         "--trainer.default_root_dir", str(tmp_path / "run"),
         "--trainer.enable_progress_bar", "false",
         "--data.init_args.batch_size", "4",
+        *precision,
         *_data_root(config, tmp_path, monkeypatch),
     ]  # fmt: skip
     cli = cli_main(args)
