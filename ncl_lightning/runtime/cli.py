@@ -172,7 +172,9 @@ class NCLCLI(LightningCLI):
         root = trainer.get("default_root_dir")
         # Without one, Lightning writes under the working directory: search only its
         # run folders there, never the whole tree (it may hold datasets).
-        roots = [root] if root else [Path.cwd() / "lightning_logs", Path.cwd() / "checkpoints"]
+        cwd = Path.cwd()  # logger-less runs: <cwd>/<run id>/checkpoints
+        own = [cwd / self._run_id] if getattr(self, "_run_id", None) else sorted(cwd.glob("run-*"))
+        roots = [root] if root else [cwd / "lightning_logs", cwd / "checkpoints", *own]
         loggers = trainer.get("logger")
         for entry in loggers if isinstance(loggers, list) else [loggers]:
             if hasattr(entry, "get") and entry.get("init_args"):

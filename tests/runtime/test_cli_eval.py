@@ -48,13 +48,14 @@ def _pretrain(config: str, root: Path, *extra: str) -> Path:
         "--trainer.max_epochs", "1",
         "--trainer.limit_train_batches", "2",
         "--trainer.limit_val_batches", "1",
-        "--trainer.logger", "false",  # ModelCheckpoint then writes <root>/checkpoints
+        "--trainer.logger", "false",  # ModelCheckpoint then writes <root>/<run id>/checkpoints
         "--trainer.default_root_dir", str(root),
+        "--run_id", "pretrain",
         "--data.init_args.num_workers", "0",
         *CPU, *QUIET, *extra,
     ]  # fmt: skip
     cli_main(args)
-    path = root / "checkpoints" / "last.ckpt"
+    path = root / "pretrain" / "checkpoints" / "last.ckpt"
     assert path.is_file(), f"pre-training wrote no {path}"
     return path
 
