@@ -47,11 +47,14 @@ def _fit(
         enable_model_summary=False, enable_checkpointing=False, default_root_dir=root,
     )  # fmt: skip
     logger, records = logging.getLogger("lightning.pytorch"), _Records()
+    level = logger.level  # another test in this process may have quietened Lightning
     logger.addHandler(records)
+    logger.setLevel(logging.INFO)
     try:
         trainer.fit(model, data)
     finally:
         logger.removeHandler(records)
+        logger.setLevel(level)
     peaks = [group["initial_lr"] for group in trainer.optimizers[0].param_groups]
     return peaks, [m for m in records.messages if m.startswith("Batch:")]
 
