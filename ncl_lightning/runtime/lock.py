@@ -24,6 +24,7 @@ from typing import IO, Any
 from lightning.pytorch.callbacks import Callback
 
 from ncl_lightning.runtime.errors import NCLError
+from ncl_lightning.runtime.runs import logger_folder
 
 LOCK_SUFFIX = ".ncl-run.lock"
 
@@ -52,12 +53,9 @@ def run_folders(trainer: Any) -> list[Path]:
     """
     folders: list[Path] = []
     for logger in trainer.loggers:
-        log_dir = getattr(logger, "log_dir", None)  # CSV, TensorBoard: nothing created
-        version = None if log_dir else logger.version  # W&B: the id, when already known
-        if isinstance(log_dir, str | Path):
-            folders.append(Path(log_dir))
-        elif getattr(logger, "save_dir", None) and isinstance(version, str | int):
-            folders.append(Path(logger.save_dir) / str(logger.name or "") / str(version))
+        folder = logger_folder(logger, trainer.default_root_dir)  # W&B: once its id is known
+        if folder is not None:
+            folders.append(folder)
     for callback in trainer.checkpoint_callbacks:
         if getattr(callback, "dirpath", None):
             folders.append(Path(callback.dirpath))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import importlib
-import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,13 +20,14 @@ from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger, Logger
 
-from ncl_lightning.runtime.checkpoint_io import is_partial
-
-LAST_NAME = re.compile(r"^last(-v\d+)?\.ckpt$")
+from ncl_lightning.runtime.runs import run_checkpoints
 
 
 def find_last_checkpoint(roots: Iterable[str | Path | None]) -> Path | None:
-    """The newest ``last.ckpt`` (or ``last-vN.ckpt``) under any of ``roots``.
+    """The newest ``last.ckpt`` (or ``last-vN.ckpt``) of any run under ``roots``.
+
+    Resuming picks among runs with :func:`~ncl_lightning.runtime.runs.select_checkpoint`
+    (never the newest of several runs); this is for callers that know the roots hold one.
 
     Args:
         roots: Folders of the run (``default_root_dir``, logger ``save_dir`` s, the
@@ -37,14 +37,8 @@ def find_last_checkpoint(roots: Iterable[str | Path | None]) -> Path | None:
         The most recently written last checkpoint, or ``None``. Temporary files of an
         interrupted atomic write are never returned.
     """
-    found: set[Path] = set()
-    for root in roots:
-        if root is not None and Path(root).is_dir():
-            found.update(
-                p for p in Path(root).rglob("last*.ckpt")
-                if LAST_NAME.match(p.name) and not is_partial(p)
-            )  # fmt: skip
-    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+    lasts = run_checkpoints(roots).values()
+    return max(lasts, key=lambda p: p.stat().st_mtime, default=None)
 
 
 def logger_versions(loggers: Iterable[Logger]) -> list[dict[str, Any]]:

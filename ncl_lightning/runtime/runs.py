@@ -55,6 +55,16 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+def slurm_job(env: Mapping[str, str] = os.environ) -> str | None:
+    """The id ``scontrol requeue`` takes for this SLURM batch job (``<array job>_<task>``
+    for an array task), or ``None`` outside one (an interactive allocation runs many
+    things: it is no job of its own here)."""
+    if not env.get("SLURM_NTASKS") or env.get("SLURM_JOB_NAME") in INTERACTIVE_SLURM_JOBS:
+        return None
+    array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    return f"{array_job}_{task}" if array_job and task else env.get("SLURM_JOB_ID") or None
+
+
 def slurm_run_id(env: Mapping[str, str] = os.environ) -> str | None:
     """``slurm-<job id>`` (``slurm-<array job>_<task>`` for an array task) of a SLURM batch
     job, or ``None`` outside one (an interactive allocation runs many things: no id).
@@ -63,10 +73,7 @@ def slurm_run_id(env: Mapping[str, str] = os.environ) -> str | None:
     job ids are unique on one cluster only, and a W&B run with the id of an existing run
     of the project would continue that run.
     """
-    if not env.get("SLURM_NTASKS") or env.get("SLURM_JOB_NAME") in INTERACTIVE_SLURM_JOBS:
-        return None
-    array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-    job = f"{array_job}_{task}" if array_job and task else env.get("SLURM_JOB_ID")
+    job = slurm_job(env)
     if not job:
         return None
     cluster = re.sub(r"[^A-Za-z0-9._-]", "-", env.get("SLURM_CLUSTER_NAME", ""))[:24]
@@ -269,5 +276,6 @@ __all__ = [
     "run_folder_of",
     "select_checkpoint",
     "set_logger_versions",
+    "slurm_job",
     "slurm_run_id",
 ]

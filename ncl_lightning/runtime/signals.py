@@ -23,7 +23,6 @@ A second signal while saving is ignored.
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import subprocess
@@ -36,7 +35,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from ncl_lightning.runtime.runs import run_folder_of, slurm_run_id
+from ncl_lightning.runtime.runs import run_folder_of, slurm_job
 
 REQUEUE_TIMEOUT_S = 60
 
@@ -84,16 +83,6 @@ def resume_command(argv: list[str] | None = None, run_id: str | None = None) -> 
         out.append(arg)
     run = ["--run_id", run_id] if run_id else []
     return shlex.join([prog, *out, *run, "--ckpt_path", "last"])
-
-
-def slurm_job(env: dict[str, str] | None = None) -> str | None:
-    """The id ``scontrol requeue`` takes for this SLURM batch job (``<array job>_<task>``
-    for an array task), or ``None`` outside one."""
-    env = dict(os.environ) if env is None else env
-    if slurm_run_id(env) is None:
-        return None
-    array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-    return f"{array_job}_{task}" if array_job and task else env.get("SLURM_JOB_ID")
 
 
 def requeue(job: str) -> str:

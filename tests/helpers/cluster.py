@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback
 
+from tests.resume_helpers import digits_run_config
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -49,53 +51,30 @@ class RecordSteps(Callback):
 
 
 def digits_cluster_config(root: Path, record: Path, batch_size: int = 32) -> dict[str, Any]:
-    """The shared run (module docstring); ``batch_size`` is the global batch."""
-    return {
-        "seed_everything": 11,
-        "trainer": {
-            "accelerator": "cpu",
-            "devices": 1,
-            "max_epochs": 1,
-            "limit_train_batches": 3,
-            "limit_val_batches": 0,
-            "precision": "32-true",
-            "deterministic": True,
-            "log_every_n_steps": 1,
-            "default_root_dir": str(root),
-            "enable_progress_bar": False,
-            "enable_model_summary": False,
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.CSVLogger",
-                "init_args": {"save_dir": str(root), "name": "digits"},
-            },
-            "callbacks": [
-                {
-                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                    "init_args": {"save_last": True},
-                },
-                {
-                    "class_path": "tests.helpers.cluster.RecordSteps",
-                    "init_args": {"out": str(record)},
-                },
-            ],
-        },
-        "model": {
-            "class_path": "ncl_lightning.methods.NCL",
-            "init_args": {
-                "backbone": {
-                    "class_path": "ncl_lightning.nn.SmallCNN",
-                    "init_args": {"in_channels": 1, "width": 8, "out_dim": 32, "batch_norm": False},
-                },
-                "proj_hidden_dim": 64,
-                "proj_output_dim": 32,
-                "warmup_epochs": 0,
-            },
-        },
-        "data": {
-            "class_path": "ncl_lightning.data.DigitsDataModule",
-            "init_args": {"batch_size": batch_size, "batch_scope": "global", "num_workers": 0},
+    """The shared run (module docstring), on the resume tests' digits run; ``batch_size``
+    is the global batch."""
+    cfg = digits_run_config(root, max_epochs=1)
+    cfg["trainer"].update(
+        limit_train_batches=3, limit_val_batches=0, precision="32-true", log_every_n_steps=1
+    )
+    checkpoint = cfg["trainer"]["callbacks"][0]  # ModelCheckpoint(save_last=True)
+    record_steps = {
+        "class_path": "tests.helpers.cluster.RecordSteps",
+        "init_args": {"out": str(record)},
+    }
+    cfg["trainer"]["callbacks"] = [checkpoint, record_steps]
+    backbone = {"in_channels": 1, "width": 8, "out_dim": 32, "batch_norm": False}
+    cfg["model"] = {
+        "class_path": "ncl_lightning.methods.NCL",
+        "init_args": {
+            "backbone": {"class_path": "ncl_lightning.nn.SmallCNN", "init_args": backbone},
+            "proj_hidden_dim": 64,
+            "proj_output_dim": 32,
+            "warmup_epochs": 0,
         },
     }
+    cfg["data"]["init_args"].update(batch_size=batch_size, batch_scope="global")
+    return cfg
 
 
 def free_port() -> int:

@@ -24,9 +24,10 @@ from ncl_lightning.runtime.runs import (
     run_folder_of,
     select_checkpoint,
     set_logger_versions,
+    slurm_job,
     slurm_run_id,
 )
-from ncl_lightning.runtime.signals import requeue, resume_command, slurm_job
+from ncl_lightning.runtime.signals import requeue, resume_command
 
 SLURM = {"SLURM_NTASKS": "2", "SLURM_JOB_ID": "812", "SLURM_JOB_NAME": "ncl"}
 

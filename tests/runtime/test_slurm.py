@@ -48,7 +48,7 @@ def _scontrol(folder: Path) -> Path:
     return log
 
 
-def _tasks(config: Path, job: str, bin_dir: Path, *extra: str) -> list[subprocess.Popen]:
+def _tasks(config: Path, job: str, bin_dir: Path) -> list[subprocess.Popen]:
     """The two tasks ``srun`` would start for ``job`` on one node."""
     port = str(free_port())
     command = f"exec {srun_command(SBATCH)}"  # exec: the signal reaches ncl-cli itself
@@ -62,7 +62,7 @@ def _tasks(config: Path, job: str, bin_dir: Path, *extra: str) -> list[subproces
             MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
         )  # fmt: skip
         env["PATH"] = f"{bin_dir}:{env['PATH']}"
-        args = ["bash", "-c", command, "pretrain.sbatch", *extra]
+        args = ["bash", "-c", command, "pretrain.sbatch"]
         out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
         tasks.append(subprocess.Popen(args, cwd=ROOT, env=env, **out))
     return tasks
