@@ -1,0 +1,207 @@
+"""Training and validation curves of CSV runs: panels chosen from the logged columns.
+
+One panel per metric, one line per run (the same colour for a run in every panel, one
+legend above the panels). The figure has a fixed size and dpi (no tight bounding box):
+``min(3, panels)`` columns of 4 x 3 inch panels at 100 dpi, so its pixel size depends only
+on the number of panels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # files only, no display
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from ncl_lightning.plot.metrics_csv import Point, RunCurves, load_runs
+from ncl_lightning.runtime.errors import ConfigError, DataError, did_you_mean
+from ncl_lightning.runtime.validation import check_choice
+
+# Drawn when logged, in this order. ``lr`` stands for LearningRateMonitor's ``lr-<Optimizer>``
+# columns (one panel each).
+DEFAULT_PANELS = (
+    "train/loss",
+    "val/online_acc",
+    "val/knn_acc",
+    "val/z/sparsity",
+    "val/z/semantic_consistency",
+    "val/gate/open_rate",
+    "lr",
+)
+LR_ALIAS, LR_PREFIX = "lr", "lr-"
+X_AXES = ("step", "epoch")
+X_LABELS = {"step": "step (global training step)", "epoch": "epoch (mean of its logged values)"}
+PANEL_SIZE = (4.0, 3.0)  # inches
+DPI = 100
+MAX_COLUMNS = 3
+MARKER_MAX = 60  # series with at most this many points get a marker (validation curves)
+
+
+def _expand(name: str, present: Sequence[str]) -> list[str]:
+    """The logged columns ``name`` stands for: itself, or every ``lr-*`` column for ``lr``."""
+    if name == LR_ALIAS:
+        return [c for c in present if c.startswith(LR_PREFIX)]
+    return [name] if name in present else []
+
+
+def choose_panels(runs: Sequence[RunCurves], metrics: Sequence[str] | None = None) -> list[str]:
+    """The columns to draw, one panel each.
+
+    Args:
+        runs: The runs read by :func:`~ncl_lightning.plot.metrics_csv.load_runs`.
+        metrics: The columns wanted (``lr`` for the learning-rate columns); default: those of
+            :data:`DEFAULT_PANELS` that at least one run logged.
+
+    Returns:
+        Column names in panel order, without repeats.
+
+    Raises:
+        DataError: No run logged any metric, or none of the default ones.
+        ConfigError: A column of ``metrics`` that no run logged (with the closest one).
+    """
+    present = sorted({column for run in runs for column in run.series})
+    files = ", ".join(str(run.path) for run in runs)
+    if not present:
+        raise DataError(f"{files}: no metric logged (only epoch/step, or no rows)")
+    if metrics is None:
+        panels = [c for name in DEFAULT_PANELS for c in _expand(name, present)]
+        if not panels:
+            shown = ", ".join(present[:12]) + (", ..." if len(present) > 12 else "")
+            raise DataError(
+                f"{files}: none of the default metrics ({', '.join(DEFAULT_PANELS)}) was "
+                f"logged; pick columns with --metrics (logged: {shown})"
+            )
+    else:
+        panels = []
+        for name in metrics:
+            found = _expand(name, present)
+            if not found:
+                raise ConfigError(
+                    f"metrics: {name!r} was not logged in {files}{did_you_mean(name, present)}",
+                    key="metrics",
+                )
+            panels += found
+    return list(dict.fromkeys(panels))
+
+
+def _xy(points: Sequence[Point], x: str) -> tuple[list[float], list[float]]:
+    """The points against ``step``, or averaged per ``epoch`` (in epoch order)."""
+    if x == "step":
+        return [float(p.step) for p in points], [p.value for p in points]
+    groups: dict[int, list[float]] = {}
+    for p in points:
+        groups.setdefault(p.epoch, []).append(p.value)  # type: ignore[arg-type]
+    epochs = sorted(groups)
+    return [float(e) for e in epochs], [sum(groups[e]) / len(groups[e]) for e in epochs]
+
+
+def figure_size(num_panels: int) -> tuple[int, int]:
+    """``(width, height)`` in pixels of the figure of :func:`curves_figure`."""
+    cols = min(MAX_COLUMNS, num_panels)
+    rows = math.ceil(num_panels / cols)
+    return round(cols * PANEL_SIZE[0] * DPI), round(rows * PANEL_SIZE[1] * DPI)
+
+
+def curves_figure(runs: Sequence[RunCurves], panels: Sequence[str], x: str = "step") -> Figure:
+    """Draw ``panels`` for every run (not saved; no pyplot state).
+
+    Args:
+        runs: The runs, one line (colour ``C{i}``, label ``run.label``) per panel that it
+            logged.
+        panels: Column names, from :func:`choose_panels`.
+        x: ``"step"`` (the global step of each logged value) or ``"epoch"`` (values
+            averaged over each epoch).
+
+    Returns:
+        The figure, with one axis per panel in order (each titled with its column).
+
+    Raises:
+        ConfigError: ``x`` is not ``step`` or ``epoch``, or ``panels`` is empty.
+        DataError: ``x="epoch"`` for a file without an ``epoch`` column.
+    """
+    check_choice("x", x, X_AXES)
+    if not panels:
+        raise ConfigError("panels: at least one column to draw", key="panels")
+    if x == "epoch":
+        for run in runs:
+            if any(p.epoch is None for points in run.series.values() for p in points):
+                raise DataError(f"{run.path}: no 'epoch' column; draw against x='step'")
+    width, height = figure_size(len(panels))
+    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    cols = min(MAX_COLUMNS, len(panels))
+    axes = fig.subplots(math.ceil(len(panels) / cols), cols, squeeze=False).ravel()
+    for ax, column in zip(axes, panels, strict=False):
+        for i, run in enumerate(runs):
+            points = run.series.get(column)
+            if not points:
+                continue
+            xs, ys = _xy(points, x)
+            marker = "o" if len(xs) <= MARKER_MAX else None
+            ax.plot(xs, ys, color=f"C{i}", label=run.label, marker=marker, markersize=3, lw=1.2)
+        ax.set_title(column, fontsize=10)
+        ax.set_xlabel(X_LABELS[x], fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(panels) :]:
+        fig.delaxes(ax)
+    handles = [Line2D([], [], color=f"C{i}", label=run.label) for i, run in enumerate(runs)]
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(runs), 4), fontsize=9)
+    return fig
+
+
+def draw_curves(
+    runs: Sequence[RunCurves], out: Path, metrics: Sequence[str] | None = None, x: str = "step"
+) -> list[str]:
+    """Choose the panels, draw them and write the PNG to ``out`` (parents created).
+
+    Returns:
+        The columns drawn, in panel order.
+    """
+    panels = choose_panels(runs, metrics)
+    fig = curves_figure(runs, panels, x)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=DPI)
+    return panels
+
+
+def plot_curves(
+    runs: Sequence[Path],
+    out: Path,
+    labels: Sequence[str] | None = None,
+    *,
+    metrics: Sequence[str] | None = None,
+    x: str = "step",
+    all_versions: bool = False,
+) -> Path:
+    """Draw the training and validation curves of CSV-logged runs into one PNG.
+
+    ``plot_curves([Path("runs/demo/digits_cl"), Path("runs/demo/digits_ncl")],
+    Path("runs/demo/curves.png"), labels=["CL", "NCL"])`` puts both runs on the same
+    panels. Only Lightning ``CSVLogger`` files are read (not W&B runs).
+
+    Args:
+        runs: Run folders (``<save_dir>`` holding ``<name>/version_N/metrics.csv``), version
+            folders or ``metrics.csv`` files; each must hold a single version unless
+            ``all_versions``.
+        out: The PNG to write.
+        labels: Legend label per ``metrics.csv`` found; default: the logger names.
+        metrics: Columns to draw; default: the logged ones of :data:`DEFAULT_PANELS`.
+        x: ``"step"`` or ``"epoch"``.
+        all_versions: Draw every version below a folder instead of refusing several.
+
+    Returns:
+        ``out``.
+
+    Raises:
+        DataNotFoundError: A path that does not exist or holds no ``metrics.csv``.
+        DataError: An unreadable CSV, or nothing to draw.
+        ConfigError: Several versions without ``all_versions``, wrong ``labels``, an unknown
+            metric or ``x``.
+    """
+    draw_curves(load_runs(runs, labels, all_versions), out, metrics, x)
+    return Path(out)

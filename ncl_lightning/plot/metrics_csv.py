@@ -1,0 +1,183 @@
+"""Finding and reading Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``).
+
+The logger writes one row per logging call: the columns ``epoch`` and ``step``, then one
+column per logged key, left empty where that key was not logged by the call (a validation
+metric is empty on every training row, a training loss on every validation row). The
+reader keeps, for each column, only its filled cells, as ``(step, epoch, value)`` points.
+Only the standard library's :mod:`csv` is used (no pandas).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from ncl_lightning.runtime.errors import ConfigError, DataError, DataNotFoundError
+
+METRICS_FILE = "metrics.csv"
+INDEX_COLUMNS = ("epoch", "step")
+
+
+class Point(NamedTuple):
+    """One filled cell: the global ``step`` and ``epoch`` of its row and the ``value``
+    (``nan`` when Lightning wrote ``nan``)."""
+
+    step: int
+    epoch: int | None
+    value: float
+
+
+@dataclass(frozen=True)
+class RunCurves:
+    """The logged series of one CSV run.
+
+    Attributes:
+        label: The name shown in the legend (the logger name, ``digits_ncl``).
+        path: The ``metrics.csv`` read.
+        series: Column name -> its filled cells in file order; columns never filled are left
+            out, and so are ``epoch`` and ``step``.
+    """
+
+    label: str
+    path: Path
+    series: dict[str, list[Point]]
+
+
+def find_metrics(folder: Path, all_versions: bool = False) -> list[Path]:
+    """The ``metrics.csv`` files of the run at ``folder``.
+
+    Args:
+        folder: A version folder holding ``metrics.csv``, the file itself, or any folder above
+            (a run root such as ``runs/demo/digits_ncl`` holding ``<name>/version_N/``).
+        all_versions: Return every ``metrics.csv`` found below ``folder``; otherwise more than
+            one is refused.
+
+    Returns:
+        The files, sorted by path.
+
+    Raises:
+        DataNotFoundError: ``folder`` does not exist or holds no ``metrics.csv``.
+        ConfigError: Several files were found and ``all_versions`` is false.
+    """
+    folder = Path(folder)
+    if folder.is_file():
+        return [folder]
+    if not folder.is_dir():
+        raise DataNotFoundError(f"{folder}: no such file or folder")
+    if (folder / METRICS_FILE).is_file():
+        return [folder / METRICS_FILE]
+    found = sorted(folder.rglob(METRICS_FILE))
+    if not found:
+        raise DataNotFoundError(
+            f"{folder}: no {METRICS_FILE} below it; expected a CSVLogger run "
+            f"(<save_dir>/<name>/version_N/{METRICS_FILE}); W&B runs are not read"
+        )
+    if len(found) > 1 and not all_versions:
+        names = ", ".join(str(p.parent.relative_to(folder)) for p in found)
+        raise ConfigError(
+            f"{folder}: {len(found)} CSV runs below it ({names}); pass one of them, "
+            f"or --all (all_versions=True) to draw them all",
+            key="runs",
+        )
+    return found
+
+
+def _number(cell: str, path: Path, line: int, column: str) -> float:
+    """``float(cell)``, or a :class:`DataError` naming the file, line and column."""
+    try:
+        return float(cell)
+    except ValueError:
+        raise DataError(f"{path}:{line}: column {column!r}: {cell!r} is not a number") from None
+
+
+def read_metrics(path: Path) -> dict[str, list[Point]]:
+    """Read one ``metrics.csv`` into its filled cells per column.
+
+    Args:
+        path: A Lightning ``CSVLogger`` ``metrics.csv``.
+
+    Returns:
+        Column -> points ``(step, epoch, value)`` of its non-empty cells, in file order.
+        ``epoch`` is ``None`` in a file without an ``epoch`` column. Columns with no filled
+        cell are absent.
+
+    Raises:
+        DataError: The file cannot be read or decoded, has no header or no ``step`` column, a
+            row has the wrong number of cells (a truncated write), or a cell is not a number.
+    """
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise DataError(f"{path}: cannot read the CSV ({err})") from None
+    if not rows or not rows[0]:
+        raise DataError(f"{path}: empty file, no header row")
+    header = rows[0]
+    if "step" not in header:
+        raise DataError(f"{path}: no 'step' column; not a Lightning CSVLogger {METRICS_FILE}")
+    step_at, epoch_at = header.index("step"), header.index("epoch") if "epoch" in header else None
+    series: dict[str, list[Point]] = {}
+    for line, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise DataError(
+                f"{path}:{line}: {len(row)} cells for {len(header)} columns (a truncated write?)"
+            )
+        step = _number(row[step_at], path, line, "step")
+        epoch = None if epoch_at is None else _number(row[epoch_at], path, line, "epoch")
+        if not math.isfinite(step) or (epoch is not None and not math.isfinite(epoch)):
+            raise DataError(f"{path}:{line}: step/epoch must be finite numbers")
+        for column, cell in zip(header, row, strict=True):
+            if column in INDEX_COLUMNS or cell == "":
+                continue
+            value = _number(cell, path, line, column)
+            point = Point(int(step), None if epoch is None else int(epoch), value)
+            series.setdefault(column, []).append(point)
+    return series
+
+
+def run_label(path: Path) -> str:
+    """The logger name of a ``<name>/version_N/metrics.csv`` (the folder above the version
+    folder); the file's own folder name when it is not in a ``version_N`` folder."""
+    folder = Path(path).parent
+    if folder.name.startswith("version_") and folder.parent.name:
+        return folder.parent.name
+    return folder.name or str(folder)
+
+
+def load_runs(
+    runs: Sequence[Path], labels: Sequence[str] | None = None, all_versions: bool = False
+) -> list[RunCurves]:
+    """Find and read the CSV runs at ``runs`` (see :func:`find_metrics`).
+
+    Args:
+        runs: Run folders, version folders or ``metrics.csv`` files.
+        labels: One legend label per ``metrics.csv`` found; default: each logger's name,
+            made unique with ``/version_N`` (then the full folder) where two runs share it.
+        all_versions: Draw every version found below a folder.
+
+    Returns:
+        One :class:`RunCurves` per ``metrics.csv``, in the order of ``runs``.
+
+    Raises:
+        ConfigError: ``labels`` does not give one label per file found, or no run is given.
+    """
+    if not runs:
+        raise ConfigError("runs: give at least one CSV run folder", key="runs")
+    paths = [p for run in runs for p in find_metrics(Path(run), all_versions)]
+    if labels is None:
+        labels = [run_label(p) for p in paths]
+        for unique in (lambda p: f"{run_label(p)}/{p.parent.name}", lambda p: str(p.parent)):
+            if len(set(labels)) < len(labels):
+                labels = [unique(p) for p in paths]
+    elif len(labels) != len(paths):
+        raise ConfigError(
+            f"labels: {len(labels)} given for {len(paths)} CSV runs "
+            f"({', '.join(str(p) for p in paths)})",
+            key="labels",
+        )
+    return [RunCurves(lab, p, read_metrics(p)) for lab, p in zip(labels, paths, strict=True)]
