@@ -15,7 +15,10 @@ too. Prints (and writes) one markdown table::
         --out runs/eval_subset
 
 Every run is an ordinary ``ncl-cli`` run (its logs and checkpoints are under ``--out``);
-``--pretrain-arg`` / ``--eval-arg`` forward extra CLI arguments (e.g. shorter runs).
+``--pretrain-arg`` / ``--eval-arg`` forward extra CLI arguments (e.g. shorter runs). Each
+run is announced on stderr (``[run k/N] <config> <protocol> | elapsed ... | ETA ...``);
+Lightning's per-run banners, bars, model summaries and test-metric tables are off
+unless ``--verbose``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from ncl_lightning.callbacks.pictures import accuracy_vs_k
 from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
 
 # Column -> (protocol, metric key); selection keys get the reported k filled in.
 COLUMNS: dict[str, tuple[str, str]] = {
@@ -48,14 +52,22 @@ COLUMNS: dict[str, tuple[str, str]] = {
 UNSCALED = {"z consistency"}
 
 
-def _run(subcommand: str, config: Path, root: Path, extra: Sequence[str]) -> dict[str, float]:
+SUBCOMMANDS = {"linear": "fit", "knn": "test", "selection": "test", "finetune": "fit"}
+
+
+def _run(
+    subcommand: str, config: Path, root: Path, extra: Sequence[str], verbose: bool = False
+) -> dict[str, float]:
     args = [
         subcommand, "--config", str(config),
         "--trainer.default_root_dir", str(root),
         "--trainer.logger.init_args.save_dir", str(root),
+        *(() if verbose else QUIET_TRAINER_ARGS),
+        *(("--verbose=false",) if subcommand == "test" and not verbose else ()),
         *extra,
     ]  # fmt: skip
-    cli = cli_main(args)
+    with quiet_lightning(verbose):
+        cli = cli_main(args)
     metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
     if subcommand == "fit" and cli.trainer.checkpoint_callback is not None:
         metrics["_last_ckpt"] = cli.trainer.checkpoint_callback.last_model_path  # type: ignore[assignment]
@@ -75,6 +87,8 @@ def run_chain(
     pretrain_args: Sequence[str] = (),
     eval_args: Sequence[str] = (),
     protocol_args: Mapping[str, Sequence[str]] | None = None,
+    progress: Progress | None = None,
+    verbose: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Pre-train with ``pretrain`` and evaluate its last checkpoint with each protocol.
 
@@ -85,24 +99,32 @@ def run_chain(
         pretrain_args: Extra ``ncl-cli fit`` arguments for pre-training.
         eval_args: Extra arguments for every evaluation run.
         protocol_args: Extra arguments of one protocol's run, by protocol name.
+        progress: Where each run is announced (default: a progress of this chain's runs).
+        verbose: Keep Lightning's per-run banners, progress bars and model summaries.
 
     Returns:
         ``{protocol: {metric key: value}}`` including ``pretrain``.
     """
     root = out / pretrain.stem
-    results = {"pretrain": _run("fit", pretrain, root / "pretrain", pretrain_args)}
+    own_progress = progress is None
+    if progress is None:
+        progress = Progress(1 + sum(c is not None for c in protocols.values()), "run")
+    with progress.unit(f"{pretrain.stem} pretrain"):
+        results = {"pretrain": _run("fit", pretrain, root / "pretrain", pretrain_args, verbose)}
     ckpt = results["pretrain"].pop("_last_ckpt", "")
     if not ckpt or not Path(str(ckpt)).is_file():
         raise ConfigError(
             f"{pretrain} wrote no last.ckpt (ModelCheckpoint save_last?)", key="pretrain"
         )
-    subcommands = {"linear": "fit", "knn": "test", "selection": "test", "finetune": "fit"}
     for name, config in protocols.items():
         if config is not None:
             own = (protocol_args or {}).get(name, ())
             extra = ["--model.init_args.checkpoint", str(ckpt), *eval_args, *own]
-            results[name] = _run(subcommands[name], config, root / name, extra)
+            with progress.unit(f"{pretrain.stem} {name}"):
+                results[name] = _run(SUBCOMMANDS[name], config, root / name, extra, verbose)
             results[name].pop("_last_ckpt", None)
+    if own_progress:
+        progress.finish()
     return results
 
 
@@ -157,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, flo
     parser.add_argument("--out", type=Path, default=Path("runs/eval_chain"))
     parser.add_argument("--pretrain-arg", action="append", default=[], dest="pretrain_args")
     parser.add_argument("--eval-arg", action="append", default=[], dest="eval_args")
+    parser.add_argument(
+        "--verbose", action="store_true", help="keep Lightning's per-run banners and bars"
+    )
     args = parser.parse_args(argv)
     protocols = {n: getattr(args, n) for n in ("linear", "knn", "selection", "finetune")}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -165,18 +190,37 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, flo
     all_results: dict[str, dict[str, dict[str, float]]] = (
         json.loads(done.read_text()) if done.is_file() else {}
     )
+    n_protocols = sum(c is not None for c in protocols.values())
+    runs = {c: 1 + n_protocols for c in args.pretrain}
+    runs.update({c: 1 for c in args.supervised})
+    progress = Progress(sum(runs.values()), "run")
     for config in [*args.pretrain, *args.supervised]:
         if config.stem in all_results:
+            for _ in range(runs[config]):
+                progress.skip(config.stem, "done before")
             continue
         if config in args.pretrain:
-            result = run_chain(config, protocols, args.out, args.pretrain_args, args.eval_args)
+            result = run_chain(
+                config,
+                protocols,
+                args.out,
+                args.pretrain_args,
+                args.eval_args,
+                progress=progress,
+                verbose=args.verbose,
+            )
         else:
-            result = {"supervised": _run("fit", config, args.out / config.stem, args.pretrain_args)}
+            with progress.unit(f"{config.stem} supervised"):
+                supervised = _run(
+                    "fit", config, args.out / config.stem, args.pretrain_args, args.verbose
+                )
+            result = {"supervised": supervised}
             result["supervised"].pop("_last_ckpt", None)
             stats = {k: v for k, v in result["supervised"].items() if k.startswith("val/z/")}
             result["pretrain"] = stats  # representation statistics share the columns
         all_results[config.stem] = result
         done.write_text(json.dumps(all_results, indent=2))
+    progress.finish()
     table = markdown({name: table_row(res) for name, res in all_results.items()})
     (args.out / "results.md").write_text(table + "\n")
     curves = selection_curves(all_results)

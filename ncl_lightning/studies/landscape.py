@@ -27,12 +27,13 @@ import json
 import os
 import statistics
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 from ncl_lightning.resources import config_path
 from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,18 @@ def _read_curves(metrics_csv: Path) -> dict[str, list[float]]:
     return curves
 
 
-def run_one(variant: str, sparsity: float, seed: int, out: str, extra: Sequence[str] = ()) -> dict:
-    """Train one ``(variant, sparsity, seed)`` through ``ncl-cli``; returns its record."""
+def run_one(
+    variant: str,
+    sparsity: float,
+    seed: int,
+    out: str,
+    extra: Sequence[str] = (),
+    verbose: bool = False,
+) -> dict:
+    """Train one ``(variant, sparsity, seed)`` through ``ncl-cli``; returns its record.
+
+    Lightning's banners, progress bar and model summary are off unless ``verbose``.
+    """
     import warnings
 
     import torch
@@ -150,12 +161,14 @@ def run_one(variant: str, sparsity: float, seed: int, out: str, extra: Sequence[
         "--trainer.logger.init_args.name", "logs",
         "--trainer.logger.init_args.version", "0",
         "--trainer.enable_checkpointing", "false",
+        *(() if verbose else QUIET_TRAINER_ARGS),
         *extra,
     ]  # fmt: skip
     if "warm_start.yaml" in VARIANTS[variant].overlays:
         # The WarmStart callback is the overlay's last callback: give it the run's seed.
         args += ["--trainer.callbacks.init_args.seed", str(seed)]
-    cli = cli_main(args)
+    with quiet_lightning(verbose):
+        cli = cli_main(args)
     weight = cli.model.backbone.dictionary_weight.detach().cpu()
     final = dictionary_recovery(weight, cli.datamodule.dictionary)
     record = {
@@ -250,6 +263,37 @@ def plot_curves(records: Sequence[dict], key: str, ylabel: str, path: Path) -> N
     plt.close(fig)
 
 
+def _describe(job: tuple) -> str:
+    variant, sparsity, seed = job[:3]
+    return f"landscape {variant} sparsity={sparsity} seed={seed}"
+
+
+def _run_jobs(jobs: Sequence[tuple], workers: int, verbose: bool) -> list[dict]:
+    """``run_one`` of every job (in ``workers`` processes), with a progress line per run."""
+    progress = Progress(len(jobs), "run")
+    records: dict[int, dict] = {}
+    todo = []
+    for i, job in enumerate(jobs):
+        result_file = run_dir(Path(job[3]), *job[:3]) / "result.json"
+        if result_file.exists():
+            records[i] = json.loads(result_file.read_text())
+            progress.skip(_describe(job))
+        else:
+            todo.append(i)
+    if workers == 1:
+        for i in todo:
+            with progress.unit(_describe(jobs[i])):
+                records[i] = run_one(*jobs[i], verbose)
+    elif todo:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(run_one, *jobs[i], verbose): i for i in todo}
+            for future in as_completed(futures):
+                records[futures[future]] = future.result()
+                progress.end(_describe(jobs[futures[future]]))
+    progress.finish()
+    return [records[i] for i in range(len(jobs))]
+
+
 def run_study(
     out: Path,
     variants: Sequence[str],
@@ -257,8 +301,14 @@ def run_study(
     seeds: int = 3,
     workers: int = 2,
     extra: Sequence[str] = (),
+    verbose: bool = False,
 ) -> list[dict]:
-    """Run every ``(variant, sparsity, seed)`` (``workers`` at a time) and write the report."""
+    """Run every ``(variant, sparsity, seed)`` (``workers`` at a time) and write the report.
+
+    Prints ``[run k/N] ... | elapsed ... | ETA ...`` on stderr as runs start and end (with
+    parallel workers, as they end); runs already in ``out`` are reported as reused.
+    ``verbose`` keeps Lightning's per-run banners.
+    """
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ConfigError(
@@ -279,11 +329,7 @@ def run_study(
         for seed in range(seeds)
     ]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    if workers == 1:
-        records = [run_one(*job) for job in jobs]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            records = list(pool.map(run_one, *zip(*jobs, strict=True)))
+    records = _run_jobs(jobs, workers, verbose)
     (out / "results.json").write_text(json.dumps(records))
     (out / "table.md").write_text(report(records, variants))
     plot_curves(records, "min_cos", "min over atoms of max cosine", out / "min_max_cosine.png")
@@ -306,9 +352,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="ARG",
         help="extra ncl-cli argument for every run (repeat: --run-arg=--x)",
     )
+    parser.add_argument(
+        "--verbose", action="store_true", help="keep Lightning's per-run banners and bars"
+    )
     args = parser.parse_args(argv)
     records = run_study(
-        args.out, args.variants, args.sparsity, args.seeds, args.workers, args.run_arg
+        args.out,
+        args.variants,
+        args.sparsity,
+        args.seeds,
+        args.workers,
+        args.run_arg,
+        args.verbose,
     )
     print(report(records, args.variants))
     print(f"\n{len(records)} runs; report in {args.out}")

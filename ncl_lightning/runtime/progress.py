@@ -1,0 +1,182 @@
+"""Progress of long scripts (studies, the evaluation chain, benchmarks): one line per unit.
+
+A script of ``N`` units (training runs, benchmarks) announces each one and its end::
+
+    [run 3/105] landscape SimCLR sparsity=0.1 seed=2 | elapsed 4m12s | ETA 2h03m
+    [run 3/105] done in 2m01s: landscape SimCLR sparsity=0.1 seed=2 | elapsed 6m13s | ETA 3h25m
+    [run] 105 done in 3h31m (2 reused)
+
+The ETA is the mean wall-clock time of the finished units times the units left
+(``elapsed / finished * remaining``: with parallel workers this is the time between
+completions, so it stays right). Units reused from an earlier run (``skip``) count as done
+but not in the mean. Lines go to ``stderr`` (the scripts' tables stay alone on ``stdout``)
+and are flushed at once. :func:`quiet_lightning` silences Lightning's per-run banners
+(accelerator lines, ``LOCAL_RANK``, the model summary, "``Trainer.fit`` stopped") for the
+length of a ``with`` block and restores the loggers' levels after it.
+
+Pure Python: nothing heavy is imported here.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
+from ncl_lightning.runtime.validation import check_at_least
+
+# Lightning's loggers (the unified package and the standalone ones): every banner of a
+# run is an INFO record of one of them or of a child.
+LIGHTNING_LOGGERS = (
+    "lightning.pytorch",
+    "lightning.fabric",
+    "pytorch_lightning",
+    "lightning_fabric",
+)
+# ncl-cli arguments that turn off the progress bar and the model summary of one run.
+QUIET_TRAINER_ARGS = ("--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false")
+
+
+def format_duration(seconds: float) -> str:
+    """Short human duration: ``"3.2s"`` (< 10 s), ``"42s"``, ``"4m12s"``, ``"2h03m"``."""
+    if seconds < 10:
+        return f"{max(seconds, 0.0):.1f}s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+@contextmanager
+def quiet_lightning(verbose: bool = False) -> Iterator[None]:
+    """Raise Lightning's loggers to ``WARNING`` inside the block; restore their levels after.
+
+    Warnings and errors still show (but for two notices every run repeats: Lightning's
+    ``LeafSpec`` deprecation and LightningCLI's ``args`` caution); only INFO banners are
+    hidden. With ``verbose`` the block
+    changes nothing (the scripts' ``--verbose`` flag).
+    """
+    if verbose:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
+    saved = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            # Repeated by every run: Lightning's deprecation notice under this torch, and
+            # LightningCLI's caution about ``args`` given inside a script with its own argv.
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+            warnings.filterwarnings("ignore", message=r".*args parameter is intended")
+            yield
+    finally:
+        for logger, level in zip(loggers, saved, strict=True):
+            logger.setLevel(level)
+
+
+class Progress:
+    """``[label k/N]`` lines with the elapsed time and the ETA of ``total`` units.
+
+    Args:
+        total: Number of units ``N`` (``>= 0``).
+        label: Word in the brackets (``"run"``, ``"bench"``, ...).
+        stream: Where lines go (``sys.stderr`` at the time of each line by default).
+        clock: Seconds from a monotonic clock (injected by tests).
+
+    Example:
+        >>> progress = Progress(3, "run")
+        >>> for name in ("a", "b", "c"):
+        ...     with progress.unit(name):
+        ...         pass  # one training run
+        >>> progress.finish()
+    """
+
+    def __init__(
+        self,
+        total: int,
+        label: str = "run",
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        check_at_least("total", total, 0)
+        self.total = total
+        self.label = label
+        self.stream = stream
+        self.clock = clock
+        self.started_at = clock()
+        self.finished = 0  # units run to their end (in the ETA's mean)
+        self.skipped = 0  # units reused, done without work (not in the mean)
+        self._starts: dict[str, float] = {}
+
+    @property
+    def done(self) -> int:
+        """Units finished or skipped."""
+        return self.finished + self.skipped
+
+    def elapsed(self) -> float:
+        """Seconds since the progress was created."""
+        return self.clock() - self.started_at
+
+    def eta(self, remaining: int) -> float | None:
+        """Seconds left for ``remaining`` units: mean time per finished unit times
+        ``remaining`` (``None`` before any unit finished)."""
+        if self.finished == 0:
+            return None
+        return self.elapsed() / self.finished * remaining
+
+    def _times(self, remaining: int) -> str:
+        eta = self.eta(remaining)
+        left = "?" if eta is None else format_duration(eta)
+        return f"elapsed {format_duration(self.elapsed())} | ETA {left}"
+
+    def _write(self, line: str) -> None:
+        print(line, file=self.stream or sys.stderr, flush=True)
+
+    def start(self, description: str) -> None:
+        """Announce the next unit (the ETA counts it as still to do)."""
+        self._starts[description] = self.clock()
+        index = self.done + len(self._starts)
+        remaining = self.total - self.done
+        self._write(f"[{self.label} {index}/{self.total}] {description} | {self._times(remaining)}")
+
+    def end(self, description: str) -> None:
+        """Close a unit opened by :meth:`start` (or one run elsewhere, e.g. in a worker
+        process: then its time is measured from the previous end)."""
+        began = self._starts.pop(description, None)
+        self.finished += 1
+        took = "" if began is None else f" in {format_duration(self.clock() - began)}"
+        remaining = self.total - self.done - len(self._starts)
+        self._write(
+            f"[{self.label} {self.done}/{self.total}] done{took}: {description} | "
+            f"{self._times(remaining)}"
+        )
+
+    def skip(self, description: str, reason: str = "reused") -> None:
+        """Count a unit done without work (its result already exists; not started)."""
+        self.skipped += 1
+        self._write(f"[{self.label} {self.done}/{self.total}] {reason}: {description}")
+
+    @contextmanager
+    def unit(self, description: str) -> Iterator[None]:
+        """``start`` before the block and ``end`` after it (not when it raises)."""
+        self.start(description)
+        yield
+        self.end(description)
+
+    def finish(self) -> str:
+        """Write and return the summary line: units done and the total time."""
+        reused = f" ({self.skipped} reused)" if self.skipped else ""
+        line = (
+            f"[{self.label}] {self.done}/{self.total} done in "
+            f"{format_duration(self.elapsed())}{reused}"
+        )
+        self._write(line)
+        return line
