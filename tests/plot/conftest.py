@@ -1,0 +1,31 @@
+"""Two real CSV runs for the plot tests: 2-epoch digits fits of NCL and BayesNCL via ncl-cli."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ncl_lightning.runtime.cli import cli_main
+from tests.conftest import ROOT
+
+RUNS = ("digits_ncl", "digits_bayesncl")  # BayesNCL also logs val/gate/open_rate
+
+
+@pytest.fixture(scope="module")
+def csv_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """``<tmp>/<name>`` run roots (``<name>/version_0/metrics.csv`` inside) of the demo
+    configs, shrunk to 2 epochs of 3 batches with validation every epoch (~3 s each)."""
+    root = tmp_path_factory.mktemp("csv_runs")
+    for name in RUNS:
+        out = str(root / name)
+        cli_main([
+            "fit", "--config", str(ROOT / "configs" / "demo" / f"{name}.yaml"),
+            "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3",
+            "--trainer.limit_val_batches", "1", "--trainer.check_val_every_n_epoch", "1",
+            "--trainer.log_every_n_steps", "1", "--trainer.num_sanity_val_steps", "0",
+            "--trainer.precision", "32-true", "--trainer.enable_progress_bar", "false",
+            "--trainer.default_root_dir", out, "--trainer.logger.init_args.save_dir", out,
+            "--model.init_args.backbone.init_args.width", "8",
+        ])  # fmt: skip
+    return [root / name for name in RUNS]
