@@ -1,4 +1,5 @@
-"""``python -m ncl_lightning.bench [NAME ...] [--repeats R] [--check]``: run benchmarks."""
+"""``python -m ncl_lightning.bench [NAME ...] [--repeats R] [--check] [--verbose]``: run
+benchmarks, each announced on stderr (``[bench k/N] <name> | elapsed ... | ETA ...``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 
 from ncl_lightning.bench import BENCHMARKS, format_table, machine_info
 from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.progress import Progress, quiet_lightning
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats; the median is shown")
     parser.add_argument("--check", action="store_true", help="exit 1 if any goal is missed")
+    parser.add_argument(
+        "--verbose", action="store_true", help="keep Lightning's banners during training runs"
+    )
     args = parser.parse_args(argv)
     names = args.names or BENCHMARKS.names
     try:
@@ -34,10 +39,14 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"# {datetime.date.today().isoformat()}  {machine_info()}")
     missed = False
-    for name, run in zip(names, runs, strict=True):
-        rows = run(args.repeats)
-        print(f"\n## {name}\n\n{format_table(rows)}", flush=True)
-        missed |= any(row.met is False for row in rows)
+    progress = Progress(len(names), "bench")
+    with quiet_lightning(args.verbose):
+        for name, run in zip(names, runs, strict=True):
+            with progress.unit(name):
+                rows = run(args.repeats)
+            print(f"\n## {name}\n\n{format_table(rows)}", flush=True)
+            missed |= any(row.met is False for row in rows)
+    progress.finish()
     return 1 if args.check and missed else 0
 
 

@@ -38,6 +38,7 @@ from ncl_lightning.metrics.functional.activation import (
 from ncl_lightning.metrics.functional.retrieval import retrieval_precision
 from ncl_lightning.metrics.functional.sepin import sepin_per_dimension, sepin_per_dimension_loop
 from ncl_lightning.metrics.sepin import SEPIN
+from ncl_lightning.runtime.progress import Progress
 
 NUM_SAMPLES, NUM_FEATURES, NUM_CLASSES = 10_000, 512, 100
 BATCH_SIZE = 256
@@ -196,8 +197,12 @@ def run(
         The rows of the printed table.
     """
     z, labels, view1, view2 = make_data(num_samples, num_features)
-    return [
-        *_streaming_metrics(z, labels, repeats),
-        *_sepin(view1, view2, repeats),
-        _retrieval(z, labels, repeats),
-    ]
+    progress = Progress(3, "metrics")
+    with progress.unit("(a) streaming metrics"):
+        rows = _streaming_metrics(z, labels, repeats)
+    with progress.unit("(b) SEPIN, vectorised and loop"):
+        rows += _sepin(view1, view2, repeats)
+    with progress.unit("(c) retrieval precision@10"):
+        rows.append(_retrieval(z, labels, repeats))
+    progress.finish()
+    return rows

@@ -17,6 +17,7 @@ from ncl_lightning.bench import Timing
 from ncl_lightning.methods import NCL, BayesNCL
 from ncl_lightning.nn import ResNet
 from ncl_lightning.optim import LARS
+from ncl_lightning.runtime.progress import Progress
 
 BATCH_SIZE = 256
 IMAGE_SIZE = 32
@@ -47,13 +48,17 @@ def run(
         "BayesNCL": _stepper(BayesNCL(ResNet(18, "cifar"), **heads), views),
     }
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for step in steps.values():
-        step()  # warm-up
-    for _ in range(repeats):
-        for name, step in steps.items():
-            start = time.perf_counter()
+    progress = Progress(1 + repeats, "step")
+    with progress.unit("warm-up step of each method"):
+        for step in steps.values():
             step()
-            times[name].append(time.perf_counter() - start)
+    for r in range(repeats):
+        with progress.unit(f"timed round {r + 1}/{repeats}: one step of each method"):
+            for name, step in steps.items():
+                start = time.perf_counter()
+                step()
+                times[name].append(time.perf_counter() - start)
+    progress.finish()
     ncl, bayes = (statistics.median(times[n]) for n in ("NCL", "BayesNCL"))
     what = f"ResNet-18, {batch_size} x 2 views of {image_size}x{image_size}, one training step"
     return [

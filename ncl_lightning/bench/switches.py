@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 
 from ncl_lightning.bench import Timing, throughput
+from ncl_lightning.runtime.progress import Progress
 
 PRECISIONS = ("32-true", "bf16-mixed")
 CHANNELS_LAST = (False, True)
@@ -19,18 +20,26 @@ COMPILE = (False, True)
 
 
 def run(repeats: int = 3) -> list[Timing]:
-    """One row per setting: seconds per step of 256 images, images/s and the range."""
-    steps = {
-        (precision, channels_last, compiled): throughput.BareStep(
-            {"precision": precision, "channels_last": channels_last, "torch_compile": compiled}
-        )
-        for precision, channels_last, compiled in itertools.product(
-            PRECISIONS, CHANNELS_LAST, COMPILE
-        )
-    }
-    for _ in range(max(1, repeats) + 1):
-        for step in steps.values():
-            step.measure(2)
+    """One row per setting: seconds per step of 256 images, images/s and the range.
+
+    Building and warming up each setting (compilation included) and each timed round are
+    the units of the ``[switches k/N]`` progress lines.
+    """
+    settings = list(itertools.product(PRECISIONS, CHANNELS_LAST, COMPILE))
+    rounds = max(1, repeats) + 1
+    progress = Progress(len(settings) + rounds, "switches")
+    steps = {}
+    for precision, channels_last, compiled in settings:
+        what = f"build precision={precision}, channels_last={channels_last}, compile={compiled}"
+        with progress.unit(what):
+            steps[precision, channels_last, compiled] = throughput.BareStep(
+                {"precision": precision, "channels_last": channels_last, "torch_compile": compiled}
+            )
+    for r in range(rounds):
+        with progress.unit(f"timed round {r + 1}/{rounds} of every setting"):
+            for step in steps.values():
+                step.measure(2)
+    progress.finish()
     batch = throughput.BATCH_SIZE
     rows = []
     for (precision, channels_last, compiled), step in steps.items():

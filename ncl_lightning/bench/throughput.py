@@ -17,13 +17,14 @@ relative to CL's (NCL's goal: within 2 %). On a GPU it also reports the peak mem
 (a). The switches default to the paper configs' choice (bf16-mixed, channels_last, no
 torch.compile); set ``NCL_BENCH_PRECISION`` / ``NCL_BENCH_CHANNELS_LAST`` /
 ``NCL_BENCH_COMPILE`` to measure others (docs/performance.md has the comparison).
-``NCL_BENCH_DATA`` points at another ImageFolder of 32x32 images.
+``NCL_BENCH_DATA`` points at another ImageFolder of 32x32 images. Each training run is
+announced on stderr (``[throughput k/N] ...``); ``python -m ncl_lightning.bench`` keeps
+Lightning's banners quiet during them (``--verbose`` shows them).
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import statistics
 import time
@@ -40,6 +41,7 @@ from ncl_lightning.data import ImageFolderDataModule
 from ncl_lightning.methods import CL, NCL, BayesNCL
 from ncl_lightning.nn import ResNet
 from ncl_lightning.runtime.errors import DataNotFoundError
+from ncl_lightning.runtime.progress import Progress
 from ncl_lightning.runtime.switches import apply_speed_switches
 
 BATCH_SIZE = 256
@@ -199,7 +201,6 @@ def run(repeats: int = 3) -> list[Timing]:
     shared machine cancels, and the reported ratio is the median over the rounds (NCL and
     BayesNCL against CL likewise, within each round). Images/s are medians over all steps.
     """
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     settings = switches()
     label = ", ".join(f"{k}={v}" for k, v in settings.items())
     bare = BareStep(settings)
@@ -209,17 +210,20 @@ def run(repeats: int = 3) -> list[Timing]:
     peaks: dict[tuple[str, str], float | None] = {}
     names = list(METHODS)
     rounds = max(1, repeats)
+    progress = Progress(len(PIPELINES) * rounds * len(names), "throughput")
     for pipeline in PIPELINES:
         for r in range(rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:
                 first = len(bare.samples)
-                bare.measure(2)
-                times, peaks[pipeline, name] = full_step(name, pipeline, settings)
-                bare.measure(2)
+                with progress.unit(f"(a) {name}, {pipeline} augmentation, round {r + 1}/{rounds}"):
+                    bare.measure(2)
+                    times, peaks[pipeline, name] = full_step(name, pipeline, settings)
+                    bare.measure(2)
                 local = _rate(bare.samples[first:])
                 per_round[pipeline, name, r] = _rate(times)
                 ratios.setdefault((pipeline, name), []).append(_rate(times) / local)
                 steps.setdefault((pipeline, name), []).extend(times)
+    progress.finish()
     limit = bare.images_per_second
     spread = f"{BATCH_SIZE / max(bare.samples):.1f}-{BATCH_SIZE / min(bare.samples):.1f}"
     rows = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from ncl_lightning.bench import BENCHMARKS, format_table
@@ -33,10 +35,12 @@ def test_step_benchmark_times_ncl_and_bayesncl_on_small_batches() -> None:
 
 
 def test_throughput_benchmark_reports_both_pipelines_and_ratios(
-    cifar_subset, monkeypatch: pytest.MonkeyPatch
+    cifar_subset, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
     """Every method and pipeline gets an (a) row with its ratio to (b); small and fast here
-    (a small CNN, batch 8), the real data path and Trainer all the same."""
+    (a small CNN, batch 8), the real data path and Trainer all the same. Run through
+    ``python -m ncl_lightning.bench``: progress lines, no Lightning banners, and the
+    Lightning log level is the same after the run as before it."""
     from ncl_lightning.bench import throughput
     from ncl_lightning.nn import SmallCNN
 
@@ -56,7 +60,32 @@ def test_throughput_benchmark_reports_both_pipelines_and_ratios(
     monkeypatch.setattr(throughput, "TIMED_STEPS", 2)
     monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_subset))
     monkeypatch.setenv("NCL_BENCH_PRECISION", "32-true")
-    rows = throughput.run(repeats=1)
+    results: list = []
+    real_run = throughput.run
+
+    def run_and_keep(repeats: int) -> list:
+        results.append(real_run(repeats))
+        return results[-1]
+
+    monkeypatch.setattr(throughput, "run", run_and_keep)
+    lightning_logger = logging.getLogger("lightning.pytorch")
+    level = lightning_logger.level
+    lightning_logger.setLevel(logging.INFO)
+    try:
+        assert main(["throughput", "--repeats", "1"]) == 0
+        assert lightning_logger.level == logging.INFO  # restored: no leak into later tests
+    finally:
+        lightning_logger.setLevel(level)
+    output = capfd.readouterr()
+    assert "[bench 1/1] throughput | elapsed " in output.err
+    for k in range(1, 7):  # 2 pipelines x 3 methods x 1 round
+        assert f"[throughput {k}/6] (a) " in output.err
+    assert "[throughput 6/6] done in " in output.err and "| ETA " in output.err
+    assert "[bench] 1/1 done in " in output.err
+    for banner in ("GPU available", "LOCAL_RANK", "`Trainer.fit` stopped", "Seed set"):
+        assert banner not in output.out + output.err
+    assert "## throughput" in output.out and "[bench" not in output.out
+    (rows,) = results
     assert rows[0].what.startswith("(b)") and "img/s" in rows[0].note
     full = [row.what for row in rows[1:]]
     for pipeline in throughput.PIPELINES:
