@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
+from ncl_lightning.evaluation import chain
 from ncl_lightning.evaluation.chain import markdown, run_chain, table_row
 from tests.conftest import ROOT
 from tests.fakes import make_superclass_folder
@@ -15,7 +17,12 @@ EVAL = ROOT / "configs" / "eval"
 
 
 @pytest.mark.slow
-def test_pretrain_probe_knn_selection_on_real_cifar(cifar_subset: Path, tmp_path: Path) -> None:
+def test_pretrain_probe_knn_selection_on_real_cifar(
+    cifar_subset: Path,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     data = ["--data.init_args.root", str(cifar_subset), "--data.init_args.num_workers", "0"]
     vehicles = ["airplane", "automobile", "ship", "truck"]
     animals = ["bird", "cat", "deer", "dog", "frog", "horse"]
@@ -26,7 +33,7 @@ def test_pretrain_probe_knn_selection_on_real_cifar(cifar_subset: Path, tmp_path
         "class_path": "ncl_lightning.data.ImageFolderDataModule",
         "init_args": {"root": str(transfer_root), "image_size": 32, "num_workers": 0},
     })  # fmt: skip
-    quiet = ["--trainer.enable_progress_bar", "false"]
+    caplog.set_level(logging.INFO, logger="lightning.pytorch")  # banners on unless quieted
     results = run_chain(
         ROOT / "configs" / "subset" / "cifar10_subset_ncl.yaml",
         {
@@ -41,9 +48,8 @@ def test_pretrain_probe_knn_selection_on_real_cifar(cifar_subset: Path, tmp_path
             "--trainer.check_val_every_n_epoch",
             "1",
             *data,
-            *quiet,
         ],
-        eval_args=[*data, *quiet],
+        eval_args=data,
         protocol_args={
             "linear": ["--trainer.max_epochs", "1", "--trainer.check_val_every_n_epoch", "1"],
             "selection": [
@@ -56,6 +62,14 @@ def test_pretrain_probe_knn_selection_on_real_cifar(cifar_subset: Path, tmp_path
             ],
         },
     )
+    err = capfd.readouterr().err
+    for k, run in enumerate(("pretrain", "linear", "knn", "selection"), 1):
+        assert f"[run {k}/4] cifar10_subset_ncl {run} | elapsed " in err
+        assert f"[run {k}/4] done in " in err
+    assert "ETA ?" in err and "[run] 4/4 done in " in err
+    for banner in ("GPU available", "LOCAL_RANK", "`Trainer.fit` stopped", "Test metric"):
+        assert banner not in err + caplog.text
+    assert logging.getLogger("lightning.pytorch").level == logging.INFO  # restored
     assert results["pretrain"]["val/z/sparsity"] > 0  # NCL features after one epoch
     for key in ("val/offline_linear/acc_top1", "val/offline_linear/acc_top5"):
         assert 0.0 <= results["linear"][key] <= 1.0
@@ -76,3 +90,32 @@ def test_pretrain_probe_knn_selection_on_real_cifar(cifar_subset: Path, tmp_path
     row = table_row(results)
     assert row["EA@16 linear"] and row["linear top-1"]
     assert "| cifar10_subset_ncl |" in markdown({"cifar10_subset_ncl": row})
+
+
+def test_main_announces_every_run_and_the_runs_done_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Run counting of ``main`` across configs (the runs themselves faked: the real chain
+    above checks the lines of real runs); a rerun reports the finished config's runs."""
+    ckpt = tmp_path / "last.ckpt"
+    ckpt.touch()
+    calls = []
+
+    def fake_run(subcommand, config, root, extra, verbose=False):
+        calls.append((subcommand, root.name, verbose))
+        return {"val/z/sparsity": 0.5, "_last_ckpt": str(ckpt)}
+
+    monkeypatch.setattr(chain, "_run", fake_run)
+    argv = ["--pretrain", "a.yaml", "b.yaml", "--knn", "knn.yaml", "--linear", "lin.yaml"]
+    argv += ["--supervised", "ce.yaml", "--out", str(tmp_path / "out")]
+    chain.main(argv)
+    err = capsys.readouterr().err
+    assert [line.split("]")[0] for line in err.splitlines() if " | elapsed " in line] == [
+        f"[run {k}/7" for k in range(1, 8) for _ in range(2)
+    ]
+    assert "[run 4/7] b pretrain" in err and "[run 7/7] ce supervised" in err
+    assert "[run] 7/7 done in " in err
+    assert len(calls) == 7 and not any(verbose for *_, verbose in calls)
+    chain.main([*argv, "--verbose"])
+    err = capsys.readouterr().err
+    assert err.count("done before: ") == 7 and "(7 reused)" in err and len(calls) == 7

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -75,11 +76,21 @@ def test_overlays_strip_the_projector_add_the_predictor_and_the_warm_start(
 
 
 @pytest.mark.slow
-def test_landscape_study_writes_table_and_curves_and_resumes(tmp_path: Path) -> None:
+def test_landscape_study_writes_table_and_curves_and_resumes(
+    tmp_path: Path, capfd: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
+) -> None:
     out = tmp_path / "study"
     variants = ["SimCLR", "SimSiam, encoder only + predictor + warm start"]
     short = ["--trainer.max_epochs=3"]
+    caplog.set_level(logging.INFO, logger="lightning.pytorch")  # banners on unless quieted
     records = landscape.run_study(out, variants, sparsities=[0.2], seeds=2, workers=1, extra=short)
+    err = capfd.readouterr().err
+    assert "[run 1/4] landscape SimCLR sparsity=0.2 seed=0 | elapsed 0.0s | ETA ?" in err
+    assert "[run 4/4] done in " in err and "[run] 4/4 done in " in err
+    assert err.count("| ETA ") == 8  # a start and an end line per run
+    for banner in ("GPU available", "LOCAL_RANK", "`Trainer.fit` stopped", "Seed set"):
+        assert banner not in err + caplog.text
+    assert logging.getLogger("lightning.pytorch").level == logging.INFO  # restored
     assert len(records) == 4 and {r["seed"] for r in records} == {0, 1}
     assert all(r["steps"] == 30 and len(r["curves"]["step"]) == 3 for r in records)
     assert all(0.0 <= r["min"] <= r["median"] <= r["max"] <= 1.0 for r in records)
@@ -91,6 +102,8 @@ def test_landscape_study_writes_table_and_curves_and_resumes(tmp_path: Path) -> 
         assert (out / png).stat().st_size > 1000
     stamp = (landscape.run_dir(out, "SimCLR", 0.2, 0) / "result.json").stat().st_mtime_ns
     again = landscape.run_study(out, variants, sparsities=[0.2], seeds=2, workers=1, extra=short)
+    err = capfd.readouterr().err
+    assert "[run 4/4] reused: landscape SimSiam" in err and "(4 reused)" in err
     assert [r["min"] for r in again] == [r["min"] for r in records]
     assert (landscape.run_dir(out, "SimCLR", 0.2, 0) / "result.json").stat().st_mtime_ns == stamp
     assert json.loads((out / "results.json").read_text())[0]["variant"] == "SimCLR"
