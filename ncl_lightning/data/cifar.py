@@ -4,7 +4,8 @@ Nothing is downloaded unless ``download=True``. The training split is CIFAR's tr
 set; validation and test are both CIFAR's test set (the papers report on it). Files are
 looked for in ``root/cifar-10-batches-py`` (``root/cifar-100-python``); an archive
 ``cifar-10-python.tar.gz`` (``cifar-100-python.tar.gz``) placed in ``root`` is
-extracted without any network access.
+extracted without any network access. A failed download names its cause (no network,
+DNS, unreachable host, HTTP status) and the way out without network.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torchvision.datasets import CIFAR10, CIFAR100
 from torchvision.datasets.utils import check_integrity, extract_archive
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.download import download_failure_cause
 from ncl_lightning.data.memory import TensorImageDataset
 from ncl_lightning.data.transforms import (
     SimCLRAugmentation,
@@ -63,11 +65,30 @@ class _CIFARDataModule(MultiViewDataModule):
     def _missing_files(self) -> list[str]:
         return [n for n in self._all_files() if not (self.folder / n).is_file()]
 
+    def layout(self) -> str:
+        """The files expected under ``root``, e.g.
+        ``<root>/cifar-10-batches-py/{data_batch_1, ..., test_batch, batches.meta}``."""
+        return f"{self.folder}/{{{', '.join(self._all_files())}}}"
+
+    def _placement(self) -> str:
+        return (
+            f"place {self.dataset_cls.filename} (python version) in {self.root}, or the "
+            f"extracted files as {self.layout()}"
+        )
+
     def _not_found(self, reason: str) -> DataNotFoundError:
         return DataNotFoundError(
             f"data.init_args.root: {self.name} not found in {self.folder} ({reason}): pass "
             "`--data.init_args.download true` (YAML `download: true`) to download it, or "
-            f"place {self.dataset_cls.filename} (python version) in {self.root}"
+            + self._placement()
+        )
+
+    def _download_failed(self, err: BaseException) -> DataNotFoundError:
+        cause = download_failure_cause(err, self.dataset_cls.url)
+        return DataNotFoundError(
+            f"data.init_args.root: {self.name} download failed: {cause}. Without network, "
+            f"{self._placement()} (nothing is downloaded then); or run once where there is "
+            f"network (download is already true)"
         )
 
     def _archive_ok(self) -> bool:
@@ -111,8 +132,7 @@ class _CIFARDataModule(MultiViewDataModule):
         try:
             self.dataset_cls(str(self.root), train=True, download=True)
         except (OSError, RuntimeError) as err:  # URLError is an OSError
-            reason = " ".join(str(err).split())  # keep the message on one line
-            raise self._not_found(f"download failed: {reason}") from err
+            raise self._download_failed(err) from err
 
     def build_split(self, split: Split) -> Dataset:
         """CIFAR training set for ``train``; the test set for ``val`` and ``test``; both

@@ -10,11 +10,15 @@ the integrity check itself still runs. Nothing touches the network.
 
 from __future__ import annotations
 
+import errno
 import shutil
+import socket
 import tarfile
+import urllib.request
 from collections.abc import Callable
+from email.message import Message
 from pathlib import Path
-from urllib.error import URLError
+from urllib.error import HTTPError, URLError
 
 import pytest
 import torchvision.datasets.cifar as tv_cifar
@@ -27,6 +31,7 @@ from ncl_lightning.data import (
     CIFAR10DataModule,
     CIFAR100DataModule,
 )
+from ncl_lightning.runtime.errors import DataNotFoundError
 from tests.fakes import N_PER_FILE, make_fake_cifar, md5
 
 
@@ -70,6 +75,7 @@ def test_missing_files_error_names_folder_and_flag(
     message = str(info.value)
     assert str(tmp_path / "nowhere" / "cifar-10-batches-py") in message
     assert "cifar-10-python.tar.gz" in message and "\n" not in message
+    assert f"{tmp_path}/nowhere/cifar-10-batches-py/{{data_batch_1, " in message
 
 
 def test_download_failure_is_one_clear_error(
@@ -82,7 +88,50 @@ def test_download_failure_is_one_clear_error(
     dm = CIFAR100DataModule(root=str(tmp_path), download=True, num_workers=0)
     with pytest.raises(FileNotFoundError, match=r"download failed.*no network") as info:
         dm.prepare_data()
-    assert "cifar-100-python" in str(info.value)
+    message = str(info.value)
+    assert f"{tmp_path}/cifar-100-python/{{train, test, meta}}" in message
+    assert "\n" not in message
+
+
+HOST = "www.cs.toronto.edu"
+HEADERS = Message()
+OFFLINE = [
+    (URLError(socket.gaierror(-2, "Name or service not known")), f"DNS lookup of {HOST} failed"),
+    (URLError(OSError(errno.ENETUNREACH, "Network is unreachable")), "network or host"),
+    (URLError(ConnectionRefusedError(111, "Connection refused")), f"{HOST} refused"),
+    (ConnectionResetError(104, "Connection reset by peer"), f"connection to {HOST} failed"),
+    (URLError(TimeoutError("timed out")), f"connection to {HOST} timed out"),
+    (TimeoutError("The read operation timed out"), "timed out"),
+    (HTTPError(f"https://{HOST}/x", 503, "Service Unavailable", HEADERS, None), "HTTP 503"),
+]
+
+
+@pytest.mark.parametrize(("error", "cause"), OFFLINE, ids=lambda x: type(x).__name__)
+def test_download_failure_names_the_cause_and_the_offline_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, cause: str
+) -> None:
+    """urllib's opener raises what it raises without network (no real network here):
+    the error names that cause, where to put the files, and never says to pass
+    ``download true`` (it is true)."""
+    tried = []
+
+    def urlopen(request: object, *args: object, **kwargs: object) -> None:
+        tried.append(getattr(request, "full_url", request))
+        raise error
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    root = tmp_path / "cifar"
+    dm = CIFAR10DataModule(root=str(root), download=True, num_workers=0)
+    with pytest.raises(DataNotFoundError) as info:
+        dm.prepare_data()
+    message = str(info.value)
+    assert tried and all(HOST in url for url in tried)
+    assert message.startswith("data.init_args.root: CIFAR-10 download failed: ")
+    assert cause in message and "\n" not in message
+    files = "data_batch_1, data_batch_2, data_batch_3, data_batch_4, data_batch_5"
+    assert f"{root}/cifar-10-batches-py/{{{files}, test_batch, batches.meta}}" in message
+    assert f"place cifar-10-python.tar.gz (python version) in {root}" in message
+    assert "where there is network" in message and "--data.init_args.download" not in message
 
 
 def test_placed_archive_is_extracted_without_network(
