@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 
 RUNS = ("digits_ncl", "digits_bayesncl")  # BayesNCL also logs val/gate/open_rate
@@ -16,6 +15,8 @@ RUNS = ("digits_ncl", "digits_bayesncl")  # BayesNCL also logs val/gate/open_rat
 def csv_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """``<tmp>/<name>`` run roots (``<name>/version_0/metrics.csv`` inside) of the demo
     configs, shrunk to 2 epochs of 3 batches with validation every epoch (~3 s each)."""
+    from ncl_lightning.runtime.cli import cli_main  # heavy: only when a slow test runs
+
     root = tmp_path_factory.mktemp("csv_runs")
     for name in RUNS:
         out = str(root / name)

@@ -50,6 +50,7 @@ def metrics_csvs(runs: list[Path]) -> list[Path]:
     return [next(run.rglob("metrics.csv")) for run in runs]
 
 
+@pytest.mark.slow  # the csv_runs fixture: two 2-epoch digits fits (~6 s idle)
 def test_reader_matches_hand_parse_on_real_runs(csv_runs: list[Path]) -> None:
     for path in metrics_csvs(csv_runs):
         assert_reads_like_reference(path)
@@ -83,6 +84,7 @@ def expected_panels(paths: list[Path]) -> list[str]:
     return [c for name in DEFAULT_PANELS for c in (lr if name == "lr" else [name]) if c in filled]
 
 
+@pytest.mark.slow  # the csv_runs fixture: two 2-epoch digits fits (~6 s idle)
 def test_panels_are_the_logged_default_columns(csv_runs: list[Path]) -> None:
     runs = load_runs(csv_runs)
     panels = choose_panels(runs)
@@ -94,6 +96,7 @@ def test_panels_are_the_logged_default_columns(csv_runs: list[Path]) -> None:
     assert chosen == ["val/knn_acc", "train/objective"]
 
 
+@pytest.mark.slow  # the csv_runs fixture: two 2-epoch digits fits (~6 s idle)
 def test_figure_has_one_line_per_run_on_each_panel(csv_runs: list[Path]) -> None:
     runs = load_runs(csv_runs)
     assert [r.label for r in runs] == ["digits_ncl", "digits_bayesncl"]
@@ -113,6 +116,7 @@ def test_figure_has_one_line_per_run_on_each_panel(csv_runs: list[Path]) -> None
     assert (fig.get_figwidth() * fig.dpi, fig.get_figheight() * fig.dpi) == (width, height)
 
 
+@pytest.mark.slow  # the csv_runs fixture: two 2-epoch digits fits (~6 s idle)
 def test_epoch_axis_averages_each_epoch(csv_runs: list[Path]) -> None:
     runs = load_runs(csv_runs[:1])
     fig = curves_figure(runs, ["train/loss"], x="epoch")
@@ -124,6 +128,7 @@ def test_epoch_axis_averages_each_epoch(csv_runs: list[Path]) -> None:
     assert fig.axes[0].get_xlabel().startswith("epoch")
 
 
+@pytest.mark.slow  # the csv_runs fixture: two 2-epoch digits fits (~6 s idle)
 def test_plot_curves_writes_png_of_the_figure_size(csv_runs: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "sub" / "curves.png"
     assert plot_curves(csv_runs, out, labels=["NCL", "BayesNCL"]) == out
@@ -136,6 +141,7 @@ def test_plot_curves_writes_png_of_the_figure_size(csv_runs: list[Path], tmp_pat
     assert figure_size(6) == (1200, 600) and figure_size(2) == (800, 300)
 
 
+@pytest.mark.slow  # the csv_runs fixture: two 2-epoch digits fits (~6 s idle)
 def test_command_line(csv_runs: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "c.png"
     main([*map(str, csv_runs), "--out", str(out), "--metrics", "train/loss", "val/z/sparsity"])
@@ -147,6 +153,28 @@ def test_command_line(csv_runs: list[Path], tmp_path: Path, capsys: pytest.Captu
     version = next(csv_runs[0].rglob("metrics.csv")).parent  # a version folder works too
     main([str(version), "--out", str(tmp_path / "v.png"), "--x", "epoch"])
     assert "1 run(s) (digits_ncl), x = epoch" in capsys.readouterr().out
+
+
+def test_figure_on_written_csvs(tmp_path: Path) -> None:
+    """The fast twin of the real-run tests: two hand-written runs, the gate in one only."""
+    texts = {
+        "cl": "epoch,step,train/loss,val/online_acc\n0,0,2.0,\n0,1,,0.5\n1,2,1.0,\n",
+        "bayes": "epoch,step,train/loss,val/online_acc,val/gate/open_rate\n"
+        "0,0,2.0,,\n0,1,,0.5,0.4\n1,2,1.0,,\n",
+    }
+    paths = []
+    for name, text in texts.items():
+        (tmp_path / name / "version_0").mkdir(parents=True)
+        (tmp_path / name / "version_0" / "metrics.csv").write_text(text)
+        paths.append(tmp_path / name)
+    runs = load_runs(paths)
+    for run in runs:
+        assert_reads_like_reference(run.path)
+    panels = choose_panels(runs)
+    assert panels == ["train/loss", "val/online_acc", "val/gate/open_rate"]
+    fig = curves_figure(runs, panels)
+    assert [len(ax.lines) for ax in fig.axes] == [2, 2, 1]
+    assert [line.get_label() for line in fig.axes[2].lines] == ["bayes"]
 
 
 def test_help_says_csv_only(capsys: pytest.CaptureFixture) -> None:
