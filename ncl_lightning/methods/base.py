@@ -60,7 +60,9 @@ class SSLMethod(TrainableModule):
     Args:
         backbone: Encoder ``[B, C, H, W] -> [B, D]`` exposing ``out_dim``.
         num_classes: Classes for the online probe and kNN (0 turns them off). The CLI links
-            it from the DataModule.
+            it from the DataModule; ``None`` (from Python): the attached DataModule's
+            ``num_classes`` at the start of ``fit`` (0 when it has none), then stored in
+            the hyper-parameters (:meth:`setup`).
         batch_size: See :class:`~ncl_lightning.methods.trainable.TrainableModule`, like
             ``optimizer`` (default LARS, :func:`default_optimizer`), ``warmup_epochs``,
             ``min_lr_ratio``, ``scale_lr``, ``exclude_bias_n_norm``, ``channels_last``,
@@ -84,7 +86,7 @@ class SSLMethod(TrainableModule):
     def __init__(
         self,
         backbone: nn.Module,
-        num_classes: int = 0,
+        num_classes: int | None = None,
         batch_size: int | None = None,
         optimizer: OptimizerCallable | None = None,
         warmup_epochs: float = 10.0,
@@ -101,23 +103,35 @@ class SSLMethod(TrainableModule):
         grad_norm_limit: float | None = None,
     ) -> None:
         check_backbone(backbone)
-        check_at_least("num_classes", num_classes, 0)
+        if num_classes is not None:
+            check_at_least("num_classes", num_classes, 0)
         check_positive("probe_lr", probe_lr)
         check_at_least("knn_k", knn_k, 1)
         check_positive("knn_temperature", knn_temperature)
         super().__init__(**common_arguments(locals()))
         self.backbone = backbone
+        self._train_logs: dict[str, Tensor] = {}  # see log_train
+        self._build_online(num_classes or 0)
+
+    def setup(self, stage: str) -> None:
+        """``num_classes=None``: at ``fit``, the attached DataModule's ``num_classes``
+        (0 without one) builds the online probe and kNN and is stored in the
+        hyper-parameters, so a checkpoint rebuilds the same module."""
+        super().setup(stage)
+        if stage == "fit" and self.hparams.num_classes is None:
+            classes = getattr(self.trainer.datamodule, "num_classes", None)
+            self.hparams.num_classes = classes if isinstance(classes, int) else 0
+            self._build_online(self.hparams.num_classes)
+
+    def _build_online(self, num_classes: int) -> None:
+        """The online probe and kNN (none for 0 classes) and their accuracy metrics
+        (train/val/test probe, val kNN)."""
+        hp = self.hparams
         self.online = (
-            OnlineEvaluator(backbone.out_dim, num_classes, knn_k, knn_temperature)
+            OnlineEvaluator(self.backbone.out_dim, num_classes, hp.knn_k, hp.knn_temperature)
             if num_classes
             else None
         )
-
-        self._train_logs: dict[str, Tensor] = {}  # see log_train
-        self._build_probe_metrics()
-
-    def _build_probe_metrics(self) -> None:
-        """Accuracy metrics of the online probe (train/val/test) and the kNN (val)."""
         if self.online is not None:
             c = self.online.num_classes
             probe = {"online_acc": MulticlassAccuracy(c, average="micro")}

@@ -16,6 +16,7 @@ adds the ones a plain ``Trainer`` lacks, so nothing is lost without the CLI.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -54,9 +55,9 @@ class TrainableModule(L.LightningModule):
     its signature, so ``model.init_args`` keys and their defaults stay the subclass's).
 
     Args:
-        batch_size: The data's ``batch_size`` (CLI-linked). The learning rate is scaled by
-            the batch the training loader loads; this value only when the loader has no
-            integer ``batch_size``.
+        batch_size: The data's ``batch_size`` (CLI-linked; from Python it can stay
+            ``None``). The learning rate is scaled by the batch the training loader loads,
+            else the attached DataModule's; this value only when neither gives one.
         optimizer: Callable building the optimiser from parameter groups (``None``: the
             subclass's :meth:`default_optimizer`).
         warmup_epochs: Linear warmup length in epochs (fractions allowed).
@@ -156,9 +157,9 @@ class TrainableModule(L.LightningModule):
 
     def check_trainer(self, trainer: L.Trainer) -> None:
         """What ``configure_optimizers`` and the strategy need of the trainer, checked
-        before ``fit``: the schedule's epochs, and ``sync_batchnorm`` only where
-        ``SyncBatchNorm`` runs."""
-        check_schedule_epochs(trainer.max_epochs)
+        before ``fit``: a finite schedule (``max_epochs`` or ``max_steps``), and
+        ``sync_batchnorm`` only where ``SyncBatchNorm`` runs."""
+        check_schedule_length(trainer.max_epochs, trainer.max_steps)
         check_sync_batchnorm(trainer)
 
     def configure_callbacks(self) -> list[Callback]:
@@ -241,11 +242,14 @@ def configure_warmup_cosine(
         optimizer: Optimiser over the module's parameter groups (peak rates at batch 256).
         scale_lr: Multiply every group's rate by ``per-device batch * world *
             accumulation / 256`` (samples per update / 256, Goyal et al., 2017).
-        batch_size: The module's per-device batch size: used only when the training loader
-            has no integer ``batch_size`` (the loader's, the batch actually loaded, wins:
-            with ``batch_scope: global`` the CLI links the global batch here).
-        warmup_epochs: Linear warmup length in epochs (fractions allowed).
-        min_lr_ratio: Final rate of the cosine, relative to the peak.
+        batch_size: The module's per-device batch size: used only when neither the
+            training loader nor the attached DataModule gives an integer one
+            (:func:`~ncl_lightning.optim.batch_report.batch_layout`).
+        warmup_epochs: Linear warmup length in epochs (fractions allowed), converted with
+            the steps of one epoch, also when ``max_steps`` ends the run
+            (:func:`schedule_steps`).
+        min_lr_ratio: Final rate of the cosine, relative to the peak; reached at the last
+            step, ``trainer.estimated_stepping_batches``.
         milestones: Epochs at which the rate is multiplied by ``gamma``
             (:func:`~ncl_lightning.optim.warmup_step`) instead of the cosine.
         gamma: Step-decay factor.
@@ -257,12 +261,11 @@ def configure_warmup_cosine(
         What ``configure_optimizers`` returns: optimiser and a step-interval scheduler.
 
     Raises:
-        ConfigError: ``scale_lr`` and no integer batch size (loader or ``batch_size``);
-            ``trainer.max_epochs`` < 1.
+        ConfigError: ``scale_lr`` and no batch size known (loader, DataModule or
+            ``batch_size``); a run with neither ``max_epochs`` nor ``max_steps``.
     """
     trainer = module.trainer
-    check_schedule_epochs(trainer.max_epochs)
-    total = int(trainer.estimated_stepping_batches)  # builds the training loader
+    total, warmup, per_epoch = schedule_steps(trainer, warmup_epochs)  # builds the loader
     layout = batch_layout(trainer, batch_size, required=scale_lr)
     configured = [group["lr"] for group in optimizer.param_groups]
     if scale_lr:
@@ -270,22 +273,77 @@ def configure_warmup_cosine(
             group["lr"] = scaled(group["lr"], layout.per_update)
     peaks = [group["lr"] for group in optimizer.param_groups]
     rank_zero_info(describe_batch(layout, list(zip(configured, peaks, strict=True)), scale_lr))
-    epochs = trainer.max_epochs
-    warmup = round(warmup_epochs * total / epochs)
     if milestones:
-        scheduler = warmup_step(optimizer, warmup, max(1, total // epochs), milestones, gamma)
+        if per_epoch is None:
+            raise ConfigError(
+                "lr_milestones are epochs, but the training loader has no length",
+                key="lr_milestones",
+            )
+        scheduler = warmup_step(optimizer, warmup, per_epoch, milestones, gamma)
     else:
         scheduler = warmup_cosine(optimizer, warmup, total, min_lr_ratio)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-def check_schedule_epochs(max_epochs: int | None) -> None:
-    """The warmup-cosine schedule is laid out over ``trainer.max_epochs`` epochs."""
-    if not max_epochs or max_epochs < 1:
+def check_schedule_length(max_epochs: int | None, max_steps: int | None) -> None:
+    """The warmup-cosine schedule needs a finite run: ``trainer.max_epochs >= 1``, or
+    ``trainer.max_steps >= 1`` with ``max_epochs`` -1 (what ``Trainer(max_steps=N)``
+    sets)."""
+    if max_epochs is not None and max_epochs >= 1:
+        return
+    if max_epochs in (None, -1) and max_steps is not None and max_steps >= 1:
+        return
+    raise ConfigError(
+        "the warmup-cosine schedule needs a finite run: set trainer.max_epochs >= 1 or "
+        f"trainer.max_steps >= 1 (got max_epochs={max_epochs}, max_steps={max_steps})",
+        key="trainer.max_epochs",
+    )
+
+
+def steps_per_epoch(trainer: Any) -> int | None:
+    """Optimiser steps of one training epoch: ``ceil(num_training_batches /
+    accumulate_grad_batches)`` (``limit_train_batches`` included), ``None`` for a loader
+    without a length. Call after the training loader is built (:func:`schedule_steps`)."""
+    batches = trainer.num_training_batches
+    if not math.isfinite(batches):
+        return None
+    return max(1, math.ceil(batches / trainer.accumulate_grad_batches))
+
+
+def schedule_steps(trainer: Any, warmup_epochs: float) -> tuple[int, int, int | None]:
+    """``(total, warmup, per_epoch)`` optimiser steps of ``trainer``'s fit.
+
+    ``total`` is ``trainer.estimated_stepping_batches`` (``max_steps``, or ``max_epochs``
+    epochs, whichever ends first), ``per_epoch`` :func:`steps_per_epoch` and ``warmup``
+    ``round(warmup_epochs * per_epoch)``: a run stopped by ``max_steps`` warms up over the
+    same steps as one stopped by ``max_epochs``. Builds the training loader when Lightning
+    has not (``Trainer(max_steps=N)`` does not load it to count steps).
+
+    Raises:
+        ConfigError: No finite length (:func:`check_schedule_length`), or a warmup in
+            epochs over a training loader without a length.
+    """
+    check_schedule_length(trainer.max_epochs, trainer.max_steps)
+    total = trainer.estimated_stepping_batches
+    if trainer.train_dataloader is None:
+        trainer.fit_loop.setup_data()  # what estimated_stepping_batches does with max_epochs
+    per_epoch = steps_per_epoch(trainer)
+    if not math.isfinite(total) or total < 1:
         raise ConfigError(
-            f"trainer.max_epochs must be >= 1 for the warmup-cosine schedule, got {max_epochs}",
-            key="trainer.max_epochs",
+            "the warmup-cosine schedule needs a finite run: the training loader has no "
+            "length, so set trainer.max_steps >= 1",
+            key="trainer.max_steps",
         )
+    if per_epoch is None and warmup_epochs > 0:
+        raise ConfigError(
+            f"warmup_epochs={warmup_epochs} needs the steps of an epoch, but the training "
+            "loader has no length; set warmup_epochs: 0",
+            key="warmup_epochs",
+        )
+    # warmup_epochs * (steps of max_epochs epochs) / max_epochs, in this order: bit for bit
+    # the warmup max_epochs-only runs always had (their total is those steps).
+    epochs = max(trainer.max_epochs, 1)
+    return int(total), round(warmup_epochs * ((per_epoch or 0) * epochs) / epochs), per_epoch
 
 
 def check_common_arguments(

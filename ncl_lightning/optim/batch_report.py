@@ -55,10 +55,32 @@ class BatchLayout:
         return self.global_batch * self.accumulation
 
 
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def per_device_batch(trainer: Any, fallback: int | None) -> int | None:
+    """The per-device batch of ``trainer``'s fit (``None``: unknown).
+
+    In order: the training loader's ``batch_size`` (the batch actually loaded), the
+    attached DataModule's ``per_device_batch_size`` (its ``batch_size`` split by
+    ``batch_scope``) or ``batch_size``, then ``fallback`` (the module's ``batch_size``).
+    """
+    loaded = _int_or_none(getattr(trainer.train_dataloader, "batch_size", None))
+    if loaded is not None:
+        return loaded
+    data = getattr(trainer, "datamodule", None)
+    for name in ("per_device_batch_size", "batch_size"):
+        value = _int_or_none(getattr(data, name, None))
+        if value is not None:
+            return value
+    return fallback
+
+
 def batch_layout(trainer: Any, fallback: int | None, required: bool) -> BatchLayout:
-    """The layout of ``trainer``'s fit: the per-device batch is the training loader's
-    ``batch_size`` (call after ``trainer.estimated_stepping_batches``, which builds the
-    loader), else ``fallback`` (the module's ``batch_size``).
+    """The layout of ``trainer``'s fit, the per-device batch from :func:`per_device_batch`
+    (call after the training loader is built, e.g. after
+    ``trainer.estimated_stepping_batches``).
 
     Args:
         trainer: The fitting trainer.
@@ -66,15 +88,14 @@ def batch_layout(trainer: Any, fallback: int | None, required: bool) -> BatchLay
         required: The batch size must be known (``scale_lr``).
 
     Raises:
-        ConfigError: ``required`` and neither gives an integer batch size.
+        ConfigError: ``required`` and no integer batch size is known.
     """
-    loaded = getattr(trainer.train_dataloader, "batch_size", None)
-    per_device = loaded if isinstance(loaded, int) else fallback
+    per_device = per_device_batch(trainer, fallback)
     if per_device is None and required:
         raise ConfigError(
-            "batch_size must be set when scale_lr is true (the per-device batch size "
-            "scales the learning rate), got None and the training loader has no integer "
-            "batch_size (a batch_sampler?)",
+            "scale_lr needs the per-device batch size, and neither the training loader "
+            "(a batch_sampler?), a DataModule nor the module gives one: pass "
+            "batch_size=<per-device batch> to the module, or scale_lr=False",
             key="batch_size",
         )
     return BatchLayout(

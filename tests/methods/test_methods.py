@@ -79,7 +79,11 @@ def test_lr_is_scaled_by_global_batch_and_warms_up(tmp_path) -> None:
     trainer = L.Trainer(max_epochs=2, accelerator="cpu", default_root_dir=tmp_path, logger=False)
     model.trainer = trainer
     steps = PropertyMock(return_value=10)  # no dataloader is attached in this unit test
-    with patch.object(type(trainer), "estimated_stepping_batches", new=steps):
+    per_epoch = PropertyMock(return_value=5)  # 2 epochs of 5 steps
+    with (
+        patch.object(type(trainer), "estimated_stepping_batches", new=steps),
+        patch.object(type(trainer), "num_training_batches", new=per_epoch),
+    ):
         conf = model.configure_optimizers()
     opt = conf["optimizer"]
     assert isinstance(opt, LARS)

@@ -63,5 +63,5 @@ def test_the_loaded_batch_wins_over_the_module_batch() -> None:
     assert batch_layout(_trainer(64), 256, required=True).per_device == 64
     assert batch_layout(_trainer(None), 256, required=True).per_device == 256
     assert batch_layout(_trainer(None), None, required=False).per_device is None
-    with pytest.raises(ConfigError, match="batch_size must be set when scale_lr is true"):
+    with pytest.raises(ConfigError, match="scale_lr needs the per-device batch size"):
         batch_layout(_trainer(None), None, required=True)
