@@ -62,6 +62,7 @@ BENCHMARKS.add("metrics", _lazy("metrics"))
 BENCHMARKS.add("step", _lazy("step"))
 BENCHMARKS.add("throughput", _lazy("throughput"))
 BENCHMARKS.add("switches", _lazy("switches"))
+BENCHMARKS.add("startup", _lazy("startup"))
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:

@@ -31,6 +31,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.online import OnlineEvaluator
 from ncl_lightning.methods.trainable import TrainableModule, common_arguments
+from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.optim import LARS, decay_param_groups
 from ncl_lightning.runtime.guard import NonFiniteLoss
 from ncl_lightning.runtime.switches import CompileMode, autocast_off, float32
@@ -85,7 +86,7 @@ class SSLMethod(TrainableModule):
 
     def __init__(
         self,
-        backbone: nn.Module,
+        backbone: Backbone,
         num_classes: int | None = None,
         batch_size: int | None = None,
         optimizer: OptimizerCallable | None = None,

@@ -10,6 +10,7 @@ from ncl_lightning.methods.ncl import NCL
 from ncl_lightning.metrics import OpenFrequency
 from ncl_lightning.nn.gates import GATES, bernoulli_kl
 from ncl_lightning.nn.heads import MLP
+from ncl_lightning.nn.protocols import Backbone, TorchModule
 from ncl_lightning.runtime.validation import (
     check_at_least,
     check_choice,
@@ -68,8 +69,8 @@ class BayesNCL(NCL):
 
     def __init__(
         self,
-        backbone: nn.Module,
-        gate: str | nn.Module = "ste",
+        backbone: Backbone,
+        gate: str | TorchModule = "ste",
         prior: float = 0.8,
         kl_weight: float = 3e-5,
         kl_eps: float = 0.01,

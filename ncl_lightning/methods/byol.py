@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.simsiam import SimSiam
+from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.runtime.validation import check_choice, check_range
 
 EMASchedule = Literal["cosine", "constant"]
@@ -49,7 +50,7 @@ class BYOL(SimSiam):
 
     def __init__(
         self,
-        backbone: nn.Module,
+        backbone: Backbone,
         ema_decay: float = 0.996,
         ema_schedule: EMASchedule = "cosine",
         **kwargs: Any,

@@ -11,6 +11,7 @@ from ncl_lightning.losses import OBJECTIVES
 from ncl_lightning.methods.base import Encoded, SSLMethod
 from ncl_lightning.methods.checks import check_projector
 from ncl_lightning.nn.heads import MLP
+from ncl_lightning.nn.protocols import Backbone, TorchModule
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.validation import check_positive
 
@@ -48,12 +49,12 @@ class CL(SSLMethod):
 
     def __init__(
         self,
-        backbone: nn.Module,
+        backbone: Backbone,
         proj_hidden_dim: int = 2048,
         proj_output_dim: int = 256,
         proj_num_layers: int = 2,
         proj_batch_norm: bool = False,
-        loss: str | nn.Module | None = None,
+        loss: str | TorchModule | None = None,
         temperature: float = 0.2,
         gather_distributed: bool = True,
         **kwargs: Any,

@@ -20,6 +20,7 @@ from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.classifier import Classifier
 from ncl_lightning.nn.heads import MLP, LinearClassifier
 from ncl_lightning.nn.nonneg import NONNEG
+from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.runtime.checkpoint import load_backbone
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.validation import check_at_least, check_choice
@@ -54,7 +55,7 @@ class NCEClassifier(Classifier):
 
     def __init__(
         self,
-        backbone: nn.Module,
+        backbone: Backbone,
         num_classes: int = 0,
         loss: Literal["ce", "nce"] = "nce",
         nonneg: str = "relu",

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ncl_lightning.methods.cl import CL
 from ncl_lightning.nn.nonneg import NONNEG
+from ncl_lightning.nn.protocols import Backbone, TorchModule
 from ncl_lightning.runtime.validation import check_range
 
 
@@ -26,7 +27,7 @@ class NCL(CL):
     """
 
     def __init__(
-        self, backbone: nn.Module, nonneg: str | nn.Module = "rep_relu", **kwargs: Any
+        self, backbone: Backbone, nonneg: str | TorchModule = "rep_relu", **kwargs: Any
     ) -> None:
         super().__init__(backbone, **kwargs)
         self.nonneg = NONNEG.build(nonneg, config_key="nonneg")
@@ -44,7 +45,7 @@ class NCLTopK(NCL):
         **kwargs: Everything :class:`NCL` takes.
     """
 
-    def __init__(self, backbone: nn.Module, topk: int = 32, **kwargs: Any) -> None:
+    def __init__(self, backbone: Backbone, topk: int = 32, **kwargs: Any) -> None:
         super().__init__(backbone, **kwargs)
         check_range("topk", topk, 1, self.projector.out_dim)
         self.topk = topk

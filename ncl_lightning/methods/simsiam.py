@@ -10,6 +10,7 @@ from ncl_lightning.losses import symmetric_negative_cosine
 from ncl_lightning.methods.base import Encoded, SSLMethod
 from ncl_lightning.methods.checks import check_projector
 from ncl_lightning.nn.heads import MLP
+from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.validation import check_at_least
 
@@ -51,7 +52,7 @@ class SimSiam(SSLMethod):
 
     def __init__(
         self,
-        backbone: nn.Module,
+        backbone: Backbone,
         proj_hidden_dim: int = 2048,
         proj_output_dim: int = 2048,
         proj_num_layers: int = 3,

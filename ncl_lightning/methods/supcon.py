@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from ncl_lightning.losses.supcon import SupConLoss
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.cl import CL
 from ncl_lightning.methods.ncl import NCL
+from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.runtime.errors import ConfigError
 
 
@@ -33,7 +34,7 @@ class _SupConMixin:
 
     def __init__(
         self,
-        backbone: nn.Module,
+        backbone: Backbone,
         loss: str | None = None,
         temperature: float = 0.2,
         gather_distributed: bool = True,

@@ -15,6 +15,7 @@ import torch
 import torchvision
 from torch import Tensor, nn
 
+from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.registry import Registry
 from ncl_lightning.runtime.errors import ConfigError
 
@@ -32,7 +33,7 @@ def backbone_spec(cls: type, **init_args: Any) -> dict[str, Any]:
     return {"class_path": f"ncl_lightning.nn.{cls.__name__}", "init_args": init_args}
 
 
-class ResNet(nn.Module):
+class ResNet(nn.Module, Backbone):
     """Randomly initialised torchvision ResNet with the classifier replaced by ``Identity``.
 
     The torchvision children are registered directly on this module, so state-dict keys
@@ -105,7 +106,7 @@ def _conv_bn_relu(c_in: int, c_out: int, stride: int = 1, batch_norm: bool = Tru
     )
 
 
-class SmallCNN(nn.Module):
+class SmallCNN(nn.Module, Backbone):
     """Four 3x3 conv+BN+ReLU layers, global average pool, linear to ``out_dim``.
 
     Sized for tiny images (8x8 digits, 28x28 MNIST): one stride-2 layer halves the

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from ncl_lightning.nn.backbones import BACKBONES, backbone_spec
+from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.runtime.errors import ConfigError
 
 Activation = Literal["srelu", "relu"]
@@ -65,7 +66,7 @@ class ThresholdActivation(nn.Module):
         return torch.relu(u - self.bias) - torch.relu(-u - self.bias)
 
 
-class SparseCodingEncoder(nn.Module):
+class SparseCodingEncoder(nn.Module, Backbone):
     """``σ(BN(W x))``, optionally followed by a second ``σ(BN(V ·))`` layer.
 
     The first layer has no additive bias: the threshold of the activation plays that

@@ -13,10 +13,11 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ncl_lightning.nn.backbones import BACKBONES, backbone_spec
+from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.runtime.errors import ConfigError
 
 
-class SpriteEncoder(nn.Module):
+class SpriteEncoder(nn.Module, Backbone):
     """Four 4x4 stride-2 conv + ReLU layers, flatten, two linear layers with ReLU.
 
     ``[B, C, 64, 64] -> 32² -> 16² -> 8² -> 4²`` feature maps with ``width`` channels,

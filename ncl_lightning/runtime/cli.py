@@ -54,6 +54,7 @@ from ncl_lightning.runtime import (
 from ncl_lightning.runtime.checkpoint import RECORD_KEY, check_state_fits, read_checkpoint
 from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO
 from ncl_lightning.runtime.cli_errors import summarize, user_error_message
+from ncl_lightning.runtime.cli_names import import_public_classes, parser_kwargs
 from ncl_lightning.runtime.config_files import check_config_args
 from ncl_lightning.runtime.defaults import default_callbacks, drop_shadowed
 from ncl_lightning.runtime.errors import ConfigError
@@ -348,6 +349,7 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
         PreemptedError: A ``SystemExit`` with status ``128 + signum`` when SIGTERM,
             SIGUSR1 or SIGINT stopped training (``last.ckpt`` saved).
     """
+    import_public_classes()  # short class names: --model NCL, --data DigitsDataModule
     preemption = Preemption()
     try:
         return NCLCLI(
@@ -357,6 +359,7 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
             subclass_mode_data=True,
             save_config_callback=RunConfig,
             parser_class=NCLArgumentParser,
+            parser_kwargs=parser_kwargs(NCLCLI.subcommands()),
             args=args,
             auto_configure_optimizers=False,
             trainer_defaults={"callbacks": [preemption, *default_callbacks()]},
