@@ -7,8 +7,9 @@ Trains the methods with the packaged configs ``demo/digits_{cl,ncl,bayesncl}`` (
 repository's ``configs/demo/``, also inside an installed wheel) through the real ``ncl-cli``
 entry point (Lightning progress bar, CSV logs, checkpoints, feature statistics and
 pictures), then prints one table of the final validation numbers, writes it to
-``<out>/results.md`` and puts the top-activation pictures side by side in
-``<out>/top_activations_<methods>.png``.
+``<out>/results.md``, puts the top-activation pictures side by side in
+``<out>/top_activations_<methods>.png`` and draws the training and validation curves of
+the runs on shared panels in ``<out>/curves.png`` (:func:`ncl_lightning.plot.plot_curves`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import yaml
+from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.callbacks import TopActivations
 from ncl_lightning.callbacks.pictures import side_by_side
+from ncl_lightning.plot import plot_curves
 from ncl_lightning.resources import config_path, config_root
 from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.runtime.errors import ConfigError
@@ -56,15 +60,26 @@ def method_name(config: Path) -> str:
     return yaml.safe_load(config.read_text())["model"]["class_path"].rsplit(".", 1)[-1]
 
 
-def run(config: Path, out: Path, extra: list[str]) -> tuple[dict[str, float], Path | None]:
-    """Fit one config; return its final logged metrics and its top-activation PNG."""
+class Run(NamedTuple):
+    """What the demo keeps of one fit."""
+
+    metrics: dict[str, float]
+    picture: Path | None  # top-activation PNG
+    log_dir: Path | None  # the CSV logger's version folder
+
+
+def run(config: Path, out: Path, extra: list[str]) -> Run:
+    """Fit one config; return its final logged metrics, top-activation PNG and log folder."""
     run_dir = str(out / config.stem)
     args = ["fit", "--config", str(config), "--trainer.default_root_dir", run_dir]
     args += ["--trainer.logger.init_args.save_dir", run_dir, *extra]
     cli = cli_main(args)
     drawn = [c.last_paths for c in cli.trainer.callbacks if isinstance(c, TopActivations)]
     picture = drawn[0].get("top_activations") if drawn else None
-    return {k: float(v) for k, v in cli.trainer.callback_metrics.items()}, picture
+    logger = cli.trainer.logger
+    log_dir = Path(logger.log_dir) if isinstance(logger, CSVLogger) else None
+    metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
+    return Run(metrics, picture, log_dir)
 
 
 def table(results: dict[str, dict[str, float]], dims: dict[str, int]) -> str:
@@ -103,11 +118,11 @@ def main(argv: list[str] | None = None) -> str:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}", key="threads")
     torch.set_num_threads(args.threads)
     args.configs = [resolve(c) for c in args.configs]
-    results, dims, pics = {}, {}, {}
+    results, dims, pics, logs = {}, {}, {}, {}
     start = time.perf_counter()
     for config in args.configs:
         name = method_name(config)
-        results[name], pics[name] = run(config, args.out, extra)
+        results[name], pics[name], logs[name] = run(config, args.out, extra)
         dims[name] = int(
             yaml.safe_load(config.read_text())["model"]["init_args"]["proj_output_dim"]
         )
@@ -122,6 +137,8 @@ def main(argv: list[str] | None = None) -> str:
         out = args.out / f"top_activations_{'_vs_'.join(n.lower() for n in pics)}.png"
         side_by_side(list(pics.values()), list(pics), out)
         written.append(out)
+    if all(logs.values()):
+        written.append(plot_curves(list(logs.values()), args.out / "curves.png", list(logs)))
     print("\n" + report + "Written: " + ", ".join(map(str, written)))
     return report
 

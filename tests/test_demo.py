@@ -10,7 +10,7 @@ from ncl_lightning.demo import main
 
 
 @pytest.mark.slow
-def test_demo_writes_side_by_side_table(tmp_path: Path) -> None:
+def test_demo_writes_side_by_side_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     extra = ["--trainer.max_epochs", "1", "--trainer.check_val_every_n_epoch", "1",
              "--trainer.enable_progress_bar", "false"]  # fmt: skip
     report = main(["--out", str(tmp_path), *extra])
@@ -29,3 +29,6 @@ def test_demo_writes_side_by_side_table(tmp_path: Path) -> None:
     for run in ("digits_cl", "digits_ncl", "digits_bayesncl"):
         assert list((tmp_path / run).rglob("last.ckpt")), run
     assert (tmp_path / "top_activations_cl_vs_ncl_vs_bayesncl.png").is_file()
+    curves = tmp_path / "curves.png"  # the three runs' training curves on shared panels
+    assert curves.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "curves.png" in capsys.readouterr().out
