@@ -152,3 +152,12 @@ def test_version_and_subcommands_go_through(capsys: pytest.CaptureFixture) -> No
         main(["fit", "--model", "NoSuchMethod"])
     assert stop.value.code == 2
     assert "NoSuchMethod" in capsys.readouterr().err
+
+
+def test_startup_benchmark_times_the_top_level_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ncl_lightning.bench import startup
+
+    monkeypatch.setattr(startup, "COMMANDS", (("--help",),))
+    (row,) = startup.run(1)
+    assert row.what == "ncl-cli --help" and row.goal == startup.HELP_GOAL_S
+    assert row.seconds > 0 and row.note == f"{len(HELP.splitlines())} lines, median of 5"
