@@ -39,6 +39,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "build_backbone",
     ),
     "ncl_lightning.nn.backbones": ("resnet18", "resnet34", "resnet50"),
+    "ncl_lightning.nn.protocols": ("Backbone",),
     "ncl_lightning.evaluation": (
         "FeatureSelection", "FineTune", "KNNClassifier", "LinearProbe", "extract_features",
         "fit_linear_probe", "probe_accuracy",
@@ -63,6 +64,7 @@ __all__ = [  # the names of _PUBLIC and __version__ (a test keeps them equal)
     "NCL",
     "SEPIN",
     "ActiveDimensions",
+    "Backbone",
     "BayesNCL",
     "CIFAR10DataModule",
     "CIFAR100DataModule",
@@ -203,6 +205,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a
         build_backbone,
     )
     from ncl_lightning.nn.backbones import resnet18, resnet34, resnet50
+    from ncl_lightning.nn.protocols import Backbone
     from ncl_lightning.optim import LARS, scale_lr, warmup_cosine
     from ncl_lightning.runtime.checkpoint import CheckpointError, load_backbone, load_method
     from ncl_lightning.runtime.defaults import default_callbacks
