@@ -113,7 +113,8 @@ CASES = [
      ["data.init_args.n_views", "NCL trains on 2 views per image, got 1"]),
     ("no epoch for the schedule", "digits_ncl",
      lambda t: ["--trainer.max_epochs", "0"],
-     ["trainer.max_epochs must be >= 1 for the warmup-cosine schedule, got 0"]),
+     ["the warmup-cosine schedule needs a finite run: set trainer.max_epochs >= 1 or "
+      "trainer.max_steps >= 1 (got max_epochs=0, max_steps=-1)"]),
     # -- a batch the model cannot train on ------------------------------------------------
     # (the projector has BatchNorm only when asked: the releases' projector has none)
     ("batch of one with BatchNorm", "digits_ncl",
