@@ -10,6 +10,7 @@ list means the table and the configs agree.
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,10 +145,24 @@ def _norm(value: Any) -> Any:
     return value
 
 
+def _imported(path: str) -> Any:
+    """The object a dotted ``ncl_lightning...`` import path names (``None`` if none)."""
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+
+
 def _same(a: Any, b: Any) -> bool:
     a, b = _norm(a), _norm(b)
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
+    if a != b and isinstance(a, str) and isinstance(b, str) and a.startswith("ncl_lightning."):
+        # the parser writes a class's shortest import path (``ncl_lightning.LARS`` for
+        # the table's ``ncl_lightning.optim.LARS``): the same class is the same setting
+        found = _imported(a)
+        return found is not None and found is _imported(b)
     return a == b
 
 
