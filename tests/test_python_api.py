@@ -17,6 +17,7 @@ import lightning as L
 import pytest
 import torch
 import yaml
+from lightning.pytorch.loggers import CSVLogger
 
 import ncl_lightning
 from ncl_lightning import NCL, ConfigError, DigitsDataModule, SmallCNN, load_method
@@ -135,7 +136,8 @@ def test_ncl_trains_with_a_plain_trainer_on_the_schedule_of_the_reference(
     rates = _Rates()
     trainer = L.Trainer(
         accelerator="cpu", max_epochs=max_epochs, max_steps=max_steps,
-        limit_train_batches=limit, limit_val_batches=1, logger=False, enable_progress_bar=False,
+        limit_train_batches=limit, limit_val_batches=1, logger=CSVLogger(tmp_path),
+        enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0,
         default_root_dir=tmp_path, callbacks=[rates],
     )  # fmt: skip
@@ -149,20 +151,27 @@ def test_ncl_trains_with_a_plain_trainer_on_the_schedule_of_the_reference(
     trainer.save_checkpoint(path)
     loaded = load_method(path)
     assert loaded.hparams.num_classes == 10 and loaded.online is not None
+    # the logger (whose hparams Lightning merges with the DataModule's: one key with two
+    # values is refused) records the values the module took from the DataModule
+    logged = yaml.safe_load((Path(trainer.logger.log_dir) / "hparams.yaml").read_text())
+    assert logged["batch_size"] == 256 and logged["num_classes"] == 10
+    assert loaded.hparams.batch_size == 256
 
 
 @pytest.mark.slow
 def test_the_python_example_trains_and_prints_its_metrics(tmp_path: Path) -> None:
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE), "1"], capture_output=True, text=True, cwd=tmp_path,
+        [sys.executable, str(EXAMPLE), "3"], capture_output=True, text=True, cwd=tmp_path,
         env=env, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     found = re.search(r"kNN accuracy ([\d.]+), z sparsity ([\d.]+)", done.stdout)
     assert found, done.stdout[-2000:]
     knn, sparsity = float(found[1]), float(found[2])
-    assert 0.3 < knn <= 1.0  # chance is 0.1: one epoch already separates the digits
+    # chance is 0.1; after the first epoch (warmup, BatchNorm running statistics not yet
+    # settled) kNN can still be near chance (0.16 on one host), after three it is not (0.66)
+    assert 0.3 < knn <= 1.0
     assert 0.0 <= sparsity <= 1.0
     assert not list(tmp_path.iterdir()), "logger=False, no checkpoints: nothing is written"
 
@@ -188,3 +197,21 @@ def test_the_python_page_follows_the_quick_start_in_the_navigation() -> None:
     pages = [page for _, page in nav]
     assert pages[pages.index("quickstart.md") + 1] == "python.md"
     assert dict(nav)["Python API"] == "python.md"
+
+
+@pytest.mark.slow
+def test_the_readme_python_snippet_trains(tmp_path: Path) -> None:
+    """The README's Python lines run as shown (one epoch, two batches, instead of ten)."""
+    readme = (ROOT / "README.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", readme, re.S)
+    assert snippet and "from ncl_lightning import" in snippet[1], "no Python block in README"
+    code = snippet[1].replace("max_epochs=10", "max_epochs=1, limit_train_batches=2")
+    assert code != snippet[1], "the README's Trainer line changed: update this test"
+    code += "print('trained', model.trainer.global_step)\n"
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
+        timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trained 2" in done.stdout, done.stdout[-2000:]

@@ -14,7 +14,7 @@ from ncl_lightning import NCL, DigitsDataModule, FeatureStatistics, SmallCNN
 
 epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 L.seed_everything(0)
-data = DigitsDataModule(batch_size=128)  # the lr is scaled by this batch: 0.3 * 128 / 256
+data = DigitsDataModule(batch_size=128, augment_on="device")  # lr scaled by 128 / 256
 model = NCL(SmallCNN(in_channels=1), proj_hidden_dim=256, proj_output_dim=64, warmup_epochs=2)
 trainer = L.Trainer(
     max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,

@@ -34,6 +34,7 @@ from ncl_lightning.methods.trainable import TrainableModule, common_arguments
 from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.optim import LARS, decay_param_groups
 from ncl_lightning.runtime.guard import NonFiniteLoss
+from ncl_lightning.runtime.internals import record_hparams
 from ncl_lightning.runtime.switches import CompileMode, autocast_off, float32
 from ncl_lightning.runtime.validation import check_at_least, check_positive
 
@@ -121,7 +122,7 @@ class SSLMethod(TrainableModule):
         super().setup(stage)
         if stage == "fit" and self.hparams.num_classes is None:
             classes = getattr(self.trainer.datamodule, "num_classes", None)
-            self.hparams.num_classes = classes if isinstance(classes, int) else 0
+            record_hparams(self, num_classes=classes if isinstance(classes, int) else 0)
             self._build_online(self.hparams.num_classes)
 
     def _build_online(self, num_classes: int) -> None:

@@ -40,7 +40,7 @@ from ncl_lightning.runtime.guard import (
     check_grad_norm_limit,
     zero_loss,
 )
-from ncl_lightning.runtime.internals import built_by_cli
+from ncl_lightning.runtime.internals import built_by_cli, record_hparams
 from ncl_lightning.runtime.record import RECORD_KEY, make_record, spec_of
 from ncl_lightning.runtime.switches import CompileMode, check_compile_mode
 from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
@@ -140,6 +140,17 @@ class TrainableModule(L.LightningModule):
         """Optimiser parameter groups; biases and norms without weight decay by default.
         Override to give new heads their own settings."""
         return decay_param_groups(self, self.exclude_bias_n_norm)
+
+    def setup(self, stage: str) -> None:
+        """``batch_size=None`` (a module built in Python) takes the attached DataModule's
+        ``batch_size`` at ``fit``, the value ``ncl-cli`` links, and records it in the
+        hyper-parameters the loggers and checkpoints keep."""
+        super().setup(stage)
+        if stage == "fit" and self.batch_size is None:
+            size = getattr(self.trainer.datamodule, "batch_size", None)
+            if isinstance(size, int):
+                self.batch_size = size
+                record_hparams(self, batch_size=size)
 
     def configure_optimizers(self) -> dict[str, Any]:
         """The optimiser over :meth:`param_groups`, learning rates scaled by the global

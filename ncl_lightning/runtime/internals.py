@@ -12,6 +12,9 @@ What is used, and why:
   config LightningCLI hands to ``save_hyperparameters`` while it builds a module. Whether it
   is set tells a module built by ``ncl-cli`` (its hyper-parameters are the config, class
   paths included) from one built in Python; loading a nested checkpoint must clear it.
+* ``HyperparametersMixin._hparams_initial``: the copy of the hyper-parameters the loggers
+  write; values a module fills in from the DataModule at ``setup`` (``batch_size``,
+  ``num_classes``) are recorded there too (:func:`record_hparams`).
 * ``Trainer.fit_loop`` progress counters: the epoch and the batch a training epoch is at,
   for the exact mid-epoch resume of the DataModules and for naming the step in errors.
 * ``LightningCLI._parse_ckpt_path``: overridden by ``ncl-cli`` to read a checkpoint safely
@@ -93,6 +96,16 @@ def layer_sync(trainer: Any) -> Any | None:
 def built_by_cli() -> bool:
     """Whether the module being constructed now is built by LightningCLI from a config."""
     return hparams_mixin._given_hyperparameters.get() is not None
+
+
+def record_hparams(module: Any, **values: Any) -> None:
+    """Set hyper-parameters a module learns at ``setup`` (from the attached DataModule) in
+    its ``hparams`` and in the private ``_hparams_initial`` copy the loggers write and
+    compare with the DataModule's (Lightning refuses a key both have with two values)."""
+    module.hparams.update(values)
+    initial = getattr(module, "_hparams_initial", None)
+    if initial is not None:
+        initial.update(values)
 
 
 @contextmanager
