@@ -29,6 +29,7 @@ from ncl_lightning.plot import plot_curves
 from ncl_lightning.resources import config_path, config_root
 from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.progress import Progress
 
 DEFAULT = [f"demo/digits_{m}" for m in ("cl", "ncl", "bayesncl")]
 COLUMNS = {
@@ -120,12 +121,15 @@ def main(argv: list[str] | None = None) -> str:
     args.configs = [resolve(c) for c in args.configs]
     results, dims, pics, logs = {}, {}, {}, {}
     start = time.perf_counter()
+    progress = Progress(len(args.configs), "run")
     for config in args.configs:
         name = method_name(config)
-        results[name], pics[name], logs[name] = run(config, args.out, extra)
+        with progress.unit(f"{name} ({label(config)})"):
+            results[name], pics[name], logs[name] = run(config, args.out, extra)
         dims[name] = int(
             yaml.safe_load(config.read_text())["model"]["init_args"]["proj_output_dim"]
         )
+    progress.finish()
     minutes = (time.perf_counter() - start) / 60
     configs = ", ".join(label(c) for c in args.configs)
     report = f"{table(results, dims)}\n\nValidation split after the last epoch ({configs}); "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -31,4 +32,7 @@ def test_demo_writes_side_by_side_table(tmp_path: Path, capsys: pytest.CaptureFi
     assert (tmp_path / "top_activations_cl_vs_ncl_vs_bayesncl.png").is_file()
     curves = tmp_path / "curves.png"  # the three runs' training curves on shared panels
     assert curves.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "curves.png" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "curves.png" in printed.out
+    for k in (1, 2, 3):  # one progress line per run, with elapsed time and ETA
+        assert re.search(rf"\[run {k}/3\] done in .*\| elapsed .*\| ETA", printed.err), k
