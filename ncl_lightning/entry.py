@@ -61,8 +61,9 @@ examples:
   ncl-cli fit --config configs/eval/cifar10_linear.yaml --model.checkpoint <pretrained.ckpt>
   ncl-cli fit --model.help NCL
 
-documentation: docs/quickstart.md, docs/configs.md, docs/reliability.md (resume, run ids,
-errors) and docs/evaluation.md in the repository (``make docs`` builds the site).
+documentation: docs/quickstart.md, docs/configs.md, docs/python.md (training from Python),
+docs/reliability.md (resume, run ids, errors) and docs/evaluation.md in the repository
+(`make docs` builds the site).
 Errors of input are one line (exit status 2); NCL_TRACEBACK=1 shows the traceback.
 """
 
