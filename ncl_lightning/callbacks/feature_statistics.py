@@ -21,6 +21,7 @@ from a checkpoint monitor on the other ranks.
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 import lightning as L
@@ -29,7 +30,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from ncl_lightning.callbacks.schedule import check_spaces, epoch_due, missing_spaces
+from ncl_lightning.callbacks.schedule import (
+    batch_limit,
+    check_spaces,
+    epoch_due,
+    missing_spaces,
+)
 from ncl_lightning.data.protocol import ClassLabels, ViewData, require_extra
 from ncl_lightning.metrics import (
     SEPIN,
@@ -137,7 +143,8 @@ class FeatureStatistics(L.Callback):
         retrieval_dims: Dimensions kept by expected activation for retrieval (NCL paper
             Table 1 keeps 256 of 512); all dimensions if None.
         sepin: Also estimate SEPIN@k of ``z`` on augmented view pairs of the split.
-        sepin_max_batches: Cap on the view batches used for SEPIN (None: the whole split).
+        sepin_max_batches: Cap on the view batches used for SEPIN (None: the whole split,
+            or as many batches as `fast_dev_run` / `limit_val_batches` let the trainer read).
     """
 
     def __init__(
@@ -252,9 +259,9 @@ class FeatureStatistics(L.Callback):
             )
         metric = SEPIN(self._metrics["z"].num_features, temperature).to(pl_module.device)
         loader = datamodule.view_dataloader(stage, trainer.global_rank, trainer.world_size)
-        for i, (views, _) in enumerate(loader):
-            if self.sepin_max_batches is not None and i >= self.sepin_max_batches:
-                break
+        limits = [self.sepin_max_batches, batch_limit(trainer, stage, loader)]
+        most = min((n for n in limits if n is not None), default=None)
+        for views, _ in islice(loader, most):
             z1, z2 = (pl_module.encode(v.to(pl_module.device)).z.float() for v in views[:2])
             metric.update(z1, z2)
         return metric.compute()

@@ -41,6 +41,28 @@ def epoch_due(trainer: L.Trainer, every_n_epochs: int) -> bool:
     return epoch % every_n_epochs == 0 or last
 
 
+def batch_limit(trainer: L.Trainer, stage: str, loader: object) -> int | None:
+    """Batches of ``loader`` a callback that encodes a split by itself may read, so that
+    ``fast_dev_run`` and ``limit_val_batches`` / ``limit_test_batches`` bound its work as
+    they bound the trainer's; ``None`` (the whole loader) without such a limit.
+
+    An integer limit is a count of batches (``fast_dev_run`` sets it), a fraction below 1
+    that share of the loader's batches (at least one).
+    """
+    limit = trainer.limit_val_batches if stage == "val" else trainer.limit_test_batches
+    if limit is None or isinstance(limit, bool):
+        return None
+    if isinstance(limit, int):
+        return limit
+    if limit >= 1.0:
+        return None
+    try:
+        return max(1, int(len(loader) * limit))  # type: ignore[arg-type]
+    except TypeError:  # a loader without a length: the trainer's own count of batches
+        counts = trainer.num_val_batches if stage == "val" else trainer.num_test_batches
+        return int(counts[0]) if counts and counts[0] != float("inf") else None
+
+
 def run_dir(trainer: L.Trainer) -> Path:
     """The run's own folder: the logger's version folder, else ``default_root_dir``.
 

@@ -9,6 +9,7 @@ that show images (W&B) also get them.
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 from typing import Literal
 
@@ -18,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ncl_lightning.callbacks import pictures
-from ncl_lightning.callbacks.schedule import epoch_due, run_dir
+from ncl_lightning.callbacks.schedule import batch_limit, epoch_due, run_dir
 from ncl_lightning.data.protocol import PictureData, require_extra
 from ncl_lightning.metrics.functional import (
     expected_activation,
@@ -49,7 +50,8 @@ class TopActivations(L.Callback):
         num_dims: Rows: dimensions with the highest EA.
         num_images: Images per row.
         heatmap_samples: Random samples in the heat map.
-        max_samples: Cap on the evaluation images encoded (None: all).
+        max_samples: Cap on the evaluation images encoded (None: all; `fast_dev_run` and
+            `limit_val_batches` / `limit_test_batches` bound the batches read as well).
         cell: Pixel side of each image in the grid.
         seed: Seed of the heat map's sample choice.
     """
@@ -91,8 +93,9 @@ class TopActivations(L.Callback):
     def _encode(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> Tensor:
         datamodule = _picture_data(trainer)
         loader = datamodule.val_dataloader() if stage == "val" else datamodule.test_dataloader()
+        most = batch_limit(trainer, stage, loader)  # fast_dev_run, limit_*_batches
         features, seen = [], 0
-        for x, _ in loader:
+        for x, _ in islice(loader, most):
             features.append(
                 getattr(pl_module.encode(x.to(pl_module.device)), self.space).float().cpu()
             )
