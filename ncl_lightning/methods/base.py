@@ -119,10 +119,10 @@ class SSLMethod(TrainableModule):
         """``num_classes=None``: at ``fit``, the attached DataModule's ``num_classes``
         (0 without one) builds the online probe and kNN and is stored in the
         hyper-parameters, so a checkpoint rebuilds the same module."""
-        super().setup(stage)
+        super().setup(stage)  # num_classes from the DataModule, when it has one
         if stage == "fit" and self.hparams.num_classes is None:
-            classes = getattr(self.trainer.datamodule, "num_classes", None)
-            record_hparams(self, num_classes=classes if isinstance(classes, int) else 0)
+            record_hparams(self, num_classes=0)  # no classes known: no probe, no kNN
+        if stage == "fit" and self.online is None and self.hparams.num_classes:
             self._build_online(self.hparams.num_classes)
 
     def _build_online(self, num_classes: int) -> None:

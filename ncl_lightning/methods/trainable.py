@@ -40,11 +40,16 @@ from ncl_lightning.runtime.guard import (
     check_grad_norm_limit,
     zero_loss,
 )
-from ncl_lightning.runtime.internals import built_by_cli, record_hparams
+from ncl_lightning.runtime.internals import build_train_loader, built_by_cli, record_hparams
 from ncl_lightning.runtime.record import RECORD_KEY, make_record, spec_of
 from ncl_lightning.runtime.switches import CompileMode, check_compile_mode
 from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
 from ncl_lightning.runtime.validation import check_at_least, check_choice, check_range
+
+# Arguments every model takes from the DataModule attribute of the same name: ncl-cli
+# links them (``data.<name>`` -> ``model.init_args.<name>``), and a module built in
+# Python with ``None`` takes them at ``fit`` (:meth:`TrainableModule.setup`).
+DATA_LINKED: tuple[str, ...] = ("num_classes", "batch_size")
 
 
 class TrainableModule(L.LightningModule):
@@ -142,15 +147,21 @@ class TrainableModule(L.LightningModule):
         return decay_param_groups(self, self.exclude_bias_n_norm)
 
     def setup(self, stage: str) -> None:
-        """``batch_size=None`` (a module built in Python) takes the attached DataModule's
-        ``batch_size`` at ``fit``, the value ``ncl-cli`` links, and records it in the
-        hyper-parameters the loggers and checkpoints keep."""
+        """At ``fit``, the :data:`DATA_LINKED` arguments left ``None`` (a module built in
+        Python) take the attached DataModule's values, those ``ncl-cli`` links, recorded
+        in the hyper-parameters the loggers and checkpoints keep."""
         super().setup(stage)
-        if stage == "fit" and self.batch_size is None:
-            size = getattr(self.trainer.datamodule, "batch_size", None)
-            if isinstance(size, int):
-                self.batch_size = size
-                record_hparams(self, batch_size=size)
+        if stage != "fit":
+            return
+        data = self.trainer.datamodule
+        found = {
+            name: getattr(data, name)
+            for name in DATA_LINKED
+            if name in self.hparams and self.hparams[name] is None
+            and type(getattr(data, name, None)) is int
+        }  # fmt: skip
+        record_hparams(self, **found)
+        self.batch_size = found.get("batch_size", self.batch_size)
 
     def configure_optimizers(self) -> dict[str, Any]:
         """The optimiser over :meth:`param_groups`, learning rates scaled by the global
@@ -336,8 +347,7 @@ def schedule_steps(trainer: Any, warmup_epochs: float) -> tuple[int, int, int | 
     """
     check_schedule_length(trainer.max_epochs, trainer.max_steps)
     total = trainer.estimated_stepping_batches
-    if trainer.train_dataloader is None:
-        trainer.fit_loop.setup_data()  # what estimated_stepping_batches does with max_epochs
+    build_train_loader(trainer)
     per_epoch = steps_per_epoch(trainer)
     if not math.isfinite(total) or total < 1:
         raise ConfigError(

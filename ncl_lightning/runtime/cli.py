@@ -44,6 +44,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ncl_lightning.data.protocol import ChecksInputs, MultiViewData
+from ncl_lightning.methods.trainable import DATA_LINKED
 from ncl_lightning.runtime import (
     Preemption,
     ResumeOverrides,
@@ -117,12 +118,8 @@ class NCLCLI(LightningCLI):
     """LightningCLI with the data -> model links, resume and the checks of this package."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments(
-            "data.num_classes", "model.init_args.num_classes", apply_on="instantiate"
-        )
-        parser.link_arguments(
-            "data.batch_size", "model.init_args.batch_size", apply_on="instantiate"
-        )
+        for name in DATA_LINKED:  # num_classes, batch_size
+            parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
         parser.add_argument(
             "--auto_resume",
             type=bool,

@@ -15,6 +15,8 @@ What is used, and why:
 * ``HyperparametersMixin._hparams_initial``: the copy of the hyper-parameters the loggers
   write; values a module fills in from the DataModule at ``setup`` (``batch_size``,
   ``num_classes``) are recorded there too (:func:`record_hparams`).
+* ``Trainer.fit_loop.setup_data``: builds the training loader a ``max_steps`` run has not
+  built yet, so the schedule knows the steps of an epoch (:func:`build_train_loader`).
 * ``Trainer.fit_loop`` progress counters: the epoch and the batch a training epoch is at,
   for the exact mid-epoch resume of the DataModules and for naming the step in errors.
 * ``LightningCLI._parse_ckpt_path``: overridden by ``ncl-cli`` to read a checkpoint safely
@@ -120,6 +122,14 @@ def outside_cli() -> Iterator[None]:
 
 
 # -- fit-loop progress ------------------------------------------------------------------
+def build_train_loader(trainer: Any) -> None:
+    """Build the trainer's training loader when Lightning has not yet: what
+    ``trainer.estimated_stepping_batches`` does for a ``max_epochs`` run, but not for a
+    ``Trainer(max_steps=N)`` one, through the fit loop's ``setup_data``."""
+    if trainer.train_dataloader is None:
+        trainer.fit_loop.setup_data()
+
+
 def epochs_processed(trainer: Any) -> int:
     """Training epochs Lightning has started processing (0 without a trainer)."""
     return int(trainer.fit_loop.epoch_progress.current.processed) if trainer else 0

@@ -22,7 +22,6 @@ in parallel.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
@@ -31,6 +30,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from ncl_lightning.plot.metrics_csv import read_metrics
 from ncl_lightning.resources import config_path
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
@@ -114,15 +114,16 @@ def run_dir(out: Path, variant: str, sparsity: float, seed: int) -> Path:
 
 
 def _read_curves(metrics_csv: Path) -> dict[str, list[float]]:
-    """``step``, ``min_cos`` and ``loss`` columns of the CSV logger's training rows."""
-    curves: dict[str, list[float]] = {"step": [], "min_cos": [], "loss": []}
-    with metrics_csv.open() as f:
-        for row in csv.DictReader(f):
-            if row.get("train/dictionary/min") and row.get("train/objective"):
-                curves["step"].append(float(row["step"]))
-                curves["min_cos"].append(float(row["train/dictionary/min"]))
-                curves["loss"].append(float(row["train/objective"]))
-    return curves
+    """``step``, ``min_cos`` and ``loss`` of the training steps that logged both the
+    dictionary's minimum cosine and the objective (:func:`read_metrics`)."""
+    series = read_metrics(metrics_csv)
+    loss = {p.step: p.value for p in series.get("train/objective", [])}
+    points = [p for p in series.get("train/dictionary/min", []) if p.step in loss]
+    return {
+        "step": [float(p.step) for p in points],
+        "min_cos": [p.value for p in points],
+        "loss": [loss[p.step] for p in points],
+    }
 
 
 def run_one(
