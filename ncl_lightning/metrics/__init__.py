@@ -6,6 +6,7 @@ from ncl_lightning.metrics.dictionary import DictionaryRecovery
 from ncl_lightning.metrics.gate import OpenFrequency
 from ncl_lightning.metrics.mig import MutualInformationGap
 from ncl_lightning.metrics.orthogonality import OrthogonalityError
+from ncl_lightning.metrics.profile import FeatureProfile
 from ncl_lightning.metrics.rank import EffectiveRank
 from ncl_lightning.metrics.retrieval import RetrievalPrecision
 from ncl_lightning.metrics.semantic import (
@@ -22,6 +23,7 @@ __all__ = [
     "DictionaryRecovery",
     "EffectiveRank",
     "ExpectedActivation",
+    "FeatureProfile",
     "MutualInformationGap",
     "OpenFrequency",
     "OrthogonalityError",

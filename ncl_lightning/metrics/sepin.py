@@ -35,6 +35,7 @@ class SEPIN(Metric):
         num_features: Feature dimension ``d`` (>= 1).
         temperature: Training InfoNCE temperature ``τ > 0``.
         ks: Cut-offs ``k >= 1``; ``None`` means all dimensions, and ``k > d`` uses all ``d``.
+        per_dimension: Also return the averaged ``[d]`` vector under ``"per_dimension"``.
 
     Update:
         ``z1``, ``z2``: the two views' features ``[B, num_features]``, row-paired. An empty
@@ -42,7 +43,7 @@ class SEPIN(Metric):
 
     Compute:
         ``{"sepin@1": ..., "sepin@10": ..., "sepin@100": ..., "sepin@all": ...}`` (one scalar
-        per ``k``); NaN before any pair.
+        per ``k``), and the ``[d]`` vector with ``per_dimension``; NaN before any pair.
     """
 
     # More information carried by individual dimensions = more disentangled (Do & Tran).
@@ -58,6 +59,7 @@ class SEPIN(Metric):
         num_features: int,
         temperature: float,
         ks: Iterable[int | None] = DEFAULT_KS,
+        per_dimension: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -68,6 +70,7 @@ class SEPIN(Metric):
         self.num_features = num_features
         self.temperature = temperature
         self.ks = check_ks(ks)
+        self.per_dimension = per_dimension
         self.add_state("sepin_sum", torch.zeros(num_features), dist_reduce_fx="sum")
         self.add_state("num_pairs", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
@@ -88,4 +91,6 @@ class SEPIN(Metric):
 
     def compute(self) -> dict[str, Tensor]:
         """``{"sepin@k": scalar}`` for each configured ``k`` (``"sepin@all"`` for ``None``)."""
-        return sepin_at_k(self.sepin_sum / self.num_pairs, self.ks)
+        per_dim = self.sepin_sum / self.num_pairs
+        out = sepin_at_k(per_dim, self.ks)
+        return out | {"per_dimension": per_dim} if self.per_dimension else out

@@ -60,6 +60,20 @@ def save_run_file(logger: _LightningWandbLogger, path: _PATH, name: str) -> None
     run.save(target, base_path=run.dir, policy="now")
 
 
+def log_site(
+    logger: _LightningWandbLogger, key: str, page: str, folder: _PATH, artifact: str, kind: str
+) -> None:
+    """Log a single-file HTML ``page`` as a W&B HTML panel under ``key``, and the whole site
+    ``folder`` (its page and images) as an artifact ``artifact`` of type ``kind``."""
+    import wandb  # the logger's own dependency, imported where it is used
+
+    run = logger.experiment
+    run.log({key: wandb.Html(page, inject=False)})
+    site = wandb.Artifact(artifact, type=kind)
+    site.add_dir(str(folder))
+    run.log_artifact(site)
+
+
 def _short(path: str) -> str:
     """``path`` relative to the working directory when it lies below it."""
     relative = os.path.relpath(path)
@@ -235,6 +249,11 @@ class WandbLogger(_LightningWandbLogger):
         """Copy ``path`` into the run's files as ``name`` and upload it (``wandb.save``,
         ``policy="now"``); skipped once logging went to CSV."""
         self._wandb("save_file", save_run_file, self, path, name)
+
+    @rank_zero_only
+    def log_site(self, key: str, page: str, folder: _PATH, artifact: str, kind: str) -> None:
+        """:func:`log_site` (an HTML panel and an artifact); skipped once logging went to CSV."""
+        self._wandb("log_site", log_site, self, key, page, folder, artifact, kind)
 
     def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
         self._wandb("after_save_checkpoint", super().after_save_checkpoint, checkpoint_callback)

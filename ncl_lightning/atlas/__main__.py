@@ -1,0 +1,56 @@
+"""``python -m ncl_lightning.atlas CKPT [CKPT ...] --config DATA.yaml --out DIR``.
+
+Writes a feature atlas (a static site: ``DIR/index.html`` and its images; open it from
+disk) of one checkpoint, or of several side by side, on the test split of the data config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ncl_lightning.runtime.errors import NCLError
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments."""
+    p = argparse.ArgumentParser(prog="python -m ncl_lightning.atlas", description=__doc__)
+    p.add_argument("checkpoints", nargs="+", type=Path, help="checkpoints (.ckpt) to browse")
+    p.add_argument(
+        "--config", type=Path, default=None,
+        help="config with a data: section (default: the first checkpoint's run config.yaml)",
+    )  # fmt: skip
+    p.add_argument("--out", type=Path, required=True, help="folder of the site")
+    p.add_argument("--names", nargs="+", default=None, help="labels of the models")
+    p.add_argument("--title", default=None, help="page title")
+    p.add_argument("--space", choices=("z", "h"), default="z", help="features (default z)")
+    p.add_argument("--images-per-dim", type=int, default=16, help="images per dimension")
+    p.add_argument("--card-images", type=int, default=8, help="images on each card")
+    p.add_argument("--image-format", choices=("png", "jpeg", "webp"), default="png")
+    p.add_argument("--eps", type=float, default=1e-5, help="activation threshold on |ẑ|")
+    p.add_argument("--no-sepin", action="store_true", help="skip per-dimension SEPIN")
+    p.add_argument("--accelerator", default="cpu", help="cpu, gpu or auto (default cpu)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Parse ``argv``, build the atlas, print and return the page's path."""
+    from ncl_lightning.atlas.build import build_atlas
+
+    args = parser().parse_args(argv)
+    index = build_atlas(
+        args.checkpoints, args.out, args.config, names=args.names, title=args.title,
+        accelerator=args.accelerator, space=args.space, images_per_dim=args.images_per_dim,
+        card_images=args.card_images, image_format=args.image_format, eps=args.eps,
+        sepin=not args.no_sepin,
+    )  # fmt: skip
+    print(f"Feature atlas: {index}")
+    return index
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except NCLError as err:
+        sys.exit(f"error: {err}")

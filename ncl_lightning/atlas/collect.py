@@ -1,0 +1,149 @@
+"""Measure what an atlas shows: stream a split through a model, shard by shard.
+
+Each rank encodes samples ``rank::world_size`` of the clean split (the DataModule's
+``clean_dataloader``), so every sample's dataset index is known and no sample is counted
+twice; the metrics (:class:`~ncl_lightning.metrics.FeatureProfile`, ``OpenFrequency``,
+``SEPIN``) then reduce their states over the ranks, so every rank ends with what one process
+measures on the whole split.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from ncl_lightning.data.protocol import ClassLabels, CleanData, ViewData, require_extra
+from ncl_lightning.metrics import SEPIN, FeatureProfile, OpenFrequency
+from ncl_lightning.metrics.functional.profile import DimensionProfile
+from ncl_lightning.runtime.errors import ConfigError
+
+
+class SplitProfile(NamedTuple):
+    """What :func:`profile_split` measured."""
+
+    profile: DimensionProfile
+    gate: Tensor | None  # [d] gate open frequency (BayesNCL), else None
+    sepin: dict[str, Tensor] | None  # sepin@k scalars and the [d] "per_dimension" vector
+    notes: list[str]  # what could not be measured, and why
+
+
+def check_encoder(module: Any, where: str) -> None:
+    """``ConfigError`` unless ``module`` has ``encode(images) -> Encoded``."""
+    if not callable(getattr(module, "encode", None)):
+        raise ConfigError(
+            f"{where}: {type(module).__name__} has no projector features (no encode()); the "
+            "atlas reads a CL, NCL, BayesNCL or NCE classifier checkpoint",
+            key="checkpoint",
+        )
+
+
+def features_of(out: Any, space: str, module: Any, where: str) -> Tensor:
+    """The ``space`` field of ``module.encode``'s output, float32; ``ConfigError`` if absent."""
+    if not isinstance(getattr(out, space, None), Tensor):
+        fields = list(getattr(out, "_fields", [type(out).__name__]))
+        raise ConfigError(
+            f"{where}: {type(module).__name__}.encode() gives {fields}, no {space!r} features",
+            key="space",
+        )
+    return getattr(out, space).float()
+
+
+def num_classes_of(datamodule: Any, where: str) -> int:
+    """The DataModule's class count; ``ConfigError`` when it has no class labels."""
+    count = int(datamodule.num_classes) if isinstance(datamodule, ClassLabels) else 0
+    if count < 1:
+        raise ConfigError(
+            f"{where}: {type(datamodule).__name__} has no class labels (num_classes "
+            f"{count}); the atlas groups each dimension's samples by class",
+            key="data",
+        )
+    return count
+
+
+@torch.no_grad()
+def _sepin(module: Any, datamodule: Any, split: str, rank: int, world: int, most: int | None,
+           num_features: int) -> tuple[dict[str, Tensor] | None, str | None]:  # fmt: skip
+    temperature = getattr(getattr(module, "hparams", {}), "temperature", None)
+    if temperature is None:
+        return None, f"SEPIN not measured: {type(module).__name__} has no InfoNCE temperature."
+    if not isinstance(datamodule, ViewData):
+        return None, f"SEPIN not measured: {type(datamodule).__name__} has no view pairs."
+    metric = SEPIN(num_features, temperature, per_dimension=True).to(module.device)
+    for views, _ in islice(datamodule.view_dataloader(split, rank, world), most):
+        z1, z2 = (module.encode(v.to(module.device)).z.float() for v in views[:2])
+        metric.update(z1, z2)
+    return metric.compute(), None
+
+
+@torch.no_grad()
+def profile_split(
+    module: Any,
+    datamodule: Any,
+    split: str,
+    *,
+    space: str = "z",
+    eps: float = 1e-5,
+    top_k: int = 16,
+    sepin: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
+    most_batches: int | None = None,
+) -> SplitProfile:
+    """Profile every dimension of ``module``'s ``space`` features on ``split``.
+
+    Call it on every rank under DDP (the metrics' ``compute`` is a collective).
+
+    Args:
+        module: A method with ``encode(images) -> Encoded`` (``GatedEncoded``: with ``mask``).
+        datamodule: With ``clean_dataloader`` and ``num_classes`` (and ``view_dataloader``
+            for SEPIN).
+        split: ``"val"`` or ``"test"``.
+        space: ``"z"`` or ``"h"``.
+        eps: Activation threshold on ``|ẑ|``.
+        top_k: Samples kept per dimension.
+        sepin: Estimate per-dimension SEPIN of ``z`` on view pairs (needs the method's
+            temperature; a note says why when it cannot).
+        rank: This process' rank.
+        world_size: Number of ranks.
+        most_batches: Batches of each loader read at most (``fast_dev_run``, limits).
+
+    Returns:
+        :class:`SplitProfile`.
+    """
+    where = f"FeatureAtlas({split})"
+    check_encoder(module, where)
+    data = require_extra(datamodule, CleanData, where, "clean_dataloader()", "data")
+    classes = num_classes_of(datamodule, where)
+    loader = data.clean_dataloader(split, rank, world_size)
+    profile: FeatureProfile | None = None
+    gate: OpenFrequency | None = None
+    seen = 0
+    for images, labels in islice(loader, most_batches):
+        out = module.encode(images.to(module.device))
+        features = features_of(out, space, module, where)
+        if profile is None:
+            profile = FeatureProfile(features.shape[1], classes, eps, top_k).to(module.device)
+            if hasattr(out, "mask"):
+                gate = OpenFrequency(out.mask.shape[1]).to(module.device)
+        index = rank + world_size * torch.arange(seen, seen + len(labels), device=module.device)
+        profile.update(features, labels.to(module.device), index)
+        if gate is not None:
+            gate.update(out.mask)
+        seen += len(labels)
+    if profile is None:
+        raise ConfigError(f"{where}: the {split} split has no samples", key="data")
+    measured = profile.compute()
+    notes: list[str] = []
+    sepin_values = None
+    if sepin and space == "z":
+        d = measured.expected_activation.shape[0]
+        sepin_values, why = _sepin(module, datamodule, split, rank, world_size, most_batches, d)
+        notes += [why] if why else []
+    open_freq = None
+    if gate is not None:
+        with gate.sync_context():  # the states of every rank
+            open_freq = gate.frequency()
+    return SplitProfile(measured, open_freq, sepin_values, notes)

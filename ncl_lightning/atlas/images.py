@@ -1,0 +1,90 @@
+"""Image strips of an atlas: one file per dimension, its top-activating images in a row.
+
+One file per dimension keeps a 2,048-dimension atlas at 2,048 requests (the page loads them
+lazily) instead of 32,768 single images. Strips are written one at a time from images read
+by index, with a bounded cache of decoded images (the same image tops many dimensions), so
+memory does not grow with the number of dimensions.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from torch.utils.data import Dataset
+
+from ncl_lightning.callbacks.pictures import to_uint8
+from ncl_lightning.runtime.validation import check_choice
+
+# How each format is saved: PNG is lossless (small images, digits), JPEG and WebP lossy and
+# several times smaller on photographs (CIFAR, ImageNet).
+IMAGE_FORMATS: dict[str, dict[str, object]] = {
+    "png": {"format": "PNG", "compress_level": 6},
+    "jpeg": {"format": "JPEG", "quality": 90},
+    "webp": {"format": "WEBP", "quality": 90, "method": 4},
+}
+
+
+class ImageReader:
+    """``uint8 [H, W, 3]`` images of a dataset by index, with an LRU cache of ``cache`` images.
+
+    Args:
+        dataset: Items ``(image [C, H, W] normalised, label)``.
+        mean: Per-channel mean of the normalisation.
+        std: Per-channel std of the normalisation.
+        cache: Decoded images kept.
+    """
+
+    def __init__(
+        self, dataset: Dataset, mean: Sequence[float], std: Sequence[float], cache: int = 4096
+    ) -> None:
+        self.dataset, self.mean, self.std, self.cache = dataset, mean, std, cache
+        self._kept: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def __call__(self, index: int) -> np.ndarray:
+        if index in self._kept:
+            self._kept.move_to_end(index)
+            return self._kept[index]
+        image = to_uint8(self.dataset[index][0][None], self.mean, self.std)[0]
+        self._kept[index] = image
+        if len(self._kept) > self.cache:
+            self._kept.popitem(last=False)
+        return image
+
+
+def strip(images: Sequence[np.ndarray]) -> Image.Image:
+    """Images ``[H, W, 3]`` of one size side by side, left to right."""
+    return Image.fromarray(np.concatenate(list(images), axis=1))
+
+
+def write_strips(
+    folder: Path,
+    tops: Sequence[Sequence[int]],
+    read: Callable[[int], np.ndarray],
+    ext: str,
+) -> list[Path]:
+    """Write ``<folder>/<j>.<ext>`` for every dimension ``j`` with a non-empty ``tops[j]``.
+
+    Args:
+        folder: Where the strips go (created).
+        tops: Per dimension, the dataset indices of its images, in strip order.
+        read: Index to ``uint8 [H, W, 3]`` image (e.g. an :class:`ImageReader`).
+        ext: ``png``, ``jpeg`` or ``webp`` (``IMAGE_FORMATS``).
+
+    Returns:
+        The files written.
+    """
+    check_choice("image_format", ext, tuple(IMAGE_FORMATS))
+    options = IMAGE_FORMATS[ext]
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for dim, indices in enumerate(tops):
+        if not indices:
+            continue
+        path = folder / f"{dim}.{ext}"
+        strip([read(int(i)) for i in indices]).save(path, **options)
+        written.append(path)
+    return written
