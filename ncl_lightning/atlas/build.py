@@ -73,14 +73,14 @@ def build_atlas(
     datamodule = load_datamodule(config_file)
     num_classes_of(datamodule, str(config_file))
     modules = [load_method(p) for p in paths]
-    for path, module in zip(paths, modules):
+    for path, module in zip(paths, modules, strict=True):
         check_encoder(module, str(path))
     labels = list(names) if names is not None else _names(modules)
     FeatureAtlas(**atlas)  # its argument checks, before any work
     out = Path(out)
     entries = []
     steps = Progress(len(paths), "model")  # a line per model on stderr
-    for i, (path, module, label) in enumerate(zip(paths, modules, labels)):
+    for i, (path, module, label) in enumerate(zip(paths, modules, labels, strict=True)):
         callback = FeatureAtlas(str(out), name=label, key=f"m{i}", write_site=False, **atlas)
         with steps.unit(f"{label} ({path})"), quiet_lightning():
             trainer = L.Trainer(

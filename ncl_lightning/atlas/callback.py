@@ -160,7 +160,7 @@ class FeatureAtlas(L.Callback):
                 "per_dim": self.images_per_dim,
                 "card": self.card_images,
                 "ext": self.image_format,
-            },  # fmt: skip
+            },
             tops=tops,
             accuracy=accuracy_of(dict(trainer.callback_metrics), "test"),
         )

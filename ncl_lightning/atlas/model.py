@@ -96,7 +96,7 @@ def model_entry(
     metrics = summary_metrics(measured)
     if accuracy is not None and _num(accuracy) is not None:
         metrics["accuracy"] = float(accuracy)
-    values = p.top_values.T.tolist()  # [d][k]
+    values = [row[: len(t)] for row, t in zip(p.top_values.T.tolist(), tops, strict=True)]
     return {
         "key": key,
         "name": name,
@@ -120,7 +120,9 @@ def model_entry(
             else [_num(v) for v in measured.sepin["per_dimension"].tolist()],
             "gate": None if measured.gate is None else [_num(v) for v in measured.gate.tolist()],
             "top": tops,
-            "top_values": [[round(v, 5) for v in row[: len(t)]] for row, t in zip(values, tops)],
+            "top_values": [
+                [round(v, 5) for v in row[: len(t)]] for row, t in zip(values, tops, strict=True)
+            ],
             "dead": p.dead.tolist(),
         },
     }

@@ -17,9 +17,9 @@ import torch
 from torch import Tensor
 
 from ncl_lightning.metrics.functional.semantic import (
+    check_features_labels,
     class_activation_counts,
     class_activation_mass,
-    check_features_labels,
 )
 from ncl_lightning.metrics.functional.sparsity import l2_normalize_rows
 from ncl_lightning.runtime.errors import ConfigError
