@@ -34,6 +34,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "DictionaryRecoveryMonitor", "Disentanglement", "EncoderNormalization",
         "FeatureStatistics", "OODReport", "TopActivations", "WarmStart",
     ),
+    "ncl_lightning.atlas": ("FeatureAtlas", "build_atlas", "read_atlas"),
     "ncl_lightning.nn": (
         "MLP", "LinearClassifier", "ResNet", "SmallCNN", "SparseCodingEncoder", "SpriteEncoder",
         "build_backbone",
@@ -45,7 +46,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "fit_linear_probe", "probe_accuracy",
     ),
     "ncl_lightning.metrics": (
-        "SEPIN", "ActiveDimensions", "EffectiveRank", "ExpectedActivation",
+        "SEPIN", "ActiveDimensions", "EffectiveRank", "ExpectedActivation", "FeatureProfile",
         "MutualInformationGap", "SemanticConsistency", "Sparsity",
     ),
     "ncl_lightning.optim": ("LARS", "scale_lr", "warmup_cosine"),
@@ -80,6 +81,8 @@ __all__ = [  # the names of _PUBLIC and __version__ (a test keeps them equal)
     "Encoded",
     "EncoderNormalization",
     "ExpectedActivation",
+    "FeatureAtlas",
+    "FeatureProfile",
     "FeatureSelection",
     "FeatureStatistics",
     "FineTune",
@@ -111,6 +114,7 @@ __all__ = [  # the names of _PUBLIC and __version__ (a test keeps them equal)
     "TrainableModule",
     "WarmStart",
     "__version__",
+    "build_atlas",
     "build_backbone",
     "default_callbacks",
     "extract_features",
@@ -118,6 +122,7 @@ __all__ = [  # the names of _PUBLIC and __version__ (a test keeps them equal)
     "load_backbone",
     "load_method",
     "probe_accuracy",
+    "read_atlas",
     "resnet18",
     "resnet34",
     "resnet50",
@@ -141,6 +146,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a test
+    from ncl_lightning.atlas import FeatureAtlas, build_atlas, read_atlas
     from ncl_lightning.callbacks import (
         DictionaryRecoveryMonitor,
         Disentanglement,
@@ -191,6 +197,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a
         ActiveDimensions,
         EffectiveRank,
         ExpectedActivation,
+        FeatureProfile,
         MutualInformationGap,
         SemanticConsistency,
         Sparsity,

@@ -28,6 +28,7 @@ PUBLIC_PACKAGES = (
     "ncl_lightning.evaluation",
     "ncl_lightning.data",
     "ncl_lightning.callbacks",
+    "ncl_lightning.atlas",
     "ncl_lightning.nn",
     "ncl_lightning.optim",
 )
