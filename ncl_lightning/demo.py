@@ -9,7 +9,10 @@ entry point (Lightning progress bar, CSV logs, checkpoints, feature statistics a
 pictures), then prints one table of the final validation numbers, writes it to
 ``<out>/results.md``, puts the top-activation pictures side by side in
 ``<out>/top_activations_<methods>.png`` and draws the training and validation curves of
-the runs on shared panels in ``<out>/curves.png`` (:func:`ncl_lightning.plot.plot_curves`).
+the runs on shared panels in ``<out>/curves.png`` (:func:`ncl_lightning.plot.plot_curves`),
+and writes the feature atlas of the runs' last checkpoints on the test split,
+``<out>/atlas/index.html`` (:func:`ncl_lightning.atlas.build_atlas`: every dimension of every
+method, and any two compared side by side).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 import yaml
 from lightning.pytorch.loggers import CSVLogger
 
+from ncl_lightning.atlas import build_atlas
 from ncl_lightning.callbacks import TopActivations
 from ncl_lightning.callbacks.pictures import side_by_side
 from ncl_lightning.plot import plot_curves
@@ -143,7 +147,13 @@ def main(argv: list[str] | None = None) -> str:
         written.append(out)
     if all(logs.values()):
         written.append(plot_curves(list(logs.values()), args.out / "curves.png", list(logs)))
+        checkpoints = [log / "checkpoints" / "last.ckpt" for log in logs.values()]
+        if all(c.is_file() for c in checkpoints):
+            atlas = args.out / "atlas"
+            written.append(build_atlas(checkpoints, atlas, args.configs[0], names=list(logs)))
     print("\n" + report + "Written: " + ", ".join(map(str, written)))
+    if written[-1].name == "index.html":
+        print(f"Feature atlas: {written[-1]} (open it in a browser; no server needed)")
     return report
 
 

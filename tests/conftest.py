@@ -35,3 +35,27 @@ def cifar_subset() -> Path:
     if not (CIFAR_SUBSET / "train").is_dir():
         pytest.skip(f"real CIFAR-10 subset not found at {CIFAR_SUBSET} (present in CI)")
     return CIFAR_SUBSET
+
+
+class DemoRun:
+    """What one ``make demo``-like run left: its folder, report and printed lines."""
+
+    def __init__(self, out: Path, report: str, stdout: str, stderr: str) -> None:
+        self.out, self.report, self.stdout, self.stderr = out, report, stdout, stderr
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """The demo (CL, NCL and BayesNCL on digits) for one epoch, shared by the demo and atlas
+    tests: runs, table, pictures, curves and the feature atlas of the three checkpoints."""
+    import io
+
+    from ncl_lightning.demo import main
+
+    out = tmp_path_factory.mktemp("demo")
+    extra = ["--trainer.max_epochs", "1", "--trainer.check_val_every_n_epoch", "1",
+             "--trainer.enable_progress_bar", "false"]  # fmt: skip
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        report = main(["--out", str(out), *extra])
+    return DemoRun(out, report, stdout.getvalue(), stderr.getvalue())
