@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export WANDB_MODE ?= offline
 export PYTHONHASHSEED ?= 0
 
-.PHONY: install demo test test-fast lint format bench docs docs-serve clean
+.PHONY: install browser demo test test-fast lint format bench docs docs-serve clean
 
 install: $(STAMP)
 
@@ -21,7 +21,18 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/python -m ncl_lightning.demo
 
-test: $(STAMP)
+# The atlas page's browser tests drive Debian's Chromium: installed here when we are root with
+# apt-get; otherwise one line says why those tests will skip. Never fails the make.
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq chromium >/dev/null 2>&1 \
+	  || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
+	  || echo "browser: apt-get install chromium failed; the browser tests will skip"; \
+	else echo "browser: no /usr/bin/chromium and not root with apt-get; the browser tests will skip"; fi
+
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -ra --durations=15
 
