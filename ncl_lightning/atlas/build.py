@@ -74,7 +74,7 @@ def build_atlas(
     num_classes_of(datamodule, str(config_file))
     modules = [load_method(p) for p in paths]
     for path, module in zip(paths, modules, strict=True):
-        check_encoder(module, str(path))
+        check_encoder(module, atlas.get("space", "z"), str(path))
     labels = list(names) if names is not None else _names(modules)
     FeatureAtlas(**atlas)  # its argument checks, before any work
     out = Path(out)

@@ -13,7 +13,7 @@ from itertools import islice
 from typing import Any, NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ncl_lightning.data.protocol import ClassLabels, CleanData, ViewData, require_extra
 from ncl_lightning.metrics import SEPIN, FeatureProfile, OpenFrequency
@@ -30,12 +30,20 @@ class SplitProfile(NamedTuple):
     notes: list[str]  # what could not be measured, and why
 
 
-def check_encoder(module: Any, where: str) -> None:
-    """``ConfigError`` unless ``module`` has ``encode(images) -> Encoded``."""
+def check_encoder(module: Any, space: str, where: str) -> None:
+    """``ConfigError`` unless ``module`` has ``encode(images) -> Encoded`` and, for the
+    ``z`` space, a projector (a probe's ``z`` is only its backbone output)."""
+    name = type(module).__name__
     if not callable(getattr(module, "encode", None)):
         raise ConfigError(
-            f"{where}: {type(module).__name__} has no projector features (no encode()); the "
-            "atlas reads a CL, NCL, BayesNCL or NCE classifier checkpoint",
+            f"{where}: {name} has no encode(), so no features to browse; the atlas reads a "
+            "CL, NCL, BayesNCL or NCE classifier checkpoint",
+            key="checkpoint",
+        )
+    if space == "z" and not isinstance(getattr(module, "projector", None), nn.Module):
+        raise ConfigError(
+            f"{where}: {name} has no projector, so no projector features z; give the "
+            "pretraining checkpoint, or browse its backbone features with space h",
             key="checkpoint",
         )
 
@@ -114,7 +122,7 @@ def profile_split(
         :class:`SplitProfile`.
     """
     where = f"FeatureAtlas({split})"
-    check_encoder(module, where)
+    check_encoder(module, space, where)
     data = require_extra(datamodule, CleanData, where, "clean_dataloader()", "data")
     classes = num_classes_of(datamodule, where)
     loader = data.clean_dataloader(split, rank, world_size)

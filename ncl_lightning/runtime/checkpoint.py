@@ -15,6 +15,7 @@ they resolve to ``nn.Module`` (backbone) or ``LightningModule`` (method) subclas
 from __future__ import annotations
 
 import importlib
+import inspect
 import pickle
 import zipfile
 from pathlib import Path
@@ -172,7 +173,8 @@ def load_method(path: str | Path) -> L.LightningModule:
     record = ckpt[RECORD_KEY]
     cls = _import_class(record.get("method", ""), L.LightningModule, "method", path)
     kwargs: dict[str, Any] = {}
-    if not isinstance(ckpt.get("hyper_parameters", {}).get("backbone"), dict):
+    takes_backbone = "backbone" in inspect.signature(cls.__init__).parameters
+    if takes_backbone and not isinstance(ckpt.get("hyper_parameters", {}).get("backbone"), dict):
         if record.get("backbone") is None:
             raise CheckpointError(f"{path} does not record how to build its backbone")
         kwargs["backbone"] = build_backbone_from_spec(record["backbone"], path)
