@@ -88,13 +88,20 @@ class FeatureProfile(Metric):
         self.class_counts += sums.class_counts
         self.class_mass += sums.class_mass
         values, index = top_activating(z, sample_index, self.top_k)
+        kept_values, kept_index = self._top_slots()
         self.top_values, self.top_index = merge_top_k(
-            torch.cat([self.top_values, values.to(self.top_values.dtype)]),
-            torch.cat([self.top_index, index]),
+            torch.cat([kept_values, values.to(kept_values.dtype)]),
+            torch.cat([kept_index, index]),
             self.top_k,
         )
+
+    def _top_slots(self) -> tuple[Tensor, Tensor]:
+        """The top-k states as ``[M, d]``: a ``cat`` reduction over ranks (or ``forward``'s
+        merge) stacks them into ``[R, k, d]``."""
+        d = self.num_features
+        return self.top_values.reshape(-1, d), self.top_index.reshape(-1, d)
 
     def compute(self) -> DimensionProfile:
         """The profile of every sample seen (on every rank once synced)."""
         sums = ProfileSums(self.num_samples, self.ea_sum, self.class_counts, self.class_mass)
-        return profile_from_sums(sums, *merge_top_k(self.top_values, self.top_index, self.top_k))
+        return profile_from_sums(sums, *merge_top_k(*self._top_slots(), self.top_k))
