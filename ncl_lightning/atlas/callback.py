@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
 
 from ncl_lightning.atlas.collect import SplitProfile, profile_split
 from ncl_lightning.atlas.images import IMAGE_FORMATS, ImageReader, write_strips
@@ -124,6 +125,7 @@ class FeatureAtlas(L.Callback):
             if self.write_site:
                 title = self.title or f"{self.entry['name']} feature atlas"
                 self.index = write_page(out, [self.entry], title)
+                rank_zero_info(f"Feature atlas: {self.index} (open it in a browser)")
                 self._log(trainer, out, title)
         self._measured = None
         trainer.strategy.barrier("FeatureAtlas")
