@@ -45,7 +45,7 @@ function card(model, j, href) {
       "div",
       { class: "card-head" },
       h("span", { class: "dim-id" }, `#${j}`),
-      h("span", { class: "majority", title: "majority class" }, className(model, d.majority[j])),
+      h("span", { class: "majority", title: "majority class" }, `class ${className(model, d.majority[j])}`),
     ),
     stripWindow(model, j, 0, shown, size),
     miniHistogram(model, j),

@@ -39,6 +39,7 @@ function miniHistogram(model, j) {
       "aria-label": "class histogram",
     },
     s("title", {}, `activating samples by class: ${topClasses(model, counts, 3)}`),
+    s("path", { class: "base", d: `M0,${height - 0.5}H${counts.length * bar}` }),
     s("path", { class: "bar", d: path }),
     majorBar,
   );
