@@ -8,6 +8,8 @@ its strips' images in ``top_labels``), ``m2`` "BayesNCL" (40% dead, SEPIN and a 
 
 from __future__ import annotations
 
+import base64
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,13 +139,19 @@ def _cell(label: int, value: float, rng: np.random.Generator) -> np.ndarray:
     return np.clip(pattern * (120 + 130 * value) + noise, 0, 255).astype(np.uint8)
 
 
-def write_fake_atlas(folder: Path, atlas: dict[str, Any] | None = None, seed: int = 0) -> Path:
+def write_fake_atlas(
+    folder: Path, atlas: dict[str, Any] | None = None, seed: int = 0, inline: bool = False
+) -> Path:
     """Write a fake atlas (``atlas`` or :func:`fake_atlas`'s default) into ``folder``: its
-    ``index.html`` and one PNG strip per live dimension; returns the ``index.html`` path."""
+    ``index.html`` and one PNG strip per live dimension (in ``img/``, or as data URLs in
+    ``images.inline`` with ``inline``); returns the ``index.html`` path."""
     atlas = fake_atlas() if atlas is None else atlas
     rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
     for model in atlas["models"]:
         dims = model["dims"]
+        if inline:
+            model["images"]["inline"] = {}
         for j, (top, values) in enumerate(zip(dims["top"], dims["top_values"], strict=True)):
             if not top:
                 continue
@@ -151,10 +159,16 @@ def write_fake_atlas(folder: Path, atlas: dict[str, Any] | None = None, seed: in
                 dims["top_labels"][j] if "top_labels" in dims else [dims["majority"][j]] * len(top)
             )
             cells = [_cell(c, v, rng) for c, v in zip(labels, values, strict=True)]
-            strip = np.concatenate(cells, axis=1)
+            strip = Image.fromarray(np.concatenate(cells, axis=1), mode="L")
+            if inline:
+                png = io.BytesIO()
+                strip.save(png, format="png")
+                url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+                model["images"]["inline"][str(j)] = url
+                continue
             path = folder / image_path(model["key"], j, model["images"]["ext"])
             path.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(strip, mode="L").save(path)
+            strip.save(path)
     index = folder / "index.html"
     index.write_text(render_page(atlas), encoding="utf-8")
     return index

@@ -289,3 +289,13 @@ def test_pages_for_dead_models_one_class_and_hostile_names(tmp_path: Path, watch
     assert page.locator("#compare-link").count() == 0
     page.goto(file_url(index, "#/compare/m0/m0"))
     assert "needs two models" in page.inner_text("#route-error")
+
+
+def test_inline_images_need_no_files(tmp_path: Path, watched: Watched):
+    index = write_fake_atlas(tmp_path, fake_atlas(num_features=16), inline=True)
+    assert not (tmp_path / "img").exists()
+    page = watched.page
+    page.goto(file_url(index, "#/m0/dim/3"))
+    page.wait_for_function(LOADED, arg="#detail img")
+    widths = page.eval_on_selector_all("#detail img", "els => els.map(i => i.naturalWidth)")
+    assert widths and all(w > 0 for w in widths)

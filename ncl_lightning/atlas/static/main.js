@@ -23,7 +23,8 @@
 //
 // URLs (location.hash; reload, back and forward restore the view):
 //   #/m1                 browse model m1
-//   #/m1/dim/42          detail of dimension 42 of m1 (&cmp=m0/m1: opened from compare)
+//   #/m1/dim/42          detail of dimension 42 of m1 (+ cmp=m0/m1 when opened from compare:
+//                        its back link returns there)
 //   #/compare/m0/m1      compare mode, A = m0, B = m1
 //   any of them + ?sort=consistency&order=asc&class=3&minfreq=1.5 (minfreq in percent)
 
