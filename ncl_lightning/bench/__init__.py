@@ -63,6 +63,7 @@ BENCHMARKS.add("step", _lazy("step"))
 BENCHMARKS.add("throughput", _lazy("throughput"))
 BENCHMARKS.add("switches", _lazy("switches"))
 BENCHMARKS.add("startup", _lazy("startup"))
+BENCHMARKS.add("atlas", _lazy("atlas"))
 
 
 def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
