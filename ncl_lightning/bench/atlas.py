@@ -235,9 +235,9 @@ def run(
                 str(root), split, f"{tmp}/{split}", backbone, num_features, images_per_dim,
                 batch_size,
             )  # fmt: skip
-            with steps.unit(f"{split} ({backbone}, d={num_features})"):
-                with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-                    figures = pool.submit(generate, setup).result()
+            pool = ProcessPoolExecutor(1, mp_context=get_context("spawn"))
+            with steps.unit(f"{split} ({backbone}, d={num_features})"), pool:
+                figures = pool.submit(generate, setup).result()
             rows += generation_rows(figures, setup)
         steps.finish()
         if page:
