@@ -164,6 +164,7 @@ class FeatureAtlas(L.Callback):
                 "ext": self.image_format,
             },
             tops=tops,
+            top_labels=[[read.label(i) for i in top] for top in tops],
             accuracy=accuracy_of(dict(trainer.callback_metrics), "test"),
         )
 

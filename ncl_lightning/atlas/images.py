@@ -29,7 +29,8 @@ IMAGE_FORMATS: dict[str, dict[str, object]] = {
 
 
 class ImageReader:
-    """``uint8 [H, W, 3]`` images of a dataset by index, with an LRU cache of ``cache`` images.
+    """Images ``uint8 [H, W, 3]`` and labels of a dataset by index, with an LRU cache of
+    ``cache`` samples.
 
     Args:
         dataset: Items ``(image [C, H, W] normalised, label)``.
@@ -42,17 +43,26 @@ class ImageReader:
         self, dataset: Dataset, mean: Sequence[float], std: Sequence[float], cache: int = 4096
     ) -> None:
         self.dataset, self.mean, self.std, self.cache = dataset, mean, std, cache
-        self._kept: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._kept: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
 
     def __call__(self, index: int) -> np.ndarray:
+        """The image ``uint8 [H, W, 3]`` of sample ``index``."""
+        return self._item(index)[0]
+
+    def label(self, index: int) -> int:
+        """The class label of sample ``index``."""
+        return self._item(index)[1]
+
+    def _item(self, index: int) -> tuple[np.ndarray, int]:
         if index in self._kept:
             self._kept.move_to_end(index)
             return self._kept[index]
-        image = to_uint8(self.dataset[index][0][None], self.mean, self.std)[0]
-        self._kept[index] = image
+        image, label = self.dataset[index][:2]
+        item = (to_uint8(image[None], self.mean, self.std)[0], int(label))
+        self._kept[index] = item
         if len(self._kept) > self.cache:
             self._kept.popitem(last=False)
-        return image
+        return item
 
 
 def strip(images: Sequence[np.ndarray]) -> Image.Image:

@@ -77,6 +77,7 @@ def model_entry(
     eps: float,
     images: dict[str, Any],
     tops: list[list[int]],
+    top_labels: list[list[int]] | None = None,
     accuracy: float | None = None,
 ) -> dict[str, Any]:
     """The ``MODEL`` document of :mod:`~ncl_lightning.atlas.schema`.
@@ -90,6 +91,7 @@ def model_entry(
         eps: The activation threshold used.
         images: ``width``, ``height``, ``per_dim``, ``card``, ``ext``.
         tops: :func:`strip_indices`.
+        top_labels: The class of each of those samples.
         accuracy: Top-1 accuracy on the split where the model measures one.
     """
     p = measured.profile
@@ -120,6 +122,7 @@ def model_entry(
             else [_num(v) for v in measured.sepin["per_dimension"].tolist()],
             "gate": None if measured.gate is None else [_num(v) for v in measured.gate.tolist()],
             "top": tops,
+            "top_labels": top_labels,
             "top_values": [
                 [round(v, 5) for v in row[: len(t)]] for row, t in zip(values, tops, strict=True)
             ],

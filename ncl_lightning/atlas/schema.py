@@ -49,6 +49,7 @@ script draws everything from it, and tests read it back (:func:`read_atlas`). Th
         "top": [[int]],               # dataset indices of the strip's images, most active
                                       # first; only samples that activate the dimension
         "top_values": [[float]],      # ẑ_j of those samples
+        "top_labels": [[int]] | null, # their classes (null when not recorded)
         "dead": [bool]                # no sample activates the dimension
       }
     }

@@ -75,6 +75,7 @@ def test_per_dimension_values_and_strips_follow_the_features(demo_atlas: Path) -
             assert (values > model["eps"]).all()
             assert (values[:-1] >= values[1:]).all()
             assert float(values[0]) == pytest.approx(float(z_hat[:, j].max()))
+            assert model["dims"]["top_labels"][j] == labels[top].tolist()
             strip = Image.open(demo_atlas / "img" / model["key"] / f"{j}.png")
             assert strip.size == (8 * len(top), 8)
 
