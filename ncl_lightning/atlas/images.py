@@ -2,7 +2,7 @@
 
 One file per dimension keeps a 2,048-dimension atlas at 2,048 requests (the page loads them
 lazily) instead of 32,768 single images. Strips are written one at a time from images read
-by index, with a bounded cache of decoded images (the same image tops many dimensions), so
+by index, with a cache of decoded images bounded in bytes (the same image tops many dimensions), so
 memory does not grow with the number of dimensions.
 """
 
@@ -30,20 +30,27 @@ IMAGE_FORMATS: dict[str, dict[str, object]] = {
 
 class ImageReader:
     """Images ``uint8 [H, W, 3]`` and labels of a dataset by index, with an LRU cache of
-    ``cache`` samples.
+    ``cache_mib`` MiB of decoded samples.
 
     Args:
         dataset: Items ``(image [C, H, W] normalised, label)``.
         mean: Per-channel mean of the normalisation.
         std: Per-channel std of the normalisation.
-        cache: Decoded images kept.
+        cache_mib: Memory for decoded images kept (about 10,000 CIFAR images or 700
+            ImageNet ones at the default).
     """
 
     def __init__(
-        self, dataset: Dataset, mean: Sequence[float], std: Sequence[float], cache: int = 4096
+        self,
+        dataset: Dataset,
+        mean: Sequence[float],
+        std: Sequence[float],
+        cache_mib: float = 100.0,
     ) -> None:
-        self.dataset, self.mean, self.std, self.cache = dataset, mean, std, cache
+        self.dataset, self.mean, self.std = dataset, mean, std
+        self.budget = int(cache_mib * 2**20)
         self._kept: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()
+        self._bytes = 0
 
     def __call__(self, index: int) -> np.ndarray:
         """The image ``uint8 [H, W, 3]`` of sample ``index``."""
@@ -60,8 +67,9 @@ class ImageReader:
         image, label = self.dataset[index][:2]
         item = (to_uint8(image[None], self.mean, self.std)[0], int(label))
         self._kept[index] = item
-        if len(self._kept) > self.cache:
-            self._kept.popitem(last=False)
+        self._bytes += item[0].nbytes
+        while self._bytes > self.budget and len(self._kept) > 1:
+            self._bytes -= self._kept.popitem(last=False)[1][0].nbytes
         return item
 
 

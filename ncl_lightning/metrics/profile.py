@@ -45,7 +45,9 @@ class FeatureProfile(Metric):
 
     higher_is_better = None
     is_differentiable = False
-    full_state_update = False
+    # ``forward`` then updates the accumulated state itself (whose top-k slots ``update``
+    # merges back to k) instead of concatenating a batch state onto it: memory stays bounded.
+    full_state_update = True
 
     num_samples: Tensor
     ea_sum: Tensor

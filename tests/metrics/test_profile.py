@@ -127,3 +127,18 @@ def test_bad_input_is_named() -> None:
         FeatureProfile(4, 2).update(torch.ones(3, 5), torch.zeros(3), torch.arange(3))
     with pytest.raises(ConfigError, match="sample_index"):
         FeatureProfile(4, 2).update(torch.ones(3, 4), torch.zeros(3), torch.arange(2))
+
+
+def test_forward_keeps_k_slots_and_the_whole_split_profile() -> None:
+    z, labels, c = _features(seed=4)
+    metric = FeatureProfile(z.shape[1], c, top_k=3)
+    for start in range(0, len(z), 10):
+        metric(
+            z[start : start + 10],
+            labels[start : start + 10],
+            torch.arange(start, start + 10)[: len(z[start : start + 10])],
+        )
+    assert metric.top_index.shape == (3, z.shape[1])  # bounded, whatever the number of calls
+    assert torch.equal(
+        metric.compute().top_index, dimension_profile(z, labels, c, top_k=3).top_index
+    )
