@@ -32,13 +32,14 @@ from tests.conftest import ROOT
 from tests.helpers.markdown import ROW, in_fence, tables
 
 RESULTS = "docs/results.md"
-SOURCES = ("docs/evaluation.md", "docs/ground-truth.md", "docs/performance.md")
+SOURCES = ("docs/evaluation.md", "docs/ground-truth.md", "docs/performance.md", "docs/atlas.md")
 
 # Tables of the source pages that describe rather than measure, by header row.
 REFERENCE_TABLES = {
     "docs/evaluation.md": {"| protocol | module | command | paper settings |"},
     "docs/ground-truth.md": {"| piece | where | what |"},
     "docs/performance.md": set(),
+    "docs/atlas.md": set(),
 }
 
 LOOKS_LIKE_MARKER = re.compile(r"-+8<-+\s*\[")
