@@ -27,6 +27,7 @@ browser:
 	@if [ -x /usr/bin/chromium ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  export DEBIAN_FRONTEND=noninteractive; \
+	  echo "browser: installing Debian's chromium for the atlas page's browser tests"; \
 	  apt-get install -y -qq chromium >/dev/null 2>&1 \
 	  || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
 	  || echo "browser: apt-get install chromium failed; the browser tests will skip"; \

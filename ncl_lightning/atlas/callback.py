@@ -15,7 +15,12 @@ import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
-from ncl_lightning.atlas.collect import SplitProfile, profile_split
+from ncl_lightning.atlas.collect import (
+    SplitProfile,
+    check_encoder,
+    num_classes_of,
+    profile_split,
+)
 from ncl_lightning.atlas.images import IMAGE_FORMATS, ImageReader, write_strips
 from ncl_lightning.atlas.model import model_entry, strip_indices
 from ncl_lightning.atlas.schema import IMAGE_DIR
@@ -104,6 +109,15 @@ class FeatureAtlas(L.Callback):
         self.entry: dict[str, Any] | None = None  # the model's document, after a test (rank 0)
         self.index: Path | None = None  # the page written, after a test (rank 0)
         self._measured: SplitProfile | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Refuse, before the test loop starts, a model or data the atlas cannot read."""
+        if stage != "test":
+            return
+        check_encoder(pl_module, self.space, "FeatureAtlas")
+        require_extra(trainer.datamodule, CleanData, "FeatureAtlas", "clean_dataloader()", "data")
+        require_extra(trainer.datamodule, PictureData, "FeatureAtlas", "augmentation", "data")
+        num_classes_of(trainer.datamodule, "FeatureAtlas")
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         datamodule = require_extra(

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from ncl_lightning.atlas import build_atlas, read_atlas
+from ncl_lightning.atlas import FeatureAtlas, build_atlas, read_atlas
 from ncl_lightning.atlas.collect import SplitProfile
 from ncl_lightning.atlas.model import model_entry, strip_indices
 from ncl_lightning.atlas.site import write_page
@@ -92,6 +92,11 @@ def test_a_probe_checkpoint_without_projector_is_refused(demo_run, tmp_path: Pat
         build_atlas([tmp_path / "probe.ckpt"], tmp_path / "atlas", DATA)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "atlas").exists()  # refused before any work
+    # as a callback in a test run: refused in setup, before the test loop reads a batch
+    tester = _quiet_trainer(callbacks=[FeatureAtlas(str(tmp_path / "cb"))])
+    with pytest.raises(ConfigError, match="FeatureAtlas: LinearProbe has no projector"):
+        tester.test(probe, datamodule=load_datamodule(DATA), verbose=False)
+    assert tester.test_loop.batch_progress.total.ready == 0
 
 
 def _page_of(z: torch.Tensor, labels: torch.Tensor, classes: int, folder: Path) -> dict:
