@@ -17,6 +17,7 @@ from ncl_lightning.metrics.functional.orthogonality import (
     orthogonality_error,
     orthogonality_error_from_gram,
 )
+from ncl_lightning.metrics.functional.profile import dimension_profile, merge_top_k
 from ncl_lightning.metrics.functional.rank import effective_rank, effective_rank_from_gram
 from ncl_lightning.metrics.functional.retrieval import retrieval_precision
 from ncl_lightning.metrics.functional.semantic import (
@@ -55,12 +56,14 @@ __all__ = [
     "dictionary_atom_scores",
     "dictionary_cosines",
     "dictionary_recovery",
+    "dimension_profile",
     "discrete_mutual_info",
     "effective_rank",
     "effective_rank_from_gram",
     "expected_activation",
     "feature_gram",
     "l2_normalize_rows",
+    "merge_top_k",
     "mutual_information_gap",
     "open_frequency",
     "open_frequency_summary",
