@@ -112,6 +112,11 @@ def main(argv: list[str] | None = None) -> str:
         help="configs to compare: files, or packaged names (default: %(default)s)",
     )
     parser.add_argument(
+        "--no-atlas",
+        action="store_true",
+        help="skip the feature atlas of the runs' checkpoints (<out>/atlas/index.html)",
+    )
+    parser.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None) -> str:
     if all(logs.values()):
         written.append(plot_curves(list(logs.values()), args.out / "curves.png", list(logs)))
         checkpoints = [log / "checkpoints" / "last.ckpt" for log in logs.values()]
-        if all(c.is_file() for c in checkpoints):
+        if not args.no_atlas and all(c.is_file() for c in checkpoints):
             atlas = args.out / "atlas"
             written.append(build_atlas(checkpoints, atlas, args.configs[0], names=list(logs)))
     print("\n" + report + "Written: " + ", ".join(map(str, written)))

@@ -24,7 +24,7 @@ def test_short_ncl_run_is_sparser_and_more_consistent_than_cl(
 ) -> None:
     configs = [ROOT / "configs" / "subset" / f"cifar10_subset_{m}.yaml" for m in ("cl", "ncl")]
     main([
-        "--out", str(tmp_path), "--configs", *map(str, configs),
+        "--out", str(tmp_path), "--configs", *map(str, configs), "--no-atlas",
         "--data.init_args.root", str(cifar_subset),
         "--model.init_args.backbone.init_args.width", "32",
         "--trainer.max_epochs", "2",
