@@ -56,8 +56,16 @@ def open_page(context: Any) -> Watched:
     page.on("console", lambda message: watched.console.append(f"{message.type}: {message.text}"))
     page.on("pageerror", lambda error: watched.errors.append(f"page error: {error}"))
     page.on("request", lambda request: watched.requests.append(request.url))
-    page.on("requestfailed", lambda r: watched.errors.append(f"failed: {r.url} {r.failure}"))
+    page.on("requestfailed", lambda request: _failed(watched, request))
     return watched
+
+
+def _failed(watched: Watched, request: Any) -> None:
+    """Record a failed request, but for ``net::ERR_ABORTED``: the page cancelled it (a lazy
+    image whose card a re-render replaced, seen once in a full run), which is not a missing
+    file (``ERR_FILE_NOT_FOUND``) or a page error."""
+    if "ERR_ABORTED" not in str(request.failure):
+        watched.errors.append(f"failed: {request.url} {request.failure}")
 
 
 def file_url(index: Path, fragment: str = "") -> str:

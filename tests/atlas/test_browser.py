@@ -102,7 +102,10 @@ def view(page: Any) -> str:
 
 
 def wait_hash(page: Any, fragment: str) -> None:
-    page.wait_for_function("f => location.hash === f", arg=fragment)
+    """Until the URL is ``fragment`` and the page has drawn it (``html[data-routed]``)."""
+    page.wait_for_function(
+        "f => location.hash === f && document.documentElement.dataset.routed === f", arg=fragment
+    )
 
 
 def test_browse_shows_cards_header_and_dead_list(atlas: Atlas, watched: Watched, shots: Path):

@@ -19,6 +19,7 @@
 //   #detail           [data-model][data-dim]; #detail-back, #detail-prev, #detail-next,
 //                     #detail-hist (SVG), figure.cell[data-index] (one per image)
 //   html[data-view]   browse | detail | compare
+//   html[data-routed] the location.hash the page last finished drawing
 //   performance.mark("atlas-first-cards") once the first cards are in the DOM.
 //
 // URLs (location.hash; reload, back and forward restore the view):
@@ -174,7 +175,12 @@ function detailLinks(state, model) {
 }
 
 function route() {
-  const { state, error } = parseHash(location.hash, atlas);
+  routeTo(location.hash);
+  document.documentElement.dataset.routed = location.hash;
+}
+
+function routeTo(hash) {
+  const { state, error } = parseHash(hash, atlas);
   const models = viewModels(state);
   let message = error;
   if (!sortAvailable(state.sort, models)) {
