@@ -23,7 +23,6 @@ from ncl_lightning.atlas.collect import (
 )
 from ncl_lightning.atlas.images import IMAGE_FORMATS, ImageReader, write_strips
 from ncl_lightning.atlas.model import model_entry, strip_indices
-from ncl_lightning.atlas.schema import IMAGE_DIR
 from ncl_lightning.atlas.site import single_file_page, write_page
 from ncl_lightning.callbacks.schedule import batch_limit, run_dir
 from ncl_lightning.data.protocol import CleanData, PictureData, require_extra
@@ -153,7 +152,7 @@ class FeatureAtlas(L.Callback):
         aug = pictures.augmentation
         read = ImageReader(dataset, aug.mean, aug.std)
         tops = strip_indices(self._measured, self.eps)
-        write_strips(out / IMAGE_DIR / self.key, tops, read, self.image_format)
+        write_strips(out, self.key, tops, read, self.image_format)
         height, width = read(0).shape[:2]
         method = type(pl_module).__name__
         checkpoint = getattr(trainer, "ckpt_path", None)

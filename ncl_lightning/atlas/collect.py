@@ -15,8 +15,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from ncl_lightning.callbacks.feature_statistics import sepin_on_views
 from ncl_lightning.data.protocol import ClassLabels, CleanData, ViewData, require_extra
-from ncl_lightning.metrics import SEPIN, FeatureProfile, OpenFrequency
+from ncl_lightning.metrics import FeatureProfile, OpenFrequency
 from ncl_lightning.metrics.functional.profile import DimensionProfile
 from ncl_lightning.runtime.errors import ConfigError
 
@@ -79,11 +80,8 @@ def _sepin(module: Any, datamodule: Any, split: str, rank: int, world: int, most
         return None, f"SEPIN not measured: {type(module).__name__} has no InfoNCE temperature."
     if not isinstance(datamodule, ViewData):
         return None, f"SEPIN not measured: {type(datamodule).__name__} has no view pairs."
-    metric = SEPIN(num_features, temperature, per_dimension=True).to(module.device)
-    for views, _ in islice(datamodule.view_dataloader(split, rank, world), most):
-        z1, z2 = (module.encode(v.to(module.device)).z.float() for v in views[:2])
-        metric.update(z1, z2)
-    return metric.compute(), None
+    loader = datamodule.view_dataloader(split, rank, world)
+    return sepin_on_views(module, loader, temperature, num_features, most, True), None
 
 
 @torch.no_grad()

@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
+from ncl_lightning.atlas.schema import image_path
 from ncl_lightning.callbacks.pictures import to_uint8
 from ncl_lightning.runtime.validation import check_choice
 
@@ -79,15 +80,18 @@ def strip(images: Sequence[np.ndarray]) -> Image.Image:
 
 
 def write_strips(
-    folder: Path,
+    site: Path,
+    key: str,
     tops: Sequence[Sequence[int]],
     read: Callable[[int], np.ndarray],
     ext: str,
 ) -> list[Path]:
-    """Write ``<folder>/<j>.<ext>`` for every dimension ``j`` with a non-empty ``tops[j]``.
+    """Write the strip of every dimension ``j`` with a non-empty ``tops[j]`` at
+    ``<site>/``:func:`~ncl_lightning.atlas.schema.image_path` (``img/<key>/<j>.<ext>``).
 
     Args:
-        folder: Where the strips go (created).
+        site: The atlas folder.
+        key: The model's key.
         tops: Per dimension, the dataset indices of its images, in strip order.
         read: Index to ``uint8 [H, W, 3]`` image (e.g. an :class:`ImageReader`).
         ext: ``png``, ``jpeg`` or ``webp`` (``IMAGE_FORMATS``).
@@ -97,12 +101,12 @@ def write_strips(
     """
     check_choice("image_format", ext, tuple(IMAGE_FORMATS))
     options = IMAGE_FORMATS[ext]
-    folder.mkdir(parents=True, exist_ok=True)
     written = []
     for dim, indices in enumerate(tops):
         if not indices:
             continue
-        path = folder / f"{dim}.{ext}"
+        path = site / image_path(key, dim, ext)
+        path.parent.mkdir(parents=True, exist_ok=True)
         strip([read(int(i)) for i in indices]).save(path, **options)
         written.append(path)
     return written

@@ -10,8 +10,6 @@ from typing import Any
 
 from ncl_lightning.atlas.schema import FORMAT, image_path
 
-MIME = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
-
 
 def atlas_document(models: list[dict[str, Any]], title: str) -> dict[str, Any]:
     """The document of :mod:`~ncl_lightning.atlas.schema` for ``models``."""
@@ -41,6 +39,7 @@ def single_file_page(folder: Path, models: list[dict[str, Any]], title: str, mos
         inline = {}
         for j in live[:most]:
             data = (folder / image_path(model["key"], j, ext)).read_bytes()
-            inline[str(j)] = f"data:{MIME[ext]};base64,{base64.b64encode(data).decode()}"
+            # png, jpeg and webp are their own MIME subtypes (image/png, ...)
+            inline[str(j)] = f"data:image/{ext};base64,{base64.b64encode(data).decode()}"
         model["images"]["inline"] = inline
     return render_page(atlas_document(models, title))

@@ -257,11 +257,34 @@ class FeatureStatistics(L.Callback):
                 "SEPIN uses the training temperature: the method has no `temperature`",
                 key="sepin",
             )
-        metric = SEPIN(self._metrics["z"].num_features, temperature).to(pl_module.device)
         loader = datamodule.view_dataloader(stage, trainer.global_rank, trainer.world_size)
         limits = [self.sepin_max_batches, batch_limit(trainer, stage, loader)]
         most = min((n for n in limits if n is not None), default=None)
-        for views, _ in islice(loader, most):
-            z1, z2 = (pl_module.encode(v.to(pl_module.device)).z.float() for v in views[:2])
-            metric.update(z1, z2)
-        return metric.compute()
+        return sepin_on_views(pl_module, loader, temperature, self._metrics["z"].num_features, most)
+
+
+@torch.no_grad()
+def sepin_on_views(
+    module: Any,
+    loader: Any,
+    temperature: float,
+    num_features: int,
+    most: int | None = None,
+    per_dimension: bool = False,
+) -> dict[str, Tensor]:
+    """SEPIN@k of ``module.encode(x).z`` on the first ``most`` batches of augmented view
+    pairs of ``loader`` (this rank's share; the metric reduces over the ranks).
+
+    Args:
+        module: A method with ``encode``.
+        loader: Batches ``(views, labels)`` (a DataModule's ``view_dataloader``).
+        temperature: The training InfoNCE temperature.
+        num_features: Width ``d`` of ``z``.
+        most: Batches read at most (None: all).
+        per_dimension: Also return the ``[d]`` vector (``SEPIN(per_dimension=True)``).
+    """
+    metric = SEPIN(num_features, temperature, per_dimension=per_dimension).to(module.device)
+    for views, _ in islice(loader, most):
+        z1, z2 = (module.encode(v.to(module.device)).z.float() for v in views[:2])
+        metric.update(z1, z2)
+    return metric.compute()

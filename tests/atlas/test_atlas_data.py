@@ -127,12 +127,20 @@ def test_a_model_with_every_dimension_dead_says_so(tmp_path: Path) -> None:
     assert model["dims"]["consistency"] == [None] * 6
 
 
-def test_a_data_config_without_labels_or_data_is_named(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("trainer: {max_epochs: 1}\n")
-    with pytest.raises(ConfigError, match=r"bad\.yaml: no data section"):
-        load_datamodule(bad)
-    typo = tmp_path / "typo.yaml"
-    typo.write_text("data: {class_path: DigitsDataModul}\n")
-    with pytest.raises(ConfigError, match=r"typo\.yaml"):
-        load_datamodule(typo)
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("trainer: {max_epochs: 1}\n", r"bad\.yaml: no data section"),
+        ("data: {class_path: DigitsDataModul}\n", r"bad\.yaml: data: "),
+        ("data: {class_path: SparseCodingDataModule}\n", "has no class labels"),
+    ],
+)
+def test_a_data_config_without_data_or_labels_is_refused_before_work(
+    tmp_path: Path, text: str, match: str
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=match) as err:  # data is checked before checkpoints
+        build_atlas([tmp_path / "missing.ckpt"], tmp_path / "atlas", config)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "atlas").exists()
