@@ -1,7 +1,9 @@
 """The config reference (``docs/configs.md``) checked against the files under ``configs/``.
 
 * every YAML under ``configs/`` is named in ``docs/configs.md``, has a row in one of its
-  tables and a command that runs it with the right subcommand;
+  tables and a command that runs it with the right subcommand (an overlay, under
+  ``configs/**/overlays/`` or ``configs/ablations/``: a ``fit`` command that gives it after
+  a base config);
 * every ``configs/...`` path named in ``docs/`` or ``README.md`` exists (brace patterns
   such as ``configs/{cifar10,cifar100}_{cl,ncl}.yaml`` are expanded, globs must match);
 * every hyper-parameter cell of the config tables in ``docs/configs.md`` (a table whose
@@ -166,12 +168,15 @@ COLUMNS: dict[str, Check] = {
     "detach": _value(M + "detach_gate_input"),
     "EMA": _value(M + "ema_decay"),
     "k": _value(M + "k"),
+    "topk": _value(M + "topk"),
     "ks": _value(M + "ks"),
     "space": _value(M + "space"),
     "probe epochs": _value(M + "probe_epochs"),
     "probe lr": _value(M + "probe_lr"),
 }
-UNCHECKED = {"what it changes"}  # free-text columns of config tables
+UNCHECKED = {"what it changes", "applies on"}  # free-text columns of config tables
+# Partial configs given as a second `--config` after a base config.
+OVERLAYS = re.compile(r"/overlays/|^configs/ablations/")
 
 
 # -- parsing docs/configs.md --------------------------------------------------------------
@@ -264,7 +269,7 @@ def test_every_config_is_documented(config: str, doc: str) -> None:
     rows = [row[0].strip("`") for _, rows in config_tables(doc) for row in rows]
     assert config in rows, f"{config} has no row in a config table of docs/configs.md"
     commands = cli_commands(doc)
-    if "/overlays/" in config:
+    if OVERLAYS.search(config):
         assert any(sub == "fit" and config in cfgs[1:] for sub, cfgs in commands), (
             f"no `ncl-cli fit --config <base> --config {config}` in docs/configs.md"
         )

@@ -1,0 +1,327 @@
+"""Seeded comparisons: every row of a study trained with several seeds, as mean ± std.
+
+A study is a list of rows; a row is a packaged config plus overlays (``configs/...``). Each
+``(row, seed)`` cell is one ordinary ``ncl-cli fit`` subprocess, whose command line is
+written to ``<out>/runs/<row>/seed_<s>/command.txt`` so that one cell can be rerun by hand::
+
+    python -m ncl_lightning.studies.seeds demo             # CL / NCL / BayesNCL on digits
+    python -m ncl_lightning.studies.seeds ablation-digits  # the BayesNCL ablations
+    python -m ncl_lightning.studies.seeds --list           # every study
+
+writes ``<out>/results.json`` (the final validation metrics of every cell),
+``<out>/table.md`` (mean ± std over seeds, the per-seed values, and which differences
+exceed the spread) and, for studies with curves, ``<out>/curves.png`` (mean ± std of a
+validation metric over training). Cells already finished in ``--out`` are reused, so an
+interrupted study resumes. Each cell runs with ``--threads`` torch threads and ``--workers``
+cells run at once.
+
+A difference between two rows *exceeds the spread* when their means differ by more than the
+sum of their standard deviations (the mean ± std intervals do not overlap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+
+from ncl_lightning.plot.metrics_csv import read_metrics
+from ncl_lightning.resources import config_path
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress
+from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Study
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One ``(row, seed)`` run of a study."""
+
+    row: str
+    seed: int
+    command: list[str] = field(compare=False)
+    root: Path = field(compare=False)
+
+    @property
+    def result_file(self) -> Path:
+        return self.root / "result.json"
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
+
+
+def cells_of(study: Study, seeds: Sequence[int], out: Path, extra: Sequence[str]) -> list[Cell]:
+    """The ``ncl-cli fit`` command of every ``(row, seed)`` of ``study``."""
+    cells = []
+    for row in study.rows:
+        for seed in seeds:
+            root = out / "runs" / _slug(row.name) / f"seed_{seed}"
+            configs = [row.config, *row.overlays]
+            args = [a for c in configs for a in ("--config", str(config_path(c)))]
+            args += ["--seed_everything", str(seed)]
+            args += [a for key in study.seed_keys for a in (key, str(seed))]
+            args += [
+                "--trainer.default_root_dir", str(root),
+                "--trainer.logger.init_args.save_dir", str(root),
+                "--trainer.logger.init_args.name", "logs",
+                "--trainer.logger.init_args.version", "0",
+                *QUIET_TRAINER_ARGS,
+                *extra,
+            ]  # fmt: skip
+            command = [sys.executable, "-m", "ncl_lightning.entry", "fit", *args]
+            cells.append(Cell(row.name, seed, command, root))
+    return cells
+
+
+def final_metrics(metrics_csv: Path) -> dict[str, float]:
+    """The last logged value of every ``val/`` metric of one run's ``metrics.csv``."""
+    series = read_metrics(metrics_csv)
+    return {k: points[-1].value for k, points in series.items() if k.startswith("val/")}
+
+
+def curve(metrics_csv: Path, key: str) -> dict[str, list[float]]:
+    """``epoch`` and ``value`` of every logged point of ``key`` (empty when never logged)."""
+    points = read_metrics(metrics_csv).get(key, [])
+    return {
+        "epoch": [float(p.epoch) + 1 if p.epoch is not None else float(p.step) for p in points],
+        "value": [p.value for p in points],
+    }
+
+
+def run_cell(cell: Cell, study: Study, threads: int) -> dict:
+    """Run one cell (or read its earlier result); returns its record."""
+    if cell.result_file.exists():
+        return json.loads(cell.result_file.read_text())
+    cell.root.mkdir(parents=True, exist_ok=True)
+    (cell.root / "command.txt").write_text(" ".join(cell.command[1:]) + "\n")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "offline"}
+    start = time.perf_counter()
+    with (cell.root / "fit.log").open("w") as log:
+        done = subprocess.run(cell.command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{cell.row} seed {cell.seed} failed (exit {done.returncode}); "
+            f"see {cell.root / 'fit.log'}"
+        )
+    metrics_csv = cell.root / "logs" / "version_0" / "metrics.csv"
+    record = {
+        "row": cell.row,
+        "seed": cell.seed,
+        "seconds": round(time.perf_counter() - start, 1),
+        "metrics": final_metrics(metrics_csv),
+        "curves": {key: curve(metrics_csv, key) for key in study.curves},
+        "checkpoint": str(cell.root / "logs" / "version_0" / "checkpoints" / "last.ckpt"),
+    }
+    cell.result_file.write_text(json.dumps(record))
+    return record
+
+
+def run_cells(cells: Sequence[Cell], study: Study, workers: int, threads: int) -> list[dict]:
+    """Every cell, ``workers`` at a time, with a progress line per cell."""
+    progress = Progress(len(cells), "run")
+    todo = []
+    for cell in cells:
+        if cell.result_file.exists():
+            progress.skip(f"{cell.row} seed {cell.seed}")
+        else:
+            todo.append(cell)
+
+    def one(cell: Cell) -> dict:
+        record = run_cell(cell, study, threads)
+        progress.end(f"{cell.row} seed {cell.seed} ({record['seconds']:.0f} s)")
+        return record
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, todo))
+    progress.finish()
+    return [json.loads(c.result_file.read_text()) for c in cells]
+
+
+def _stats(values: Sequence[float]) -> tuple[float, float]:
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return statistics.fmean(values), std
+
+
+def summary(records: Sequence[dict], study: Study) -> dict[str, dict[str, list[float]]]:
+    """Row -> metric key -> the per-seed values (seeds in order), for the study's columns."""
+    table: dict[str, dict[str, list[float]]] = {}
+    for row in study.rows:
+        rows = sorted((r for r in records if r["row"] == row.name), key=lambda r: r["seed"])
+        table[row.name] = {
+            key: [r["metrics"][key] for r in rows if key in r["metrics"]] for key in study.columns
+        }
+    return table
+
+
+def exceeding(values: dict[str, dict[str, list[float]]], study: Study) -> list[str]:
+    """One line per metric and pair of rows whose mean ± std intervals do not overlap.
+
+    With a ``baseline`` row, only the pairs (baseline, other row) are compared.
+    """
+    names = list(values)
+    if study.baseline:
+        pairs = [(study.baseline, n) for n in names if n != study.baseline]
+    else:
+        pairs = list(combinations(names, 2))
+    lines = []
+    for key in study.columns:
+        column = COLUMNS[key]
+        for a, b in pairs:
+            va, vb = values[a][key], values[b][key]
+            if len(va) < 2 or len(vb) < 2:
+                continue
+            (ma, sa), (mb, sb) = _stats(va), _stats(vb)
+            if abs(ma - mb) > sa + sb:
+                hi, lo = ((a, ma, sa), (b, mb, sb)) if ma > mb else ((b, mb, sb), (a, ma, sa))
+                lines.append(
+                    f"{column.title}: {hi[0]} {column.format(hi[1])} ± {column.format(hi[2])}"
+                    f" > {lo[0]} {column.format(lo[1])} ± {column.format(lo[2])}"
+                )
+    return lines
+
+
+def report(records: Sequence[dict], study: Study) -> str:
+    """Markdown: the mean ± std table, the per-seed values, and what exceeds the spread."""
+    values = summary(records, study)
+    seeds = sorted({r["seed"] for r in records})
+    heads = [COLUMNS[k].title for k in study.columns]
+    if study.paper:
+        heads.append(study.paper_title)
+    lines = [
+        "| row | seeds | " + " | ".join(heads) + " |",
+        "|---" * (len(heads) + 2) + "|",
+    ]
+    for name, by_key in values.items():
+        cells = []
+        for key in study.columns:
+            seq, column = by_key[key], COLUMNS[key]
+            if not seq:
+                cells.append("n/a")
+                continue
+            mean, std = _stats(seq)
+            cells.append(f"{column.format(mean)} ± {column.format(std)}")
+        if study.paper:
+            cells.append(study.paper.get(name, "not reported"))
+        n = max((len(v) for v in by_key.values()), default=0)
+        lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    lines += ["", f"Per seed ({' / '.join(map(str, seeds))}):", ""]
+    for key in study.columns:
+        column = COLUMNS[key]
+        per_row = [
+            f"{name} {' / '.join(column.format(v) for v in by_key[key])}"
+            for name, by_key in values.items()
+            if by_key[key]
+        ]
+        if per_row:
+            lines.append(f"- {column.title}: " + "; ".join(per_row))
+    beyond = exceeding(values, study)
+    lines += ["", "Differences that exceed the spread (mean ± std intervals apart):", ""]
+    lines += [f"- {line}" for line in beyond] or ["- none"]
+    minutes = [r["seconds"] / 60 for r in records]
+    lines += ["", f"{len(records)} runs, {min(minutes):.1f}-{max(minutes):.1f} min each."]
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(records: Sequence[dict], study: Study, path: Path) -> Path | None:
+    """One panel per curve key: mean ± std over seeds of each row against the epoch."""
+    if not study.curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(study.curves), figsize=(5.5 * len(study.curves), 3.8))
+    axes = np.atleast_1d(axes)
+    for ax, key in zip(axes, study.curves, strict=True):
+        for row in study.rows:
+            runs = [r["curves"][key] for r in records if r["row"] == row.name]
+            runs = [c for c in runs if c["value"]]
+            if not runs:
+                continue
+            length = min(len(c["value"]) for c in runs)
+            values = np.array([c["value"][:length] for c in runs])
+            epochs = np.array(runs[0]["epoch"][:length])
+            mean, std = values.mean(0), values.std(0, ddof=1) if len(runs) > 1 else 0 * values[0]
+            ax.plot(epochs, mean, marker="o", ms=3, label=f"{row.name} ({len(runs)} seeds)")
+            ax.fill_between(epochs, mean - std, mean + std, alpha=0.2)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(key)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def run_study(
+    name: str | Study,
+    out: Path | None = None,
+    seeds: Sequence[int] = (0, 1, 2),
+    workers: int = 1,
+    threads: int = 1,
+    extra: Sequence[str] = (),
+) -> str:
+    """Run every cell of a study (a registered name, or a :class:`Study`) and write its
+    results to ``out`` (default ``runs/studies/<name>``); returns the report."""
+    study = name if isinstance(name, Study) else STUDIES.get(name, config_key="study")()
+    if not seeds:
+        raise ConfigError("give at least one seed", key="seeds")
+    for key, value in (("workers", workers), ("threads", threads)):
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}", key=key)
+    out = out or Path("runs/studies") / (name if isinstance(name, str) else _slug(study.title))
+    out.mkdir(parents=True, exist_ok=True)
+    records = run_cells(cells_of(study, seeds, out, extra), study, workers, threads)
+    (out / "results.json").write_text(json.dumps(records))
+    text = f"## {study.title}\n\n{report(records, study)}"
+    (out / "table.md").write_text(text)
+    written = [out / "table.md"]
+    if (curves := plot_curves(records, study, out / "curves.png")) is not None:
+        written.append(curves)
+    if study.after is not None:
+        written += study.after(records, out)
+    print(text + "\nWritten: " + ", ".join(map(str, written)))
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("study", nargs="?", help="the study to run (--list shows them)")
+    parser.add_argument("--list", action="store_true", help="list the studies and exit")
+    parser.add_argument("--out", type=Path, default=None, help="default: runs/studies/<study>")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--workers", type=int, default=1, help="cells run at once")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per cell")
+    parser.add_argument(
+        "--run-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra ncl-cli argument for every cell (repeat: --run-arg=--trainer.max_epochs=2)",
+    )
+    args = parser.parse_args(argv)
+    if args.list or not args.study:
+        for key in STUDIES.names:
+            study = STUDIES.get(key)()
+            print(f"{key:18s} {study.title} ({len(study.rows)} rows)")
+        return
+    try:
+        run_study(args.study, args.out, args.seeds, args.workers, args.threads, args.run_arg)
+    except ConfigError as error:  # a bad argument: one line, before any run starts
+        parser.error(str(error))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""The seeded studies of :mod:`ncl_lightning.studies.seeds`: rows, columns and curves.
+
+Each study compares rows (a packaged config plus overlays, all under ``configs/``) on the
+final validation metrics that the configs' callbacks log. ``STUDIES.add`` registers a new
+one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from ncl_lightning.registry import Registry
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a study: a packaged config (``demo/digits_ncl.yaml``) plus overlays."""
+
+    name: str
+    config: str
+    overlays: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Study:
+    """Rows trained with every seed, compared on ``columns`` (keys of :data:`COLUMNS`).
+
+    Attributes:
+        title: Heading of the study's table.
+        rows: The compared runs.
+        columns: Final validation metrics to report.
+        baseline: Compare every row with this one only (default: every pair of rows).
+        seed_keys: Config keys that also take the seed (e.g. the data set's own seed).
+        curves: Metrics whose course over training is drawn (mean ± std over seeds).
+        paper: Row -> the paper's number(s) for it, shown in a last column.
+        paper_title: Heading of that column (which paper, table and setting).
+        after: Called with the records and the output folder once every cell is done;
+            returns the paths it wrote (pictures, atlas).
+    """
+
+    title: str
+    rows: tuple[Row, ...]
+    columns: tuple[str, ...]
+    baseline: str | None = None
+    seed_keys: tuple[str, ...] = ()
+    curves: tuple[str, ...] = ()
+    paper: dict[str, str] = field(default_factory=dict, compare=False)
+    paper_title: str = "paper"
+    after: Callable[[Sequence[dict], Path], list[Path]] | None = field(default=None, compare=False)
+
+
+class Column(NamedTuple):
+    """How a metric is shown: title, percentage or not, decimals."""
+
+    title: str
+    percent: bool = False
+    decimals: int = 1
+
+    def format(self, value: float) -> str:
+        return f"{100 * value if self.percent else value:.{self.decimals}f}"
+
+
+# Metric key -> how its column is shown.
+COLUMNS: dict[str, Column] = {
+    "val/online_acc": Column("online linear acc (%)", percent=True),
+    "val/knn_acc": Column("kNN acc (%)", percent=True),
+    "val/z/sparsity": Column("z sparsity (%)", percent=True),
+    "val/z/active_dims": Column("active dims"),
+    "val/z/semantic_consistency": Column("semantic consistency"),
+    "val/z/semantic_entropy": Column("H_s (nats)", decimals=2),
+    "val/gate/open_rate": Column("gate open rate (%)", percent=True),
+    "val/z/mig": Column("MIG z", decimals=4),
+    "val/h/mig": Column("MIG h", decimals=4),
+}
+CLASS_METRICS = tuple(k for k in COLUMNS if "mig" not in k)
+
+STUDIES: Registry[Study] = Registry("study")
+
+
+def _methods(prefix: str) -> tuple[Row, ...]:
+    return tuple(Row(m, f"{prefix}_{m.lower()}.yaml") for m in ("CL", "NCL", "BayesNCL"))
+
+
+def _ablations(bayesncl: str, ncl: str, data: str) -> tuple[Row, ...]:
+    ablate = "ablations/{}.yaml".format
+    return (
+        Row("BayesNCL (hard STE gate)", bayesncl),
+        Row("soft gate", bayesncl, (ablate("soft_gate"),)),
+        Row("Gumbel gate", bayesncl, (ablate("gumbel_gate"),)),
+        Row("no detachment", bayesncl, (ablate("no_detach"),)),
+        Row("1-layer gating head", bayesncl, (ablate("gate_1layer"),)),
+        Row("3-layer gating head", bayesncl, (ablate("gate_3layer"),)),
+        Row("NCL", ncl),
+        Row("NCL + TopK (matched sparsity)", ncl, (ablate(f"topk_{data}"),)),
+    )
+
+
+# BayesNCL paper (ICML 2026) on ImageNet-100, ResNet backbone: its ablation table
+# (consistency / linear top-1) for the gate, detachment and head rows; its main table
+# (consistency / top-1 where given) for Gumbel, NCL and NCL + TopK.
+ABLATION_PAPER_TITLE = "paper, IN-100: consistency / top-1 (%)"
+ABLATION_PAPER = {
+    "BayesNCL (hard STE gate)": "36.14 / 70.44",
+    "soft gate": "33.15 / 69.87",
+    "Gumbel gate": "11.66 / – (main table)",
+    "no detachment": "22.29 / 67.47",
+    "1-layer gating head": "40.85 / 69.55",
+    "3-layer gating head": "26.37 / 68.09",
+    "NCL": "14.93 / 69.63 (main table)",
+    "NCL + TopK (matched sparsity)": "14.27 / – (main table)",
+}
+
+
+def _grids_and_atlas(records: Sequence[dict], out: Path) -> list[Path]:
+    """Seed 0 of every row: the top-activation grids side by side, and the feature atlas."""
+    from ncl_lightning.atlas import build_atlas
+    from ncl_lightning.callbacks.pictures import side_by_side
+
+    first = sorted(records, key=lambda r: r["seed"])
+    seed = first[0]["seed"]
+    rows = [r for r in records if r["seed"] == seed]
+    pictures, names = [], []
+    for record in rows:
+        root = Path(record["checkpoint"]).parents[1]
+        drawn = sorted(root.glob("pictures/val_z_epoch*_top_activations.png"))
+        if drawn:
+            pictures.append(drawn[-1])
+            names.append(record["row"])
+    written = []
+    if pictures:
+        slug = "_vs_".join(n.lower() for n in names)
+        written.append(side_by_side(pictures, names, out / f"top_activations_{slug}.png"))
+    checkpoints = [Path(r["checkpoint"]) for r in rows]
+    if checkpoints and all(c.is_file() for c in checkpoints):
+        config = Path(checkpoints[0]).parents[1] / "config.yaml"
+        names = [r["row"] for r in rows]
+        written.append(build_atlas(checkpoints, out / "atlas", config, names=names))
+    return written
+
+
+STUDIES.add(
+    "demo",
+    lambda: Study("CL, NCL and BayesNCL on digits", _methods("demo/digits"), CLASS_METRICS),
+)
+STUDIES.add(
+    "subset",
+    lambda: Study(
+        "CL, NCL and BayesNCL on the real CIFAR-10 subset (SmallCNN)",
+        _methods("subset/cifar10_subset"),
+        CLASS_METRICS,
+        after=_grids_and_atlas,
+    ),
+)
+STUDIES.add(
+    "ablation-digits",
+    lambda: Study(
+        "BayesNCL ablations on digits",
+        _ablations("demo/digits_bayesncl.yaml", "demo/digits_ncl.yaml", "digits"),
+        CLASS_METRICS,
+        baseline="BayesNCL (hard STE gate)",
+        paper=ABLATION_PAPER,
+        paper_title=ABLATION_PAPER_TITLE,
+    ),
+)
+STUDIES.add(
+    "ablation-subset",
+    lambda: Study(
+        "BayesNCL ablations on the real CIFAR-10 subset (SmallCNN)",
+        _ablations(
+            "subset/cifar10_subset_bayesncl.yaml", "subset/cifar10_subset_ncl.yaml", "subset"
+        ),
+        CLASS_METRICS,
+        baseline="BayesNCL (hard STE gate)",
+        paper=ABLATION_PAPER,
+        paper_title=ABLATION_PAPER_TITLE,
+    ),
+)
+STUDIES.add(
+    "resnet18",
+    lambda: Study(
+        "CL, NCL and BayesNCL with ResNet-18 (CIFAR stem) on the real CIFAR-10 subset",
+        _methods("subset/resnet18/cifar10_subset_resnet18"),
+        CLASS_METRICS,
+        curves=("val/z/semantic_consistency",),
+        after=_grids_and_atlas,
+    ),
+)
+STUDIES.add(
+    "dsprites",
+    lambda: Study(
+        "dSprites disentanglement: MIG of CL and NCL (NCL paper, Table 6)",
+        (
+            Row("CL", "ground_truth/dsprites_cl.yaml"),
+            Row("NCL", "ground_truth/dsprites_ncl.yaml"),
+        ),
+        ("val/z/mig", "val/h/mig", "val/z/sparsity", "val/z/active_dims"),
+        seed_keys=("--data.init_args.seed",),
+        curves=("val/z/mig", "val/h/mig"),
+        paper={"CL": "0.037", "NCL": "0.065"},
+        paper_title="paper MIG (NCL, Table 6)",
+    ),
+)

@@ -1,0 +1,175 @@
+"""``python -m ncl_lightning.studies.seeds``: cells, the mean ± std report, resume, errors."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from ncl_lightning.resources import config_path
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.studies import seeds
+from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Row, Study
+
+TINY = (
+    "--trainer.max_epochs=1",
+    "--trainer.limit_train_batches=2",
+    "--trainer.check_val_every_n_epoch=1",
+)
+
+
+def _records(values: dict[str, list[dict[str, float]]]) -> list[dict]:
+    return [
+        {"row": row, "seed": seed, "seconds": 60.0, "metrics": metrics, "curves": {}}
+        for row, per_seed in values.items()
+        for seed, metrics in enumerate(per_seed)
+    ]
+
+
+COLUMNS_OF_DEMO = STUDIES.get("demo")().columns
+STUDY = Study(
+    "constructed",
+    (Row("A", "demo/digits_cl.yaml"), Row("B", "demo/digits_ncl.yaml"), Row("C", "x.yaml")),
+    ("val/z/semantic_consistency", "val/online_acc"),
+)
+
+
+def test_report_is_mean_and_sample_std_per_row_with_the_per_seed_values() -> None:
+    a, b = [10.0, 12.0, 14.0], [30.0, 31.0, 35.0]
+    acc_a, acc_b = [0.90, 0.92, 0.94], [0.91, 0.95, 0.93]
+    records = _records(
+        {
+            "A": [
+                {"val/z/semantic_consistency": c, "val/online_acc": x}
+                for c, x in zip(a, acc_a, strict=True)
+            ],
+            "B": [
+                {"val/z/semantic_consistency": c, "val/online_acc": x}
+                for c, x in zip(b, acc_b, strict=True)
+            ],
+        }
+    )
+    text = seeds.report(records, STUDY)
+    # Reference: the sample standard deviation (n - 1), as the docs' tables use.
+    line_a = next(line for line in text.splitlines() if line.startswith("| A |"))
+    assert f"{statistics.fmean(a):.1f} ± {statistics.stdev(a):.1f}" in line_a  # 12.0 ± 2.0
+    assert f"{100 * statistics.fmean(acc_a):.1f} ± {100 * statistics.stdev(acc_a):.1f}" in line_a
+    assert "| C | 0 | n/a | n/a |" in text  # a row without runs is reported, not dropped
+    assert "semantic consistency: A 10.0 / 12.0 / 14.0; B 30.0 / 31.0 / 35.0" in text
+
+
+def test_exceeding_lists_exactly_the_pairs_whose_intervals_do_not_overlap() -> None:
+    values = {
+        "A": {"val/z/semantic_consistency": [10.0, 12.0, 14.0], "val/online_acc": [0.9] * 3},
+        "B": {"val/z/semantic_consistency": [30.0, 31.0, 35.0], "val/online_acc": [0.9] * 3},
+        "C": {"val/z/semantic_consistency": [13.0, 15.0, 17.0], "val/online_acc": []},
+    }
+    lines = seeds.exceeding(values, STUDY)
+    # Slow reference: every pair, |mean difference| > std + std.
+    expected = set()
+    for key in STUDY.columns:
+        for x, y in (("A", "B"), ("A", "C"), ("B", "C")):
+            vx, vy = values[x][key], values[y][key]
+            if len(vx) > 1 and len(vy) > 1:
+                gap = abs(statistics.fmean(vx) - statistics.fmean(vy))
+                if gap > statistics.stdev(vx) + statistics.stdev(vy):
+                    expected.add((key, frozenset((x, y))))
+    assert {("val/z/semantic_consistency", frozenset(p)) for p in (("A", "B"), ("B", "C"))} == (
+        expected
+    )
+    assert len(lines) == len(expected)
+    assert any(
+        line.startswith("semantic consistency: B 32.0 ± 2.6 > A 12.0 ± 2.0") for line in lines
+    )
+    # A and C overlap (12 ± 2 against 15 ± 2): not listed; equal accuracies: not listed.
+    assert not any(" A " in line and " C " in line for line in lines)
+
+
+def test_with_a_baseline_only_pairs_with_the_baseline_are_compared() -> None:
+    study = Study(STUDY.title, STUDY.rows, STUDY.columns, baseline="A")
+    values = {
+        "A": {"val/z/semantic_consistency": [10.0, 11.0, 12.0], "val/online_acc": []},
+        "B": {"val/z/semantic_consistency": [50.0, 51.0, 52.0], "val/online_acc": []},
+        "C": {"val/z/semantic_consistency": [90.0, 91.0, 92.0], "val/online_acc": []},
+    }
+    lines = seeds.exceeding(values, study)
+    assert len(lines) == 2 and all("A 11.0" in line for line in lines)  # not B against C
+
+
+def test_cells_name_every_config_the_seed_and_the_seed_keys(tmp_path: Path) -> None:
+    study = STUDIES.get("ablation-digits")()
+    cells = seeds.cells_of(study, [0, 5], tmp_path, ["--trainer.max_epochs=1"])
+    assert len(cells) == 2 * len(study.rows)
+    soft = next(c for c in cells if c.row == "soft gate" and c.seed == 5)
+    args = soft.command
+    configs = [args[i + 1] for i, a in enumerate(args) if a == "--config"]
+    assert configs == [
+        str(config_path("demo/digits_bayesncl.yaml")),
+        str(config_path("ablations/soft_gate.yaml")),
+    ]
+    assert args[args.index("--seed_everything") + 1] == "5"
+    assert args[-1] == "--trainer.max_epochs=1"
+    assert soft.root == tmp_path / "runs" / "soft_gate" / "seed_5"
+    dsprites = seeds.cells_of(STUDIES.get("dsprites")(), [3], tmp_path, [])[0].command
+    assert dsprites[dsprites.index("--data.init_args.seed") + 1] == "3"
+
+
+def test_every_registered_study_names_existing_configs_and_known_columns() -> None:
+    for name in STUDIES.names:
+        study = STUDIES.get(name)()
+        assert set(study.columns) <= set(COLUMNS), name
+        assert set(study.paper) <= {row.name for row in study.rows}, name
+        assert study.baseline in (None, *(row.name for row in study.rows)), name
+        for row in study.rows:
+            for config in (row.config, *row.overlays):
+                assert config_path(config).is_file(), (name, config)
+
+
+def test_bad_arguments_fail_in_one_line_before_any_run(tmp_path: Path, capsys) -> None:
+    with pytest.raises(ConfigError, match="unknown study 'demos'"):
+        seeds.run_study("demos", tmp_path)
+    with pytest.raises(ConfigError, match="workers must be >= 1"):
+        seeds.run_study("demo", tmp_path, workers=0)
+    with pytest.raises(ConfigError, match="at least one seed"):
+        seeds.run_study("demo", tmp_path, seeds=[])
+    with pytest.raises(SystemExit):
+        seeds.main(["nope", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "unknown study 'nope'" in err[-1]
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.slow
+def test_a_study_runs_its_cells_writes_the_table_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    study = Study("two methods", STUDIES.get("demo")().rows[::2], COLUMNS_OF_DEMO)  # CL, BayesNCL
+    text = seeds.run_study(study, out, seeds=[0, 1], workers=2, extra=TINY)
+    records = json.loads((out / "results.json").read_text())
+    assert sorted((r["row"], r["seed"]) for r in records) == sorted(
+        (m, s) for m in ("CL", "BayesNCL") for s in (0, 1)
+    )
+    for record in records:
+        metrics = record["metrics"]
+        assert 0.0 <= metrics["val/online_acc"] <= 1.0
+        assert metrics["val/z/active_dims"] <= 64
+        assert (Path(record["checkpoint"])).is_file()
+    cl = [r["metrics"] for r in records if r["row"] == "CL"]
+    assert all(m["val/z/sparsity"] < 0.05 for m in cl)  # dense CL features
+    assert "val/gate/open_rate" in next(r for r in records if r["row"] == "BayesNCL")["metrics"]
+    assert (out / "table.md").read_text().endswith(text.split("\n\n", 1)[1])
+    command = (out / "runs" / "bayesncl" / "seed_1" / "command.txt").read_text()
+    assert "--seed_everything 1" in command and "digits_bayesncl.yaml" in command
+    # Resume: finished cells are read back, not trained again.
+    logs = {p: p.stat().st_mtime_ns for p in out.rglob("fit.log")}
+    seeds.run_study(study, out, seeds=[0, 1], workers=1, extra=TINY)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("fit.log")} == logs
+
+
+@pytest.mark.slow
+def test_a_failing_cell_names_its_row_seed_and_log(tmp_path: Path) -> None:
+    study = Study("one", STUDIES.get("demo")().rows[:1], COLUMNS_OF_DEMO)
+    with pytest.raises(RuntimeError, match=r"CL seed 0 failed .*fit\.log"):
+        seeds.run_study(study, tmp_path, seeds=[0], extra=("--trainer.max_epochs=-5",))
+    assert not (tmp_path / "runs" / "cl" / "seed_0" / "result.json").exists()
