@@ -100,19 +100,31 @@ def ea_curve(ea: Tensor, path: Path, title: str) -> Path:
     return _save(fig, path)
 
 
-def side_by_side(paths: Sequence[Path], titles: Sequence[str], out: Path) -> Path:
-    """Place pictures next to each other with a title band above each; save as PNG."""
+def side_by_side(
+    paths: Sequence[Path], titles: Sequence[str], out: Path, vertical: bool = False
+) -> Path:
+    """Place pictures next to each other (or one below the other, ``vertical``) with a
+    title band above each; save as PNG. Stacked grids stay legible at a page's width."""
     pictures = [Image.open(p).convert("RGB") for p in paths]
     band = 20
-    width = sum(p.width for p in pictures) + PAD * (len(pictures) + 1)
-    height = max(p.height for p in pictures) + band + PAD
+    if vertical:
+        width = max(p.width for p in pictures) + 2 * PAD
+        height = sum(p.height + band for p in pictures) + PAD * (len(pictures) + 1)
+    else:
+        width = sum(p.width for p in pictures) + PAD * (len(pictures) + 1)
+        height = max(p.height for p in pictures) + band + PAD
     canvas = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(canvas)
-    x = PAD
+    x = y = PAD
     for picture, title in zip(pictures, titles, strict=True):
-        draw.text((x + 4, 4), title, fill="black")
-        canvas.paste(picture, (x, band))
-        x += picture.width + PAD
+        if vertical:
+            draw.text((x + 4, y + 4), title, fill="black")
+            canvas.paste(picture, (x, y + band))
+            y += picture.height + band + PAD
+        else:
+            draw.text((x + 4, 4), title, fill="black")
+            canvas.paste(picture, (x, band))
+            x += picture.width + PAD
     canvas.save(out)
     return out
 

@@ -133,6 +133,8 @@ def _grids_and_atlas(records: Sequence[dict], out: Path) -> list[Path]:
     if pictures:
         slug = "_vs_".join(n.lower() for n in names)
         written.append(side_by_side(pictures, names, out / f"top_activations_{slug}.png"))
+        stacked = out / f"top_activations_{slug}_stacked.png"
+        written.append(side_by_side(pictures, names, stacked, vertical=True))
     checkpoints = [Path(r["checkpoint"]) for r in rows]
     if checkpoints and all(c.is_file() for c in checkpoints):
         config = Path(checkpoints[0]).parents[1] / "config.yaml"
