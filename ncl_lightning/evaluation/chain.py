@@ -19,6 +19,14 @@ Every run is an ordinary ``ncl-cli`` run (its logs and checkpoints are under ``-
 run is announced on stderr (``[run k/N] <config> <protocol> | elapsed ... | ETA ...``);
 Lightning's per-run banners, bars, model summaries and test-metric tables are off
 unless ``--verbose``.
+
+``--seeds 0 1 2`` runs the whole chain once per seed into ``<out>/seed_<S>/`` (each with its
+own resumable ``results.json`` / ``results.md``; ``--seed_everything S`` is appended to every
+pre-training and evaluation run's arguments), then writes ``<out>/results.md`` with every
+cell as ``mean ± std`` over the seeds, the per-seed values and the differences beyond the
+spread, ``<out>/results_seeds.json`` and the mean accuracy-vs-k curves (see
+:mod:`ncl_lightning.evaluation.chain_seeds`). Without ``--seeds`` one chain runs into
+``--out`` as before.
 """
 
 from __future__ import annotations
@@ -128,17 +136,21 @@ def run_chain(
     return results
 
 
-def table_row(results: dict[str, dict[str, float]]) -> dict[str, str]:
-    """Format one run's results as the table's cells (percentages, 1 decimal)."""
+def cell_values(results: dict[str, dict[str, float]]) -> dict[str, float | None]:
+    """One run's table values by column (×100 except z consistency; None where missing)."""
     k = _selection_k(results.get("selection", {}))
-    row = {}
+    cells = {}
     for column, (protocol, key) in COLUMNS.items():
         value = results.get(protocol, {}).get(key.format(k=k))
         scale = 1 if column in UNSCALED else 100
-        row[column.replace("@k", f"@{k}") if k else column] = (
-            "" if value is None else f"{scale * value:.1f}"
-        )
-    return row
+        name = column.replace("@k", f"@{k}") if k else column
+        cells[name] = None if value is None else scale * value
+    return cells
+
+
+def table_row(results: dict[str, dict[str, float]]) -> dict[str, str]:
+    """Format one run's results as the table's cells (percentages, 1 decimal)."""
+    return {c: "" if v is None else f"{v:.1f}" for c, v in cell_values(results).items()}
 
 
 def selection_curves(
@@ -170,22 +182,16 @@ def markdown(rows: dict[str, dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, float]]]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pretrain", nargs="*", type=Path, default=[])
-    for name in ("linear", "knn", "selection", "finetune"):
-        parser.add_argument(f"--{name}", type=Path, default=None)
-    parser.add_argument("--supervised", nargs="*", type=Path, default=[])
-    parser.add_argument("--out", type=Path, default=Path("runs/eval_chain"))
-    parser.add_argument("--pretrain-arg", action="append", default=[], dest="pretrain_args")
-    parser.add_argument("--eval-arg", action="append", default=[], dest="eval_args")
-    parser.add_argument(
-        "--verbose", action="store_true", help="keep Lightning's per-run banners and bars"
-    )
-    args = parser.parse_args(argv)
+def run_all(
+    args: argparse.Namespace,
+    out: Path,
+    pretrain_args: Sequence[str],
+    eval_args: Sequence[str],
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Every config's chain into ``out`` (resumable), then its table and pictures."""
     protocols = {n: getattr(args, n) for n in ("linear", "knn", "selection", "finetune")}
-    args.out.mkdir(parents=True, exist_ok=True)
-    done = args.out / "results.json"
+    out.mkdir(parents=True, exist_ok=True)
+    done = out / "results.json"
     # Results are saved after every config; a rerun skips the configs already done.
     all_results: dict[str, dict[str, dict[str, float]]] = (
         json.loads(done.read_text()) if done.is_file() else {}
@@ -203,17 +209,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, flo
             result = run_chain(
                 config,
                 protocols,
-                args.out,
-                args.pretrain_args,
-                args.eval_args,
+                out,
+                pretrain_args,
+                eval_args,
                 progress=progress,
                 verbose=args.verbose,
             )
         else:
             with progress.unit(f"{config.stem} supervised"):
-                supervised = _run(
-                    "fit", config, args.out / config.stem, args.pretrain_args, args.verbose
-                )
+                supervised = _run("fit", config, out / config.stem, pretrain_args, args.verbose)
             result = {"supervised": supervised}
             result["supervised"].pop("_last_ckpt", None)
             stats = {k: v for k, v in result["supervised"].items() if k.startswith("val/z/")}
@@ -222,12 +226,47 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, flo
         done.write_text(json.dumps(all_results, indent=2))
     progress.finish()
     table = markdown({name: table_row(res) for name, res in all_results.items()})
-    (args.out / "results.md").write_text(table + "\n")
+    (out / "results.md").write_text(table + "\n")
     curves = selection_curves(all_results)
     if curves:
-        accuracy_vs_k(curves, args.out / "accuracy_vs_k.png", "Linear accuracy vs selected dims")
-    print(table)
+        accuracy_vs_k(curves, out / "accuracy_vs_k.png", "Linear accuracy vs selected dims")
     return all_results
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Run the chain; returns ``{config stem: results}`` (with ``--seeds``: by seed)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pretrain", nargs="*", type=Path, default=[])
+    for name in ("linear", "knn", "selection", "finetune"):
+        parser.add_argument(f"--{name}", type=Path, default=None)
+    parser.add_argument("--supervised", nargs="*", type=Path, default=[])
+    parser.add_argument("--out", type=Path, default=Path("runs/eval_chain"))
+    parser.add_argument("--pretrain-arg", action="append", default=[], dest="pretrain_args")
+    parser.add_argument("--eval-arg", action="append", default=[], dest="eval_args")
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=None, help="one chain per seed, then mean ± std"
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="keep Lightning's per-run banners and bars"
+    )
+    args = parser.parse_args(argv)
+    if args.seeds is None:
+        all_results = run_all(args, args.out, args.pretrain_args, args.eval_args)
+        print((args.out / "results.md").read_text(), end="")
+        return all_results
+    from ncl_lightning.evaluation.chain_seeds import write_combined
+
+    per_seed = {}
+    for seed in dict.fromkeys(args.seeds):
+        seeded = ["--seed_everything", str(seed)]
+        per_seed[seed] = run_all(
+            args,
+            args.out / f"seed_{seed}",
+            [*args.pretrain_args, *seeded],
+            [*args.eval_args, *seeded],
+        )
+    print(write_combined(per_seed, args.out), end="")
+    return per_seed
 
 
 if __name__ == "__main__":

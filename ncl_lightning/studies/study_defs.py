@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -84,10 +85,12 @@ def _methods(prefix: str) -> tuple[Row, ...]:
     return tuple(Row(m, f"{prefix}_{m.lower()}.yaml") for m in ("CL", "NCL", "BayesNCL"))
 
 
-def _ablations(bayesncl: str, ncl: str, data: str) -> tuple[Row, ...]:
+def _ablations(cl: str, bayesncl: str, ncl: str, data: str) -> tuple[Row, ...]:
+    """The paper's BayesNCL (hard STE gate), each ablation, NCL, NCL + TopK, and CL."""
     ablate = "ablations/{}.yaml".format
     return (
-        Row("BayesNCL (hard STE gate)", bayesncl),
+        Row("CL", cl),
+        Row("BayesNCL", bayesncl),
         Row("soft gate", bayesncl, (ablate("soft_gate"),)),
         Row("Gumbel gate", bayesncl, (ablate("gumbel_gate"),)),
         Row("no detachment", bayesncl, (ablate("no_detach"),)),
@@ -103,7 +106,8 @@ def _ablations(bayesncl: str, ncl: str, data: str) -> tuple[Row, ...]:
 # (consistency / top-1 where given) for Gumbel, NCL and NCL + TopK.
 ABLATION_PAPER_TITLE = "paper, IN-100: consistency / top-1 (%)"
 ABLATION_PAPER = {
-    "BayesNCL (hard STE gate)": "36.14 / 70.44",
+    "CL": "1.00 / 68.31 (main table)",
+    "BayesNCL": "36.14 / 70.44 (hard STE gate)",
     "soft gate": "33.15 / 69.87",
     "Gumbel gate": "11.66 / – (main table)",
     "no detachment": "22.29 / 67.47",
@@ -114,16 +118,21 @@ ABLATION_PAPER = {
 }
 
 
-def _grids_and_atlas(records: Sequence[dict], out: Path) -> list[Path]:
-    """Seed 0 of every row: the top-activation grids side by side, and the feature atlas."""
+def _grids_and_atlas(
+    records: Sequence[dict], out: Path, rows: Sequence[str] | None = None
+) -> list[Path]:
+    """The first seed of every row (of ``rows``, default all): the top-activation grids
+    side by side and stacked, and the feature atlas of their last checkpoints."""
     from ncl_lightning.atlas import build_atlas
     from ncl_lightning.callbacks.pictures import side_by_side
 
     first = sorted(records, key=lambda r: r["seed"])
     seed = first[0]["seed"]
-    rows = [r for r in records if r["seed"] == seed]
+    chosen = [r for r in records if r["seed"] == seed and (rows is None or r["row"] in rows)]
+    if rows is not None:
+        chosen.sort(key=lambda r: list(rows).index(r["row"]))
     pictures, names = [], []
-    for record in rows:
+    for record in chosen:
         root = Path(record["checkpoint"]).parents[1]
         drawn = sorted(root.glob("pictures/val_z_epoch*_top_activations.png"))
         if drawn:
@@ -135,10 +144,10 @@ def _grids_and_atlas(records: Sequence[dict], out: Path) -> list[Path]:
         written.append(side_by_side(pictures, names, out / f"top_activations_{slug}.png"))
         stacked = out / f"top_activations_{slug}_stacked.png"
         written.append(side_by_side(pictures, names, stacked, vertical=True))
-    checkpoints = [Path(r["checkpoint"]) for r in rows]
+    checkpoints = [Path(r["checkpoint"]) for r in chosen]
     if checkpoints and all(c.is_file() for c in checkpoints):
         config = Path(checkpoints[0]).parents[1] / "config.yaml"
-        names = [r["row"] for r in rows]
+        names = [r["row"] for r in chosen]
         written.append(build_atlas(checkpoints, out / "atlas", config, names=names))
     return written
 
@@ -160,9 +169,11 @@ STUDIES.add(
     "ablation-digits",
     lambda: Study(
         "BayesNCL ablations on digits",
-        _ablations("demo/digits_bayesncl.yaml", "demo/digits_ncl.yaml", "digits"),
+        _ablations(
+            "demo/digits_cl.yaml", "demo/digits_bayesncl.yaml", "demo/digits_ncl.yaml", "digits"
+        ),
         CLASS_METRICS,
-        baseline="BayesNCL (hard STE gate)",
+        baseline="BayesNCL",
         paper=ABLATION_PAPER,
         paper_title=ABLATION_PAPER_TITLE,
     ),
@@ -172,12 +183,16 @@ STUDIES.add(
     lambda: Study(
         "BayesNCL ablations on the real CIFAR-10 subset (SmallCNN)",
         _ablations(
-            "subset/cifar10_subset_bayesncl.yaml", "subset/cifar10_subset_ncl.yaml", "subset"
+            "subset/cifar10_subset_cl.yaml",
+            "subset/cifar10_subset_bayesncl.yaml",
+            "subset/cifar10_subset_ncl.yaml",
+            "subset",
         ),
         CLASS_METRICS,
-        baseline="BayesNCL (hard STE gate)",
+        baseline="BayesNCL",
         paper=ABLATION_PAPER,
         paper_title=ABLATION_PAPER_TITLE,
+        after=partial(_grids_and_atlas, rows=("CL", "NCL", "BayesNCL")),
     ),
 )
 STUDIES.add(

@@ -1,0 +1,133 @@
+"""The evaluation chain over several seeds: mean ± std of every table cell.
+
+``python -m ncl_lightning.evaluation.chain ... --seeds 0 1 2`` runs the whole chain once per
+seed into ``<out>/seed_<S>/`` (``--seed_everything S`` on every run) and then writes, from
+the seeds' results:
+
+* ``<out>/results.md``: the one-seed table's columns with each cell ``mean ± std`` over the
+  seeds that have it (sample std, n - 1; 0.0 for one seed), the per-seed values (``–``
+  where a seed lacks one) and every difference between two runs that exceeds the spread,
+  ``|mean_a - mean_b| > std_a + std_b`` (runs with at least two values only);
+* ``<out>/results_seeds.json``: ``{seed: {config stem: results}}``;
+* ``<out>/accuracy_vs_k.png``: linear accuracy against k, at each k the mean over the seeds
+  that measured it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+from pathlib import Path
+
+from ncl_lightning.callbacks.pictures import accuracy_vs_k
+from ncl_lightning.evaluation.chain import COLUMNS, cell_values, markdown, selection_curves
+
+Results = dict[str, dict[str, dict[str, float]]]  # config stem -> protocol -> metrics
+
+
+def aggregate(per_seed: Mapping[int, Results]) -> dict[str, dict[str, dict[int, float]]]:
+    """Run -> column -> {seed: value} in the table's units, for every column of any seed.
+
+    A column a run lacks in some seeds holds only the seeds that have it; one no seed has
+    stays an empty dict.
+    """
+    table: dict[str, dict[str, dict[int, float]]] = {}
+    for seed, runs in per_seed.items():
+        for name, results in runs.items():
+            row = table.setdefault(name, {})
+            for column, value in cell_values(results).items():
+                cells = row.setdefault(column, {})
+                if value is not None:
+                    cells[seed] = value
+    columns = sorted(  # in the one-seed table's order, whichever run has them first
+        dict.fromkeys(c for row in table.values() for c in row),
+        key=lambda c: (list(COLUMNS).index(re.sub(r"^(\w+)@\d+ ", r"\1@k ", c)), "@k" in c),
+    )
+    return {name: {c: row.get(c, {}) for c in columns} for name, row in table.items()}
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return statistics.fmean(values), std
+
+
+def _pm(values: Sequence[float]) -> str:
+    mean, std = mean_std(values)
+    return f"{mean:.1f} ± {std:.1f}"
+
+
+def combined_rows(
+    table: Mapping[str, Mapping[str, Mapping[int, float]]],
+) -> dict[str, dict[str, str]]:
+    """The table's cells: ``mean ± std`` (one decimal), empty where no seed has a value."""
+    return {
+        name: {c: _pm(list(v.values())) if v else "" for c, v in row.items()}
+        for name, row in table.items()
+    }
+
+
+def exceeding(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[str]:
+    """One line per column and pair of runs whose ``mean ± std`` intervals do not overlap."""
+    columns = list(dict.fromkeys(c for row in table.values() for c in row))
+    lines = []
+    for column in columns:
+        for a, b in combinations(table, 2):
+            va = list(table[a].get(column, {}).values())
+            vb = list(table[b].get(column, {}).values())
+            if len(va) < 2 or len(vb) < 2:
+                continue
+            (ma, sa), (mb, sb) = mean_std(va), mean_std(vb)
+            if abs(ma - mb) > sa + sb:
+                (hi, vhi), (lo, vlo) = sorted(((a, va), (b, vb)), key=lambda x: -mean_std(x[1])[0])
+                lines.append(f"{column}: {hi} {_pm(vhi)} > {lo} {_pm(vlo)}")
+    return lines
+
+
+def report(table: Mapping[str, Mapping[str, Mapping[int, float]]], seeds: Sequence[int]) -> str:
+    """Markdown: the ``mean ± std`` table, the per-seed values, the differences beyond spread."""
+    lines = [markdown(combined_rows(table)), "", f"Per seed ({' / '.join(map(str, seeds))}):", ""]
+    columns = list(dict.fromkeys(c for row in table.values() for c in row))
+    for column in columns:
+        per_run = [
+            f"{name} "
+            + " / ".join(f"{row[column][s]:.1f}" if s in row[column] else "–" for s in seeds)
+            for name, row in table.items()
+            if row.get(column)
+        ]
+        if per_run:
+            lines.append(f"- {column}: " + "; ".join(per_run))
+    lines += ["", "Differences that exceed the spread (mean ± std intervals apart):", ""]
+    lines += [f"- {line}" for line in exceeding(table)] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+def mean_curves(per_seed: Mapping[int, Results]) -> dict[str, tuple[list[int], list[float]]]:
+    """Linear accuracy against k of every run and rule, at each k the mean over seeds."""
+    points: dict[str, dict[int, list[float]]] = {}
+    for runs in per_seed.values():
+        for name, (ks, accs) in selection_curves(runs).items():
+            for k, acc in zip(ks, accs, strict=True):
+                points.setdefault(name, {}).setdefault(k, []).append(acc)
+    return {
+        name: (sorted(by_k), [statistics.fmean(by_k[k]) for k in sorted(by_k)])
+        for name, by_k in points.items()
+    }
+
+
+def write_combined(per_seed: Mapping[int, Results], out: Path) -> str:
+    """Write ``results_seeds.json``, ``results.md`` (and the curves) into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results_seeds.json").write_text(
+        json.dumps({str(s): r for s, r in per_seed.items()}, indent=2)
+    )
+    text = report(aggregate(per_seed), list(per_seed))
+    (out / "results.md").write_text(text)
+    curves = mean_curves(per_seed)
+    if curves:
+        title = f"Linear accuracy vs selected dims (mean of {len(per_seed)} seeds)"
+        accuracy_vs_k(curves, out / "accuracy_vs_k.png", title)
+    return text
