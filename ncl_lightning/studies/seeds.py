@@ -146,6 +146,15 @@ def run_cells(cells: Sequence[Cell], study: Study, workers: int, threads: int) -
     return [json.loads(c.result_file.read_text()) for c in cells]
 
 
+def finished(study: Study, out: Path) -> list[dict]:
+    """The records of every finished cell of ``study`` in ``out``, by row, then seed."""
+    order = {row.name: i for i, row in enumerate(study.rows)}
+    found = [json.loads(p.read_text()) for p in (out / "runs").glob("*/seed_*/result.json")]
+    return sorted(
+        (r for r in found if r["row"] in order), key=lambda r: (order[r["row"]], r["seed"])
+    )
+
+
 def _stats(values: Sequence[float]) -> tuple[float, float]:
     std = statistics.stdev(values) if len(values) > 1 else 0.0
     return statistics.fmean(values), std
@@ -272,10 +281,20 @@ def run_study(
     workers: int = 1,
     threads: int = 1,
     extra: Sequence[str] = (),
+    rows: Sequence[str] | None = None,
 ) -> str:
-    """Run every cell of a study (a registered name, or a :class:`Study`) and write its
-    results to ``out`` (default ``runs/studies/<name>``); returns the report."""
+    """Run the cells of a study (a registered name, or a :class:`Study`) and write its
+    results to ``out`` (default ``runs/studies/<name>``); returns the report.
+
+    ``rows`` runs only those rows. The table, curves and pictures cover every cell
+    finished in ``out`` (so a study can be completed by several calls, e.g. more seeds of
+    some rows).
+    """
     study = name if isinstance(name, Study) else STUDIES.get(name, config_key="study")()
+    names = [row.name for row in study.rows]
+    unknown = [r for r in rows or () if r not in names]
+    if unknown:
+        raise ConfigError(f"unknown row(s) {unknown} of {name!r}; rows: {names}", key="rows")
     if not seeds:
         raise ConfigError("give at least one seed", key="seeds")
     for key, value in (("workers", workers), ("threads", threads)):
@@ -283,7 +302,9 @@ def run_study(
             raise ConfigError(f"{key} must be >= 1, got {value}", key=key)
     out = out or Path("runs/studies") / (name if isinstance(name, str) else _slug(study.title))
     out.mkdir(parents=True, exist_ok=True)
-    records = run_cells(cells_of(study, seeds, out, extra), study, workers, threads)
+    cells = [c for c in cells_of(study, seeds, out, extra) if rows is None or c.row in rows]
+    run_cells(cells, study, workers, threads)
+    records = finished(study, out)
     (out / "results.json").write_text(json.dumps(records))
     text = f"## {study.title}\n\n{report(records, study)}"
     (out / "table.md").write_text(text)
@@ -311,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="ARG",
         help="extra ncl-cli argument for every cell (repeat: --run-arg=--trainer.max_epochs=2)",
     )
+    parser.add_argument("--rows", nargs="+", default=None, help="run only these rows")
     args = parser.parse_args(argv)
     if args.list or not args.study:
         for key in STUDIES.names:
@@ -318,7 +340,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"{key:18s} {study.title} ({len(study.rows)} rows)")
         return
     try:
-        run_study(args.study, args.out, args.seeds, args.workers, args.threads, args.run_arg)
+        run_study(
+            args.study, args.out, args.seeds, args.workers, args.threads, args.run_arg, args.rows
+        )
     except ConfigError as error:  # a bad argument: one line, before any run starts
         parser.error(str(error))
 

@@ -134,6 +134,8 @@ def test_bad_arguments_fail_in_one_line_before_any_run(tmp_path: Path, capsys) -
         seeds.run_study("demo", tmp_path, workers=0)
     with pytest.raises(ConfigError, match="at least one seed"):
         seeds.run_study("demo", tmp_path, seeds=[])
+    with pytest.raises(ConfigError, match=r"unknown row\(s\) \['SimCLR'\]"):
+        seeds.run_study("demo", tmp_path, rows=["NCL", "SimCLR"])
     with pytest.raises(SystemExit):
         seeds.main(["nope", "--out", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
@@ -165,6 +167,17 @@ def test_a_study_runs_its_cells_writes_the_table_and_resumes(tmp_path: Path) -> 
     logs = {p: p.stat().st_mtime_ns for p in out.rglob("fit.log")}
     seeds.run_study(study, out, seeds=[0, 1], workers=1, extra=TINY)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("fit.log")} == logs
+    # One more seed of one row: only that cell runs; the table covers every finished cell.
+    seeds.run_study(study, out, seeds=[2], workers=1, extra=TINY, rows=["CL"])
+    assert len(list(out.rglob("fit.log"))) == len(logs) + 1
+    records = json.loads((out / "results.json").read_text())
+    assert sorted((r["row"], r["seed"]) for r in records if r["row"] == "CL") == [
+        ("CL", 0),
+        ("CL", 1),
+        ("CL", 2),
+    ]
+    assert "| CL | 3 |" in (out / "table.md").read_text()
+    assert "| BayesNCL | 2 |" in (out / "table.md").read_text()
 
 
 @pytest.mark.slow
