@@ -118,7 +118,7 @@ ABLATION_PAPER = {
 }
 
 
-def _grids_and_atlas(
+def grids_and_atlas(
     records: Sequence[dict], out: Path, rows: Sequence[str] | None = None
 ) -> list[Path]:
     """The first seed of every row (of ``rows``, default all): the top-activation grids
@@ -162,7 +162,7 @@ STUDIES.add(
         "CL, NCL and BayesNCL on the real CIFAR-10 subset (SmallCNN)",
         _methods("subset/cifar10_subset"),
         CLASS_METRICS,
-        after=_grids_and_atlas,
+        after=grids_and_atlas,
     ),
 )
 STUDIES.add(
@@ -192,7 +192,7 @@ STUDIES.add(
         baseline="BayesNCL",
         paper=ABLATION_PAPER,
         paper_title=ABLATION_PAPER_TITLE,
-        after=partial(_grids_and_atlas, rows=("CL", "NCL", "BayesNCL")),
+        after=partial(grids_and_atlas, rows=("CL", "NCL", "BayesNCL")),
     ),
 )
 STUDIES.add(
@@ -202,7 +202,7 @@ STUDIES.add(
         _methods("subset/resnet18/cifar10_subset_resnet18"),
         CLASS_METRICS,
         curves=("val/z/semantic_consistency",),
-        after=_grids_and_atlas,
+        after=grids_and_atlas,
     ),
 )
 STUDIES.add(

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import statistics
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from ncl_lightning.atlas import read_atlas
 from ncl_lightning.resources import config_path
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.studies import seeds
-from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Row, Study
+from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Row, Study, grids_and_atlas
 
 TINY = (
     "--trainer.max_epochs=1",
@@ -146,7 +148,8 @@ def test_bad_arguments_fail_in_one_line_before_any_run(tmp_path: Path, capsys) -
 @pytest.mark.slow
 def test_a_study_runs_its_cells_writes_the_table_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    study = Study("two methods", STUDIES.get("demo")().rows[::2], COLUMNS_OF_DEMO)  # CL, BayesNCL
+    rows = STUDIES.get("demo")().rows[::2]  # CL, BayesNCL
+    study = Study("two methods", rows, COLUMNS_OF_DEMO, after=partial(grids_and_atlas, rows=None))
     text = seeds.run_study(study, out, seeds=[0, 1], workers=2, extra=TINY)
     records = json.loads((out / "results.json").read_text())
     assert sorted((r["row"], r["seed"]) for r in records) == sorted(
@@ -178,6 +181,9 @@ def test_a_study_runs_its_cells_writes_the_table_and_resumes(tmp_path: Path) -> 
     ]
     assert "| CL | 3 |" in (out / "table.md").read_text()
     assert "| BayesNCL | 2 |" in (out / "table.md").read_text()
+    # The after-hook: the atlas of the first seed's checkpoints, both methods in it.
+    atlas = read_atlas(out / "atlas" / "index.html")
+    assert [m["name"] for m in atlas["models"]] == ["CL", "BayesNCL"]
 
 
 @pytest.mark.slow
