@@ -71,7 +71,8 @@ def combined_rows(
 
 
 def exceeding(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[str]:
-    """One line per column and pair of runs whose ``mean ± std`` intervals do not overlap."""
+    """One line per column and pair of runs whose ``mean ± std`` intervals do not overlap
+    (and whose means differ at the table's precision, one decimal)."""
     columns = list(dict.fromkeys(c for row in table.values() for c in row))
     lines = []
     for column in columns:
@@ -81,7 +82,8 @@ def exceeding(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[st
             if len(va) < 2 or len(vb) < 2:
                 continue
             (ma, sa), (mb, sb) = mean_std(va), mean_std(vb)
-            if abs(ma - mb) > sa + sb:
+            # Means equal at the shown precision are no difference (float noise in a 0.0).
+            if abs(ma - mb) > sa + sb and f"{ma:.1f}" != f"{mb:.1f}":
                 (hi, vhi), (lo, vlo) = sorted(((a, va), (b, vb)), key=lambda x: -mean_std(x[1])[0])
                 lines.append(f"{column}: {hi} {_pm(vhi)} > {lo} {_pm(vlo)}")
     return lines

@@ -172,7 +172,8 @@ def summary(records: Sequence[dict], study: Study) -> dict[str, dict[str, list[f
 
 
 def exceeding(values: dict[str, dict[str, list[float]]], study: Study) -> list[str]:
-    """One line per metric and pair of rows whose mean ± std intervals do not overlap.
+    """One line per metric and pair of rows whose mean ± std intervals do not overlap (and
+    whose means differ at the column's shown precision).
 
     With a ``baseline`` row, only the pairs (baseline, other row) are compared.
     """
@@ -189,7 +190,8 @@ def exceeding(values: dict[str, dict[str, list[float]]], study: Study) -> list[s
             if len(va) < 2 or len(vb) < 2:
                 continue
             (ma, sa), (mb, sb) = _stats(va), _stats(vb)
-            if abs(ma - mb) > sa + sb:
+            # Means equal at the shown precision are no difference (float noise in a 0.0).
+            if abs(ma - mb) > sa + sb and column.format(ma) != column.format(mb):
                 hi, lo = ((a, ma, sa), (b, mb, sb)) if ma > mb else ((b, mb, sb), (a, ma, sa))
                 lines.append(
                     f"{column.title}: {hi[0]} {column.format(hi[1])} ± {column.format(hi[2])}"

@@ -192,3 +192,17 @@ def test_a_failing_cell_names_its_row_seed_and_log(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"CL seed 0 failed .*fit\.log"):
         seeds.run_study(study, tmp_path, seeds=[0], extra=("--trainer.max_epochs=-5",))
     assert not (tmp_path / "runs" / "cl" / "seed_0" / "result.json").exists()
+
+
+def test_means_equal_at_the_shown_precision_are_not_a_difference() -> None:
+    # Dense features: a sparsity of 0.0001 against 0.0 is float noise, both shown as 0.0 %.
+    values = {
+        "A": {"val/z/semantic_consistency": [10.0] * 3, "val/online_acc": [1e-6] * 3},
+        "B": {"val/z/semantic_consistency": [10.04] * 3, "val/online_acc": [0.0] * 3},
+        "C": {"val/z/semantic_consistency": [10.1] * 3, "val/online_acc": [0.0] * 3},
+    }
+    lines = seeds.exceeding(values, STUDY)
+    assert lines == [  # A against B: 10.0 and 10.04 are both shown as 10.0
+        "semantic consistency: C 10.1 ± 0.0 > A 10.0 ± 0.0",
+        "semantic consistency: C 10.1 ± 0.0 > B 10.0 ± 0.0",
+    ]
