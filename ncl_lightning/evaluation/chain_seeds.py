@@ -120,6 +120,34 @@ def mean_curves(per_seed: Mapping[int, Results]) -> dict[str, tuple[list[int], l
     }
 
 
+def sweep_table(per_seed: Mapping[int, Results]) -> str:
+    """Markdown: for every run and rule, each k's linear accuracy / retrieval P@10 (%) as
+    ``mean ± std`` over the seeds (the one-seed chain's sweep over k, NCL paper Fig. 10)."""
+    cells: dict[tuple[str, str], dict[int, dict[str, list[float]]]] = {}
+    pattern = re.compile(r"^test/selection/(\w+)/k(\d+)/(linear_acc|retrieval_p@10)$")
+    for runs in per_seed.values():
+        for name, results in runs.items():
+            for key, value in results.get("selection", {}).items():
+                if found := pattern.match(key):
+                    rule, k, metric = found.group(1), int(found.group(2)), found.group(3)
+                    by_k = cells.setdefault((name, rule), {}).setdefault(k, {})
+                    by_k.setdefault(metric, []).append(100 * value)
+    if not cells:
+        return ""
+    ks = sorted({k for by_k in cells.values() for k in by_k})
+    lines = ["| run | rule | " + " | ".join(f"k = {k}" for k in ks) + " |"]
+    lines.append("|---|---|" + "---|" * len(ks))
+    for (name, rule), by_k in cells.items():
+        row = []
+        for k in ks:
+            got = by_k.get(k, {})
+            row.append(
+                " / ".join(_pm(got[m]) for m in ("linear_acc", "retrieval_p@10") if m in got)
+            )
+        lines.append(f"| {name} | {rule} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def write_combined(per_seed: Mapping[int, Results], out: Path) -> str:
     """Write ``results_seeds.json``, ``results.md`` (and the curves) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -127,6 +155,9 @@ def write_combined(per_seed: Mapping[int, Results], out: Path) -> str:
         json.dumps({str(s): r for s, r in per_seed.items()}, indent=2)
     )
     text = report(aggregate(per_seed), list(per_seed))
+    if sweep := sweep_table(per_seed):
+        text += "\nThe sweep over k (linear accuracy / retrieval precision@10, %):\n\n"
+        text += sweep + "\n"
     (out / "results.md").write_text(text)
     curves = mean_curves(per_seed)
     if curves:

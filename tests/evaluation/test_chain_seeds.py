@@ -10,7 +10,13 @@ import pytest
 import yaml
 
 from ncl_lightning.evaluation import chain
-from ncl_lightning.evaluation.chain_seeds import aggregate, combined_rows, exceeding, report
+from ncl_lightning.evaluation.chain_seeds import (
+    aggregate,
+    combined_rows,
+    exceeding,
+    report,
+    sweep_table,
+)
 from tests.conftest import ROOT
 
 SEEDS = (0, 1, 2)
@@ -138,3 +144,28 @@ def test_two_seeds_on_digits_and_a_rerun_that_trains_nothing(
     assert chain.main(argv) == per_seed
     assert capsys.readouterr().err.count("done before: ") == 6
     assert (tmp_path / "results.md").read_text() == text
+
+
+def test_sweep_table_is_mean_and_std_over_seeds_for_every_run_rule_and_k() -> None:
+    def selection(acc16: float, acc32: float) -> dict:
+        return {
+            "test/selection/ea/k16/linear_acc": acc16,
+            "test/selection/ea/k16/retrieval_p@10": acc16 / 2,
+            "test/selection/ea/k32/linear_acc": acc32,
+            "test/selection/ea/k32/retrieval_p@10": acc32 / 2,
+        }
+
+    per_seed = {
+        0: {"a": {"selection": selection(0.80, 0.90)}},
+        1: {"a": {"selection": selection(0.84, 0.92)}},
+        2: {"a": {"selection": selection(0.82, 0.94)}, "b": {"pretrain": {}}},
+    }
+    table = sweep_table(per_seed)
+    k16 = [80.0, 84.0, 82.0]
+    ref = f"{statistics.mean(k16):.1f} ± {statistics.stdev(k16):.1f}"  # 82.0 ± 2.0
+    p10 = [v / 2 for v in k16]
+    ref_p = f"{statistics.mean(p10):.1f} ± {statistics.stdev(p10):.1f}"
+    assert table.splitlines()[0] == "| run | rule | k = 16 | k = 32 |"
+    assert table.splitlines()[2] == f"| a | ea | {ref} / {ref_p} | 92.0 ± 2.0 / 46.0 ± 1.0 |"
+    assert len(table.splitlines()) == 3  # b has no selection results
+    assert sweep_table({0: {"b": {"pretrain": {}}}}) == ""
