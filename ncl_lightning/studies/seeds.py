@@ -218,8 +218,8 @@ def report(records: Sequence[dict], study: Study) -> str:
             if not seq:
                 cells.append("n/a")
                 continue
-            mean, std = _stats(seq)
-            cells.append(f"{column.format(mean)} ± {column.format(std)}")
+            mean, std = _stats(seq)  # one seed: its value, no spread to show
+            cells.append(column.format(mean) + (f" ± {column.format(std)}" if len(seq) > 1 else ""))
         if study.paper:
             cells.append(study.paper.get(name, "not reported"))
         n = max((len(v) for v in by_key.values()), default=0)

@@ -59,6 +59,8 @@ def test_report_is_mean_and_sample_std_per_row_with_the_per_seed_values() -> Non
     assert f"{statistics.fmean(a):.1f} ± {statistics.stdev(a):.1f}" in line_a  # 12.0 ± 2.0
     assert f"{100 * statistics.fmean(acc_a):.1f} ± {100 * statistics.stdev(acc_a):.1f}" in line_a
     assert "| C | 0 | n/a | n/a |" in text  # a row without runs is reported, not dropped
+    one = seeds.report(_records({"A": [{"val/online_acc": 0.5}]}), STUDY)
+    assert "| A | 1 | n/a | 50.0 |" in one  # one seed: the value, no ± 0.0
     assert "semantic consistency: A 10.0 / 12.0 / 14.0; B 30.0 / 31.0 / 35.0" in text
 
 
