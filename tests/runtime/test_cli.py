@@ -21,13 +21,13 @@ from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 from tests.fakes import make_fake_cifar, make_image_folder
 
-# Image pre-training configs only: tests/runtime/test_cli_eval.py runs eval and NCE/CE, and
-# tests/runtime/test_cli_ground_truth*.py the ground-truth studies.
+# Image pre-training configs only: tests/runtime/test_cli_eval.py runs eval and NCE/CE,
+# tests/runtime/test_cli_ground_truth*.py the ground-truth studies, and
+# tests/test_ablation_configs.py the ablation overlays (partial configs, configs/ablations/).
 CONFIGS = sorted(
     c
     for c in (ROOT / "configs").rglob("*.yaml")
-    if (ROOT / "configs" / "eval") not in c.parents
-    and (ROOT / "configs" / "ground_truth") not in c.parents
+    if not {ROOT / "configs" / d for d in ("eval", "ground_truth", "ablations")} & set(c.parents)
     and yaml.safe_load(c.read_text())["model"]["class_path"]
     != "ncl_lightning.methods.NCEClassifier"
 )
