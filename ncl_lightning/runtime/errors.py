@@ -58,6 +58,10 @@ class NonFiniteLossError(NCLError, RuntimeError):
     """Training stopped on a NaN/Inf loss; names the step and the checkpoint saved."""
 
 
+class RunFailedError(NCLError, RuntimeError):
+    """A child ``ncl-cli`` run (one cell of a study) exited non-zero; names its log file."""
+
+
 def closest(name: str, choices: Iterable[str]) -> str | None:
     """The choice most similar to ``name`` (``difflib``, cutoff 0.6), or ``None``."""
     matches = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
@@ -78,6 +82,7 @@ __all__ = [
     "EmptyMetricError",
     "NCLError",
     "NonFiniteLossError",
+    "RunFailedError",
     "UsageError",
     "closest",
     "did_you_mean",

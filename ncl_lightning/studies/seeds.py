@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ncl_lightning.plot.metrics_csv import read_metrics
 from ncl_lightning.resources import config_path
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.errors import ConfigError, RunFailedError
 from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress
 from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Study
 
@@ -108,7 +108,7 @@ def run_cell(cell: Cell, study: Study, threads: int) -> dict:
     with (cell.root / "fit.log").open("w") as log:
         done = subprocess.run(cell.command, stdout=log, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0:
-        raise RuntimeError(
+        raise RunFailedError(
             f"{cell.row} seed {cell.seed} failed (exit {done.returncode}); "
             f"see {cell.root / 'fit.log'}"
         )
@@ -347,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     except ConfigError as error:  # a bad argument: one line, before any run starts
         parser.error(str(error))
+    except RunFailedError as error:  # finished cells are kept; a rerun resumes from them
+        sys.exit(f"{parser.prog}: error: {error}")
 
 
 if __name__ == "__main__":

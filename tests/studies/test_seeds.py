@@ -11,7 +11,7 @@ import pytest
 
 from ncl_lightning.atlas import read_atlas
 from ncl_lightning.resources import config_path
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.errors import ConfigError, RunFailedError
 from ncl_lightning.studies import seeds
 from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Row, Study, grids_and_atlas
 
@@ -191,9 +191,16 @@ def test_a_study_runs_its_cells_writes_the_table_and_resumes(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_a_failing_cell_names_its_row_seed_and_log(tmp_path: Path) -> None:
     study = Study("one", STUDIES.get("demo")().rows[:1], COLUMNS_OF_DEMO)
-    with pytest.raises(RuntimeError, match=r"CL seed 0 failed .*fit\.log"):
+    with pytest.raises(RunFailedError, match=r"CL seed 0 failed .*fit\.log"):
         seeds.run_study(study, tmp_path, seeds=[0], extra=("--trainer.max_epochs=-5",))
     assert not (tmp_path / "runs" / "cl" / "seed_0" / "result.json").exists()
+    # From the command line the same failure is one line naming the log, no traceback.
+    argv = ["demo", "--rows", "CL", "--seeds", "0", "--out", str(tmp_path / "cli")]
+    with pytest.raises(SystemExit) as exited:
+        seeds.main([*argv, "--run-arg=--trainer.max_epochs=-5"])
+    message = str(exited.value.code)
+    assert "\n" not in message and message.endswith("fit.log")
+    assert "CL seed 0 failed" in message
 
 
 def test_means_equal_at_the_shown_precision_are_not_a_difference() -> None:
