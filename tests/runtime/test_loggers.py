@@ -138,7 +138,12 @@ def test_online_with_unreachable_host_falls_back_offline(
 def test_probe_gives_up_after_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host that never answers (DNS hanging included) costs the probe's timeout, no more."""
     monkeypatch.setattr(loggers, "PROBE_TIMEOUT_S", 0.1)
-    monkeypatch.setattr(loggers.socket, "create_connection", lambda *a, **k: time.sleep(5))
+
+    def hang(*args: object, **kwargs: object) -> None:
+        time.sleep(5)  # then fail as a hung connection does, long after the probe gave up
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(loggers.socket, "create_connection", hang)
     assert loggers._unreachable("https://api.wandb.ai") == (
         "cannot reach https://api.wandb.ai: no answer in 0.1 s"
     )
