@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 
+from ncl_lightning.data.base import describe_loader
 from ncl_lightning.data.batch_scope import check_train_batches
 from ncl_lightning.data.seeding import (
     DATA_KEY,
@@ -138,6 +139,8 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
             recovers the factors up to a rotation (Zimmermann et al., ICML 2021); this uses
             the ground truth, so it is weak supervision, not self-supervision.
         pin_memory: Pin host memory; only effective when CUDA is available.
+        prefetch_factor: Batches each worker renders ahead; ``None`` keeps torch's
+            default (2); only when ``num_workers > 0`` (ignored otherwise).
 
     Attributes:
         num_classes: 0 (no class labels: batches carry the factors, no online probe).
@@ -165,6 +168,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         augmentation: SpriteAugmentation | None = None,
         factor_jitter: int = 0,
         pin_memory: bool = True,
+        prefetch_factor: int | None = None,
     ) -> None:
         super().__init__()
         for name, value, low in (
@@ -174,6 +178,8 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
             ("factor_jitter", factor_jitter, 0),
         ):  # fmt: skip
             check_at_least(name, value, low)
+        if prefetch_factor is not None:
+            check_at_least("prefetch_factor", prefetch_factor, 1)
         total = train_size + val_size + test_size
         if total > DSPRITES_NUM_IMAGES:
             raise ConfigError(
@@ -192,6 +198,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         self.batch_size, self.num_workers, self.n_views = batch_size, num_workers, n_views
         self.seed: int | None = seed  # the training data's seed, kept in checkpoints
         self.pin_memory, self.factor_jitter = pin_memory, factor_jitter
+        self.prefetch_factor = prefetch_factor
         self.resumed = (0, 0)  # (epoch, batches done) of the checkpoint resumed from
         self.augmentation = augmentation if augmentation is not None else SpriteAugmentation()
         perm = torch.randperm(DSPRITES_NUM_IMAGES, generator=seeded_generator(seed, DATA_KEY))
@@ -233,7 +240,14 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
             num_workers=workers,
             persistent_workers=train and workers > 0,
             pin_memory=self.pin_memory and torch.cuda.is_available(),
+            prefetch_factor=self.prefetch_factor if workers > 0 else None,
         )
+
+    def loader_summary(self) -> str:
+        """The training loader's settings, for the batch line a run prints at the start
+        of ``fit`` (:func:`~ncl_lightning.data.base.describe_loader`)."""
+        pinned = self.pin_memory and torch.cuda.is_available()
+        return describe_loader(self.num_workers, "configured", pinned, True, self.prefetch_factor)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled ``(views, factors)``: ``n_views`` tensors ``[B, 1, 64, 64]``, ``[B, 5]``."""

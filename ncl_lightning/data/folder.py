@@ -235,6 +235,13 @@ class DecodedCacheMixin:
         self.skipped_images = {}
         self._scans: dict[Path, list[tuple[str, int]]] = {}
 
+    @property
+    def reads_files(self) -> bool:
+        """With ``cache: none`` the loader workers decode an image file per item, so
+        ``augment_on: device`` needs as many automatic workers as ``cpu``
+        (:func:`~ncl_lightning.data.base.default_workers`)."""
+        return getattr(self, "cache", "none") == "none"
+
     def split_folder(self, split: Split) -> Path:
         """The folder of ``split``."""
         raise NotImplementedError(f"{type(self).__name__} must implement split_folder")

@@ -276,7 +276,9 @@ def configure_warmup_cosine(
             (:func:`~ncl_lightning.optim.warmup_step`) instead of the cosine.
         gamma: Step-decay factor.
 
-    Prints once (rank zero) the devices, per-device and global batch and the peak rates
+    Prints once (rank zero) the devices, per-device and global batch, the peak rates and,
+    when the DataModule has a ``loader_summary()``, its loader settings (workers, pinned
+    memory, persistent workers, prefetch)
     (:func:`~ncl_lightning.optim.batch_report.describe_batch`).
 
     Returns:
@@ -294,7 +296,10 @@ def configure_warmup_cosine(
         for group in optimizer.param_groups:
             group["lr"] = scaled(group["lr"], layout.per_update)
     peaks = [group["lr"] for group in optimizer.param_groups]
-    rank_zero_info(describe_batch(layout, list(zip(configured, peaks, strict=True)), scale_lr))
+    summary = getattr(getattr(trainer, "datamodule", None), "loader_summary", None)
+    loader = summary() if callable(summary) else None
+    lrs = list(zip(configured, peaks, strict=True))
+    rank_zero_info(describe_batch(layout, lrs, scale_lr, loader=loader))
     if milestones:
         if per_epoch is None:
             raise ConfigError(

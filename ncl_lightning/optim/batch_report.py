@@ -116,7 +116,12 @@ def _rates(values: Sequence[float]) -> str:
     return ", ".join(f"{value:.6g}" for value in values)
 
 
-def describe_batch(layout: BatchLayout, lrs: Sequence[tuple[float, float]], scaled: bool) -> str:
+def describe_batch(
+    layout: BatchLayout,
+    lrs: Sequence[tuple[float, float]],
+    scaled: bool,
+    loader: str | None = None,
+) -> str:
     """What a run trains with, in one line (two with gradient accumulation).
 
     Args:
@@ -124,11 +129,15 @@ def describe_batch(layout: BatchLayout, lrs: Sequence[tuple[float, float]], scal
         lrs: ``(configured, peak)`` learning rate of each parameter group; distinct pairs
             are shown once, in order.
         scaled: Whether the rates were scaled by ``layout.per_update / 256``.
+        loader: The training loader's settings (the DataModule's ``loader_summary()``),
+            added as a last clause ``; loader: ...``; ``None`` (a DataModule without
+            them, or loaders passed to ``fit``) adds nothing.
 
     Returns:
         E.g. ``Batch: 2 processes (1 node x 2 devices) x 128 per device = global batch 256
         (batch_scope: global); learning rate 0.4 -> 0.4 (x 256/256, lr scaled by global
-        batch / 256)``.
+        batch / 256); loader: 7 workers (auto: 16 CPUs / 2 processes - 1), pinned,
+        persistent, prefetch 2``.
     """
     scope = f" (batch_scope: {layout.batch_scope})" if layout.batch_scope else ""
     pairs = list(dict.fromkeys(lrs))
@@ -138,10 +147,11 @@ def describe_batch(layout: BatchLayout, lrs: Sequence[tuple[float, float]], scal
         f"{_count(layout.world, 'process')} ({_count(layout.nodes, 'node')} x "
         f"{_count(layout.devices, 'device')})"
     )
+    tail = f"; loader: {loader}" if loader else ""
     if layout.per_device is None:  # only without scaling: batch_layout refuses otherwise
         return (
             f"Batch: {processes}, per-device batch unknown (the training loader has no "
-            f"batch_size); {word} {before} (not scaled: scale_lr is false)"
+            f"batch_size); {word} {before} (not scaled: scale_lr is false){tail}"
         )
     line = (
         f"Batch: {processes} x {layout.per_device} per device = global batch "
@@ -156,6 +166,7 @@ def describe_batch(layout: BatchLayout, lrs: Sequence[tuple[float, float]], scal
         )
     else:
         line += f"; {word} {before} (not scaled: scale_lr is false)"
+    line += tail
     if layout.accumulation > 1:
         line += (
             f"\ngradient accumulation {layout.accumulation}: {layout.per_update} samples per "

@@ -319,16 +319,17 @@ def test_digits_device_views() -> None:
 
 # ---------------------------------------------------------- 5. loader workers
 def test_default_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One worker per core less one, split among the local ranks, in [1, 8]; at most 2 with
-    ``augment_on: device``."""
+    """One worker per available core less one, split among the local ranks, at least 1
+    and no fixed cap; at most 2 with ``augment_on: device`` (tests/data/test_loader_defaults
+    has the rest)."""
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     for mode in ("cpu", "device"):
         workers = default_workers(mode)
-        assert isinstance(workers, int) and 1 <= workers <= 8
+        assert isinstance(workers, int) and workers >= 1
     assert default_workers("device") <= 2
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)), raising=False)
-    assert default_workers("cpu") == 8 and default_workers("device") == 2
+    assert default_workers("cpu") == 31 and default_workers("device") == 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert default_workers("cpu") == 7 and default_workers("device") == 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
@@ -339,12 +340,16 @@ def test_default_workers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_augment_on_is_validated(tmp_path: Path) -> None:
     """An unknown ``augment_on`` names the choices; ``num_workers=None`` with
-    ``augment_on: device`` picks at most 2 workers."""
+    ``augment_on: device`` picks at most 2 workers for cached images, as many as ``cpu``
+    when the workers decode the files."""
     with pytest.raises(ValueError, match=r"augment_on must be one of 'cpu', 'device'"):
         DigitsDataModule(augment_on="gpu")  # type: ignore[arg-type]
     (tmp_path / "train" / "a").mkdir(parents=True)
-    dm = ImageFolderDataModule(root=str(tmp_path), num_workers=None, augment_on="device")
+    root = str(tmp_path)
+    dm = ImageFolderDataModule(root=root, num_workers=None, augment_on="device", cache="memory")
     assert 1 <= dm.num_workers <= 2
+    dm = ImageFolderDataModule(root=root, num_workers=None, augment_on="device")
+    assert dm.num_workers == default_workers("cpu")
 
 
 # --------------------------------------------------------- 6. a real Lightning fit

@@ -35,6 +35,7 @@ EXEMPT = (
     "data.init_args.num_workers",
     "data.init_args.pin_memory",
     "data.init_args.persistent_workers",
+    "data.init_args.prefetch_factor",
     "data.init_args.augment_on",
     "model.init_args.channels_last",
     "model.init_args.torch_compile",

@@ -15,6 +15,9 @@ from ncl_lightning.methods import NCL
 from ncl_lightning.nn import SmallCNN
 
 BASE_LR, PROBE_LR = 0.4, 0.1
+# DigitsDataModule(num_workers=0): its loader clause (pinned only where CUDA is available)
+PINNED = ", pinned" if torch.cuda.is_available() else ""
+LOADER = f"; loader: main process (num_workers: 0){PINNED}"
 
 
 def _ncl(batch_size: int | None) -> NCL:
@@ -69,7 +72,7 @@ def test_the_loaded_batch_scales_the_rate(module_batch: int | None, tmp_path: Pa
     assert lines[0] == (
         "Batch: 1 process (1 node x 1 device) x 32 per device = global batch 32 "
         "(batch_scope: device); learning rates 0.4, 0.1 -> 0.05, 0.0125 (x 32/256, lr scaled "
-        "by global batch / 256)"
+        "by global batch / 256)" + LOADER
     )
 
 
@@ -80,6 +83,6 @@ def test_accumulation_scales_by_samples_per_update_and_says_so(tmp_path: Path) -
     assert len(lines) == 1, lines
     first, note = lines[0].split("\n")
     assert "x 64 per device = global batch 64 (batch_scope: global)" in first
-    assert first.endswith("(x 128/256, lr scaled by samples per update / 256)")
+    assert first.endswith("(x 128/256, lr scaled by samples per update / 256)" + LOADER)
     assert note.startswith("gradient accumulation 2: 128 samples per update")
     assert "accumulation does not add negatives" in note

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import ROOT
 
@@ -34,5 +35,6 @@ def test_two_processes_split_a_global_batch(tmp_path: Path) -> None:
     assert lines == [
         "Batch: 2 processes (1 node x 2 devices) x 128 per device = global batch 256 "
         "(batch_scope: global); learning rates 0.4, 0.1 -> 0.4, 0.1 (x 256/256, lr scaled by "
-        "global batch / 256)"
+        "global batch / 256); loader: main process (num_workers: 0)"
+        + (", pinned" if torch.cuda.is_available() else "")
     ]

@@ -52,6 +52,19 @@ def test_unscaled_and_unknown_batches() -> None:
     )
 
 
+def test_the_loader_clause_ends_the_first_line() -> None:
+    layout = BatchLayout(nodes=1, devices=1, per_device=256, accumulation=2)
+    loader = "15 workers (auto: 16 CPUs / 1 process - 1), pinned, persistent, prefetch 2"
+    first, note = describe_batch(layout, [(0.4, 0.8)], scaled=False, loader=loader).split("\n")
+    assert first.endswith("(not scaled: scale_lr is false); loader: " + loader)
+    assert note.startswith("gradient accumulation 2")
+    unknown = BatchLayout(nodes=1, devices=1, per_device=None)
+    assert describe_batch(unknown, [(0.1, 0.1)], False, loader="main process").endswith(
+        "(not scaled: scale_lr is false); loader: main process"
+    )
+    assert "loader" not in describe_batch(layout, [(0.4, 0.8)], scaled=True, loader=None)
+
+
 def _trainer(loader_batch: int | None) -> SimpleNamespace:
     return SimpleNamespace(
         train_dataloader=SimpleNamespace(batch_size=loader_batch), num_nodes=1, num_devices=2,
