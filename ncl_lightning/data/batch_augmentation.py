@@ -8,16 +8,24 @@ them to a uint8 batch ``[B, C, H, W]`` with a handful of batched tensor ops:
 
 * crop, rotation, flip and resize are one ``grid_sample`` (bilinear; when the source is
   more than twice the crop size it is super-sampled and average-pooled, an antialias);
-* colour ops are the torchvision formulas with per-sample factors;
-* blur is one grouped convolution with a per-sample kernel.
+* colour ops are the torchvision formulas with per-sample factors, on the whole batch:
+  brightness, contrast and saturation are one blend whose per-sample factor is exactly
+  the identity (1) where a sample's op at that position is another or jitter is off;
+  hue, grayscale and solarisation are selected per sample with ``torch.where``;
+* blur is one grouped convolution with a per-sample kernel (the identity tap where a
+  sample is not blurred).
 
-Parameters, and every choice of which samples an op touches, are drawn on the CPU (from a
-seeded ``torch.Generator`` or the global RNG), so the device never waits for the host. The
-reference code needs NVIDIA DALI for this; plain torch ops run wherever torch runs.
+Parameters are drawn on the CPU (from a seeded ``torch.Generator`` or the global RNG),
+packed into one ``[B, 18]`` tensor and copied to the device once (from pinned memory on a
+GPU, so asynchronously). Nothing after that reads a device value on the host: no
+``nonzero``, ``item`` or subset indexing, so a GPU batch never waits for the host and the
+host only queues about 250 operators per batch, whatever its size. The reference code
+needs NVIDIA DALI for this; plain torch ops run wherever torch runs.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -146,117 +154,165 @@ def sample_view_params(
     return ViewParams(crop, angle, flip, jitter, factors, order, gray, blur_sigma, solarize)
 
 
-# --------------------------------------------------------------------------- geometry
-def _sampling_grid(
-    params: ViewParams, height: int, width: int, size: int, device: torch.device
-) -> tuple[Tensor, Tensor | None]:
-    """``grid_sample`` grid ``[B, size, size, 2]`` for crop -> rotate -> flip -> resize,
-    and the ``[B, 1, size, size]`` mask of output pixels that rotation brings from
-    outside the crop (torchvision fills them with 0), or ``None`` without rotation."""
-    n = params.crop.shape[0]
-    coords = (torch.arange(size, dtype=torch.float32) + 0.5) * (2.0 / size) - 1.0  # centres
-    v, u = torch.meshgrid(coords, coords, indexing="ij")  # [S, S]: row (y), column (x)
-    u = u.expand(n, size, size)
-    v = v.expand(n, size, size)
-    u = torch.where(params.flip[:, None, None], -u, u)  # flip is applied last: undo it first
-    outside = None
-    if bool((params.angle != 0).any()):
-        # torchvision rotates the resized (square) crop about its centre: undo that.
-        theta = torch.deg2rad(params.angle)[:, None, None]
-        cos, sin = torch.cos(theta), torch.sin(theta)
-        u, v = cos * u - sin * v, sin * u + cos * v
-        outside = ((u.abs() > 1) | (v.abs() > 1))[:, None]
-    top, left, h, w = (t[:, None, None] for t in params.crop.unbind(1))
-    # Crop coordinate in [-1, 1] -> source position (pixel edges at integers), clamped to
-    # the crop's outer pixel centres as torchvision's resize of the cut-out crop clamps.
-    x = torch.minimum(torch.maximum(left + (u + 1) * w / 2, left + 0.5), left + w - 0.5)
-    y = torch.minimum(torch.maximum(top + (v + 1) * h / 2, top + 0.5), top + h - 0.5)
-    x, y = x * (2.0 / width) - 1.0, y * (2.0 / height) - 1.0
-    grid = torch.stack([x, y], dim=-1)
-    return grid.to(device, non_blocking=True), (
-        None if outside is None else outside.to(device, non_blocking=True)
+# ------------------------------------------------------------- one copy to the device
+# Columns of the packed parameter tensor: every per-sample number of a ViewParams, as
+# float32 (crop boxes and op indices are small integers, exact in float32).
+_CROP, _ANGLE, _FLIP, _JITTER, _FACTORS, _ORDER, _GRAY, _SIGMA, _SOLAR = (
+    slice(0, 4),
+    4,
+    5,
+    6,
+    slice(7, 11),
+    slice(11, 15),
+    15,
+    16,
+    17,
+)
+_COLUMNS = 18
+
+
+def pack_params(params: ViewParams) -> Tensor:
+    """The parameters of ``B`` views as one float32 ``[B, 18]`` host tensor (one copy)."""
+    return torch.cat(
+        [
+            params.crop.float(),
+            params.angle.float()[:, None],
+            params.flip.float()[:, None],
+            params.jitter.float()[:, None],
+            params.factors.float(),
+            params.order.float(),
+            params.gray.float()[:, None],
+            params.blur_sigma.float()[:, None],
+            params.solarize.float()[:, None],
+        ],
+        dim=1,
     )
 
 
+def params_to(params: ViewParams, device: torch.device) -> Tensor:
+    """:func:`pack_params` on ``device``: one host-to-device copy, from pinned memory on a
+    GPU so that it is asynchronous (a copy from pageable memory makes the host wait)."""
+    packed = pack_params(params)
+    if device.type == "cuda":
+        return packed.pin_memory().to(device, non_blocking=True)
+    return packed.to(device)
+
+
+# --------------------------------------------------------------------------- geometry
+def _sampling_grid(
+    packed: Tensor, height: int, width: int, size: int, rotate: bool
+) -> tuple[Tensor, Tensor | None]:
+    """``grid_sample`` grid ``[B, size, size, 2]`` for crop -> rotate -> flip -> resize,
+    and the ``[B, 1, size, size]`` mask of output pixels that rotation brings from
+    outside the crop (torchvision fills them with 0), or ``None`` without rotation.
+
+    Built on the device of ``packed`` (``[B, 18]``, :func:`pack_params`)."""
+    n, device = packed.shape[0], packed.device
+    coords = (torch.arange(size, dtype=torch.float32, device=device) + 0.5) * (2.0 / size) - 1.0
+    sign = 1.0 - 2.0 * packed[:, _FLIP, None, None]  # flip is applied last: undo it first
+    u = coords.view(1, 1, size) * sign  # [B, 1, S]: column (x) of every output pixel
+    v = coords.view(1, size, 1).expand(n, size, 1)  # [B, S, 1]: row (y)
+    outside = None
+    if rotate:
+        # torchvision rotates the resized (square) crop about its centre: undo that.
+        theta = torch.deg2rad(packed[:, _ANGLE, None, None])
+        cos, sin = torch.cos(theta), torch.sin(theta)
+        u, v = cos * u - sin * v, sin * u + cos * v  # both [B, S, S] now
+        outside = ((u.abs() > 1) | (v.abs() > 1))[:, None]
+    top, left, h, w = (t[:, None, None] for t in packed[:, _CROP].unbind(1))
+    # Crop coordinate in [-1, 1] -> source position (pixel edges at integers), clamped to
+    # the crop's outer pixel centres as torchvision's resize of the cut-out crop clamps.
+    x = torch.clamp(left + (u + 1) * w / 2, min=left + 0.5, max=left + w - 0.5)
+    y = torch.clamp(top + (v + 1) * h / 2, min=top + 0.5, max=top + h - 0.5)
+    x, y = x * (2.0 / width) - 1.0, y * (2.0 / height) - 1.0
+    grid = torch.stack(torch.broadcast_tensors(x, y), dim=-1)
+    return grid, outside
+
+
 # ------------------------------------------------------------------------ colour ops
+@functools.lru_cache(maxsize=16)
+def _constant(values: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
+    """A small constant ``[1, len(values), 1, 1]`` on ``device``, made once (a tensor
+    built from Python numbers is a host-to-device copy each time)."""
+    return torch.tensor(values, dtype=dtype).view(1, -1, 1, 1).to(device)
+
+
 def _gray(x: Tensor) -> Tensor:
     """Luma ``[B, 1, H, W]`` of RGB ``[B, 3, H, W]`` (the image itself if one channel)."""
     if x.shape[1] == 1:
         return x
-    r, g, b = x.unbind(1)
-    return (_GRAY_WEIGHTS[0] * r + _GRAY_WEIGHTS[1] * g + _GRAY_WEIGHTS[2] * b).unsqueeze(1)
+    return (x * _constant(_GRAY_WEIGHTS, x.device, x.dtype)).sum(dim=1, keepdim=True)
+
+
+def _per_sample(factor: Tensor) -> Tensor:
+    return factor.view(-1, 1, 1, 1)
 
 
 def _blend(x: Tensor, other: Tensor, factor: Tensor) -> Tensor:
+    """``clamp(f * x + (1 - f) * other)``: ``x`` itself where ``f = 1`` (exactly)."""
     return (factor * x + (1.0 - factor) * other).clamp_(0.0, 1.0)
 
 
 def adjust_brightness(x: Tensor, factor: Tensor) -> Tensor:
     """``clamp(f * x)`` per sample; ``x`` ``[B, C, H, W]`` in [0, 1], ``factor`` ``[B]``."""
-    return (x * factor[:, None, None, None]).clamp_(0.0, 1.0)
+    return (x * _per_sample(factor)).clamp_(0.0, 1.0)
 
 
 def adjust_contrast(x: Tensor, factor: Tensor) -> Tensor:
     """Blend with the mean luma of each image (torchvision's ``adjust_contrast``)."""
     mean = _gray(x).mean(dim=(1, 2, 3), keepdim=True)
-    return _blend(x, mean, factor[:, None, None, None])
+    return _blend(x, mean, _per_sample(factor))
 
 
 def adjust_saturation(x: Tensor, factor: Tensor) -> Tensor:
     """Blend with the per-pixel luma (torchvision's ``adjust_saturation``)."""
-    return _blend(x, _gray(x), factor[:, None, None, None])
+    return _blend(x, _gray(x), _per_sample(factor))
+
+
+# HSV -> RGB in one broadcast formula (channel offsets n = 5, 3, 1 for R, G, B):
+# c = V - V S clamp(min(k, 4 - k), 0, 1) with k = (n + 6 H) mod 6, and V S = max - min.
+_HSV_OFFSETS = (5.0, 3.0, 1.0)
+
+
+def _hue_shift(x: Tensor, turns6: Tensor) -> Tensor:
+    """:func:`adjust_hue` with the shift ``turns6`` ``[B, 1, 1, 1]`` in sixths of a turn."""
+    maxc, largest = x.max(dim=1, keepdim=True)  # [B, 1, H, W]
+    delta = maxc - x.amin(dim=1, keepdim=True)
+    # Hue in sixths: 2 i + (x[i + 1] - x[i - 1]) / delta for the largest channel i. Where
+    # two channels tie for the largest, both formulas give the same hue; where all three
+    # tie, delta = 0 and the output is the grey maxc whatever the hue.
+    spread = (x.roll(-1, dims=1) - x.roll(1, dims=1)).gather(1, largest)
+    h6 = torch.addcdiv(2.0 * largest + turns6, spread, delta.clamp_min(_TINY))
+    k = torch.remainder(h6 + _constant(_HSV_OFFSETS, x.device, x.dtype), 6.0)
+    ramp = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
+    return maxc - delta * ramp
+
+
+_TINY = torch.finfo(torch.float32).tiny
 
 
 def adjust_hue(x: Tensor, factor: Tensor) -> Tensor:
-    """Rotate the hue by ``factor`` turns in HSV, per sample (``factor`` in [-0.5, 0.5])."""
-    r, g, b = x.unbind(1)
-    maxc, _ = x.max(dim=1)
-    minc, _ = x.min(dim=1)
-    delta = maxc - minc
-    safe = torch.where(delta > 0, delta, torch.ones_like(delta))
-    rc, gc, bc = (maxc - r) / safe, (maxc - g) / safe, (maxc - b) / safe
-    hue = torch.where(maxc == r, bc - gc, torch.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
-    hue = torch.where(delta > 0, (hue / 6.0) % 1.0, torch.zeros_like(hue))
-    sat = torch.where(maxc > 0, delta / torch.where(maxc > 0, maxc, torch.ones_like(maxc)), 0.0)
-    hue = (hue + factor[:, None, None]) % 1.0
-    # HSV -> RGB.
-    h6 = hue * 6.0
-    sector = torch.floor(h6).clamp_(0, 5)
-    frac = h6 - sector
-    p = maxc * (1.0 - sat)
-    q = maxc * (1.0 - sat * frac)
-    t = maxc * (1.0 - sat * (1.0 - frac))
-    v = maxc
-    choices = {
-        0: (v, t, p),
-        1: (q, v, p),
-        2: (p, v, t),
-        3: (p, q, v),
-        4: (t, p, v),
-        5: (v, p, q),
-    }
-    out = torch.zeros_like(x)
-    for k, (rr, gg, bb) in choices.items():
-        mask = (sector == k).unsqueeze(1)
-        out = torch.where(mask, torch.stack([rr, gg, bb], dim=1), out)
-    return out
+    """Rotate the hue by ``factor`` turns in HSV, per sample (``factor`` ``[B]`` in
+    [-0.5, 0.5]), as torchvision's ``adjust_hue``; a one-channel image is returned as is.
 
-
-_JITTER_OPS = (adjust_brightness, adjust_contrast, adjust_saturation, adjust_hue)
-
-
-def _apply_to(x: Tensor, index: Tensor, fn, *args: Tensor) -> Tensor:
-    """``x`` with ``fn(x[index], *args[index])`` written back at ``index``.
-
-    ``index`` and ``args`` are host tensors: which samples an op touches is decided on the
-    CPU, so a GPU batch never waits for the host.
+    About 20 whole-batch tensor ops, whatever the batch: RGB -> hue, then the closed form
+    of HSV -> RGB on all three channels at once.
     """
-    if index.numel() == 0:
+    if x.shape[1] == 1:
         return x
-    idx = index.to(x.device, non_blocking=True)
-    picked = (a.index_select(0, index).to(x.device, non_blocking=True) for a in args)
-    part = fn(x.index_select(0, idx), *picked)
-    return x.index_copy(0, idx, part)
+    return _hue_shift(x, 6.0 * _per_sample(factor))
+
+
+def _gaussian_kernels(sigma: Tensor, kernel_size: int) -> Tensor:
+    """``[B, k]`` normalised Gaussian taps; the identity tap ``[0, .., 1, .., 0]`` where
+    ``sigma <= 0`` (a blur that leaves the image exactly as it is)."""
+    half = (kernel_size - 1) / 2
+    pos = torch.linspace(-half, half, kernel_size, device=sigma.device)
+    on = (sigma > 0)[:, None]
+    safe = torch.where(on, sigma[:, None], 1.0)
+    kernel = torch.exp(-0.5 * (pos[None, :] / safe) ** 2)
+    kernel = kernel / kernel.sum(dim=1, keepdim=True)
+    return torch.where(on, kernel, (pos == 0).to(kernel.dtype))
 
 
 def gaussian_blur(x: Tensor, sigma: Tensor, kernel_size: int) -> Tensor:
@@ -264,20 +320,46 @@ def gaussian_blur(x: Tensor, sigma: Tensor, kernel_size: int) -> Tensor:
 
     Args:
         x: ``[B, C, H, W]``.
-        sigma: ``[B]`` standard deviations (> 0).
+        sigma: ``[B]`` standard deviations; ``0`` leaves that sample unchanged.
         kernel_size: Odd kernel side.
     """
     b, c, hgt, wid = x.shape
-    half = (kernel_size - 1) / 2
-    pos = torch.linspace(-half, half, kernel_size, device=x.device)
-    kernel = torch.exp(-0.5 * (pos[None, :] / sigma[:, None]) ** 2)
-    kernel = kernel / kernel.sum(dim=1, keepdim=True)  # [B, k]
-    kernel = kernel.repeat_interleave(c, dim=0)  # [B*C, k]
+    kernel = _gaussian_kernels(sigma.to(x.device, x.dtype), kernel_size)
+    kernel = kernel[:, None, :].expand(b, c, kernel_size).reshape(b * c, kernel_size)
     pad = kernel_size // 2
     y = F.pad(x.reshape(1, b * c, hgt, wid), (pad, pad, pad, pad), mode="reflect")
     y = F.conv2d(y, kernel[:, None, None, :], groups=b * c)
     y = F.conv2d(y, kernel[:, None, :, None], groups=b * c)
     return y.reshape(b, c, hgt, wid)
+
+
+class _JitterPlan:
+    """What each of the four jitter positions does to each sample, as ``[B, 4, 1, 1, 1]``
+    device tensors (sample, position), from the packed parameters ``[B, 18]``.
+
+    Brightness, contrast and saturation are one blend
+    ``clamp(f x + (1 - f) w_c mean_luma + (1 - f) w_s luma)`` with ``(w_c, w_s)`` = (0, 0),
+    (1, 0) or (0, 1): brightness, contrast, saturation; ``f = 1`` (the identity, exactly)
+    where the sample's op at that position is hue or jitter is off. Hue is masked.
+    """
+
+    def __init__(self, packed: Tensor) -> None:
+        order = packed[:, _ORDER]  # [B, 4]: the op at each position
+        factors = packed[:, _FACTORS].gather(1, order.long())  # that op's factor
+        on = packed[:, _JITTER, None] > 0.5
+        # An op of strength 0 (which ColorJitter leaves out) has the factor 1 (0 for hue,
+        # which the caller then skips): its blend is exactly the identity.
+        blend = torch.where(on & (order < HUE), factors, 1.0)
+        rest = 1.0 - blend
+
+        def per_sample(t: Tensor) -> Tensor:
+            return t.view(-1, 4, 1, 1, 1)
+
+        self.blend = per_sample(blend)
+        self.mean_weight = per_sample(rest * (on & (order == CONTRAST)))
+        self.gray_weight = per_sample(rest * (on & (order == SATURATION)))
+        self.hue_on = per_sample(on & (order == HUE))
+        self.hue = per_sample(torch.where(self.hue_on.view(-1, 4), 6.0 * factors, 0.0))
 
 
 class BatchAugmentation(nn.Module):
@@ -313,7 +395,8 @@ class BatchAugmentation(nn.Module):
         strengths = (augmentation.brightness, augmentation.contrast)
         strengths += (augmentation.saturation, augmentation.hue)
         # Ops of strength 0 are left out, as ColorJitter leaves them out (factor None).
-        self._jitter_ops = [op for op, s in enumerate(strengths) if s > 0]
+        self._jitter = augmentation.jitter_p > 0 and any(s > 0 for s in strengths)
+        self._hue = augmentation.hue > 0
         self.blur_kernel = augmentation.blur_kernel_side  # as SimCLRAugmentation.build
 
     def sample(self, n: int, height: int, width: int) -> ViewParams:
@@ -341,20 +424,34 @@ class BatchAugmentation(nn.Module):
         return list(self.apply(batch, params).chunk(n_views))
 
     def apply(self, images: Tensor, params: ViewParams) -> Tensor:
-        """Apply drawn ``params`` to ``images`` ``[B, C, H, W]``; float32 ``[B, C, S, S]``."""
+        """Apply drawn ``params`` to ``images`` ``[B, C, H, W]``; float32 ``[B, C, S, S]``.
+
+        The parameters reach the device in one copy (pinned on a GPU); every op then runs
+        on the whole batch with per-sample factors and masks, so the host only queues
+        work: no host read of a device value, no per-op transfer, no subset indexing.
+        """
+        packed = params_to(params, images.device)
         x = images.float()
         if images.dtype == torch.uint8:
             x = x / 255.0
-        x = self.geometry(x, params)
-        x = self.colour(x, params)
+        x = self._geometry(x, packed)
+        x = self._colour(x, packed)
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
     def geometry(self, x: Tensor, params: ViewParams) -> Tensor:
         """Crop, rotate, flip and resize ``[B, C, H, W]`` to ``[B, C, S, S]``."""
+        return self._geometry(x, params_to(params, x.device))
+
+    def colour(self, x: Tensor, params: ViewParams) -> Tensor:
+        """Jitter (random order per sample), grayscale, blur and solarise ``[B, C, S, S]``."""
+        return self._colour(x, params_to(params, x.device))
+
+    def _geometry(self, x: Tensor, packed: Tensor) -> Tensor:
         size = self.augmentation.crop_size
         height, width = x.shape[-2:]
         factor = max(1, math.ceil(max(height, width) / (2 * size))) if self.antialias else 1
-        grid, outside = _sampling_grid(params, height, width, size * factor, x.device)
+        rotate = self.augmentation.rotation != 0
+        grid, outside = _sampling_grid(packed, height, width, size * factor, rotate)
         out = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
         if outside is not None:
             out = out.masked_fill(outside, 0.0)
@@ -362,21 +459,28 @@ class BatchAugmentation(nn.Module):
             out = F.avg_pool2d(out, factor)
         return out
 
-    def colour(self, x: Tensor, params: ViewParams) -> Tensor:
-        """Jitter (random order per sample), grayscale, blur and solarise ``[B, C, S, S]``."""
-        for position in range(4):
-            for op in self._jitter_ops:
-                chosen = params.jitter & (params.order[:, position] == op)
-                index = chosen.nonzero().squeeze(1)
-                x = _apply_to(x, index, _JITTER_OPS[op], params.factors[:, op])
-        if x.shape[1] == 3:
-            x = _apply_to(x, params.gray.nonzero().squeeze(1), lambda t: _gray(t).expand_as(t))
-        blur = (params.blur_sigma > 0).nonzero().squeeze(1)
-        x = _apply_to(
-            x, blur, lambda t, s: gaussian_blur(t, s, self.blur_kernel), params.blur_sigma
-        )
-        solar = params.solarize.nonzero().squeeze(1)
-        return _apply_to(x, solar, lambda t: torch.where(t >= 0.5, 1.0 - t, t))
+    def _colour(self, x: Tensor, packed: Tensor) -> Tensor:
+        aug, rgb = self.augmentation, x.shape[1] == 3
+        if self._jitter:
+            plan = _JitterPlan(packed)
+            for i in range(4):  # the jitter positions, each op in its sample's order
+                luma = _gray(x)
+                other = torch.addcmul(
+                    plan.mean_weight[:, i] * luma.mean((1, 2, 3), True),
+                    plan.gray_weight[:, i],
+                    luma,
+                )
+                x = torch.addcmul(other, plan.blend[:, i], x).clamp_(0.0, 1.0)
+                if self._hue and rgb:
+                    x = torch.where(plan.hue_on[:, i], _hue_shift(x, plan.hue[:, i]), x)
+        if rgb and aug.grayscale_p > 0:
+            x = torch.where(_per_sample(packed[:, _GRAY] > 0.5), _gray(x).expand_as(x), x)
+        if aug.blur_p > 0:
+            x = gaussian_blur(x, packed[:, _SIGMA], self.blur_kernel)
+        if aug.solarize_p > 0:
+            solar = _per_sample(packed[:, _SOLAR] > 0.5) & (x >= 0.5)
+            x = torch.where(solar, 1.0 - x, x)
+        return x
 
     def extra_repr(self) -> str:
         return f"{self.augmentation}, seed={self.seed}"
