@@ -18,6 +18,8 @@ from torch.optim import Optimizer
 
 from ncl_lightning.runtime.errors import ConfigError
 
+_Split = tuple[list[Tensor], list[Tensor]]  # (adapted, other) parameters
+
 
 class LARS(Optimizer):
     """SGD + momentum with layer-wise adaptive rate scaling (You et al., 2017).
@@ -28,8 +30,18 @@ class LARS(Optimizer):
       else ``1``; with ``clip_lr`` the ratio becomes ``min(ratio / lr, 1)`` so the
       adaptive rate never exceeds the global learning rate (SimCLR / solo-learn).
     * ``d = (g + weight_decay * p) * ratio``
-    * ``buf = momentum * buf + d``; ``d = d + momentum * buf`` (Nesterov) or ``buf``
+    * ``buf = momentum * buf + d`` (``buf = d`` on the first step); ``d = d + momentum *
+      buf`` (Nesterov) or ``buf``
     * ``p = p - lr * d``
+
+    Multi-tensor: :meth:`step` updates all the parameters of a group (per device and
+    dtype) with a constant number of ``torch._foreach_*`` calls, whatever the number of
+    tensors, and never synchronises with the host: the norms come from one
+    ``_foreach_norm`` and the trust ratios of all adapted tensors are computed at once on
+    the device. Parameters whose ``grad`` is ``None`` are skipped (no state is created);
+    the momentum buffer is ``state["momentum_buffer"]``, as in the per-tensor version, so
+    its checkpoints load. Scaling by the ``k`` ratios is one ``_foreach_mul_`` call, whose
+    CUDA kernels torch launches per tensor from C++ (0-d factors miss its fused path).
 
     Groups with ``lars_exclude=True`` (e.g. biases and normalisation parameters, or a
     linear-probe head) skip the trust ratio and get plain SGD with momentum and their
@@ -83,7 +95,7 @@ class LARS(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        """Perform one optimisation step.
+        """Perform one optimisation step: a few ``torch._foreach_*`` calls per group.
 
         Args:
             closure: Optional callable that re-evaluates the model and returns the loss.
@@ -95,42 +107,73 @@ class LARS(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-
         for group in self.param_groups:
-            lr, wd, momentum = group["lr"], group["weight_decay"], group["momentum"]
+            # (device, dtype) -> (adapted, other): torch's foreach optimisers group alike.
+            buckets: dict[tuple[torch.device, torch.dtype], _Split] = {}
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                grad = p.grad
-                update = grad.add(p, alpha=wd) if wd != 0.0 else grad.clone()
-
                 adapt = not group["lars_exclude"] and not (
                     group["exclude_bias_n_norm"] and p.ndim <= 1
                 )
-                if adapt:
-                    update.mul_(self._trust_ratio(p, grad, lr, wd, group["eta"], group["clip_lr"]))
-
-                if momentum != 0.0:
-                    state = self.state[p]
-                    buf = state.get("momentum_buffer")
-                    if buf is None:
-                        buf = state["momentum_buffer"] = update.clone()
-                    else:
-                        buf.mul_(momentum).add_(update)
-                    update = update.add(buf, alpha=momentum) if group["nesterov"] else buf
-
-                p.add_(update, alpha=-lr)
+                buckets.setdefault((p.device, p.dtype), ([], []))[0 if adapt else 1].append(p)
+            for adapted, other in buckets.values():
+                self._update(group, adapted + other, len(adapted))
         return loss
 
+    def _update(self, group: dict[str, Any], params: list[Tensor], k: int) -> None:
+        """Update ``params`` (one device and dtype) in place without host synchronisation.
+
+        Args:
+            group: Their parameter group (``lr``, ``weight_decay``, ... as Python values).
+            params: ``n`` parameters with a ``grad``, the ``k`` adapted ones first.
+            k: How many of ``params`` get the trust ratio.
+        """
+        grads: list[Tensor] = [p.grad for p in params]  # type: ignore[misc]
+        lr, wd, momentum = group["lr"], group["weight_decay"], group["momentum"]
+        # ``updates`` aliases the gradients (read-only) until an op makes new tensors.
+        updates = torch._foreach_add(grads, params, alpha=wd) if wd != 0.0 else list(grads)
+        if k:
+            norms = torch.stack(torch._foreach_norm(params[:k] + grads[:k])).view(2, k)
+            ratios = self._trust_ratios(norms, lr, wd, group["eta"], group["clip_lr"])
+            if wd != 0.0:
+                torch._foreach_mul_(updates[:k], list(ratios.unbind()))
+            else:
+                updates[:k] = torch._foreach_mul(updates[:k], list(ratios.unbind()))
+        if momentum != 0.0:
+            states = [self.state[p] for p in params]
+            had = [i for i, s in enumerate(states) if s.get("momentum_buffer") is not None]
+            if had:
+                bufs = [states[i]["momentum_buffer"] for i in had]
+                torch._foreach_mul_(bufs, momentum)
+                torch._foreach_add_(bufs, [updates[i] for i in had])
+            for state, update in zip(states, updates, strict=True):
+                if state.get("momentum_buffer") is None:  # this parameter's first step
+                    state["momentum_buffer"] = update.clone()
+            bufs = [s["momentum_buffer"] for s in states]
+            if group["nesterov"]:
+                updates = torch._foreach_add(updates, bufs, alpha=momentum)
+            else:
+                updates = bufs
+        torch._foreach_add_(params, updates, alpha=-lr)
+
     @staticmethod
-    def _trust_ratio(
-        p: Tensor, grad: Tensor, lr: float, wd: float, eta: float, clip_lr: bool
-    ) -> Tensor:
-        """Layer-wise rate as a 0-d tensor (no host sync: everything stays on device)."""
-        p_norm = torch.linalg.vector_norm(p)
-        g_norm = torch.linalg.vector_norm(grad)
+    def _trust_ratios(norms: Tensor, lr: float, wd: float, eta: float, clip_lr: bool) -> Tensor:
+        """Layer-wise rates of ``k`` tensors at once, on the device (no host sync).
+
+        Args:
+            norms: ``(2, k)``: row 0 the parameter norms ``||p||``, row 1 ``||g||``.
+            lr: The group's learning rate.
+            wd: The group's weight decay.
+            eta: Trust coefficient.
+            clip_lr: Clip at the global learning rate: ``min(ratio / lr, 1)`` (if lr > 0).
+
+        Returns:
+            ``(k,)``: ``eta * ||p|| / (||g|| + wd * ||p||)``, or ``1`` where a norm is 0.
+        """
+        p_norm, g_norm = norms.unbind()
         ratio = eta * p_norm / (g_norm + wd * p_norm)
-        ratio = torch.where((p_norm > 0) & (g_norm > 0), ratio, torch.ones_like(ratio))
+        ratio = torch.where((norms > 0).all(dim=0), ratio, 1.0)
         if clip_lr and lr > 0.0:
             ratio = torch.clamp(ratio / lr, max=1.0)
         return ratio
