@@ -20,6 +20,7 @@ checks learning rates and the fit of model and data before training.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
 import torch
@@ -192,21 +193,33 @@ class SSLMethod(TrainableModule):
         if self.online is not None:
             probe_loss, logits = self.online.probe_loss(encoded[0].h, y)
             loss = loss + probe_loss
-        if not self.loss_is_finite(loss):  # raises under nonfinite_loss: stop
+        # Judged on the device; the guard reads the verdict at the start of the next batch
+        # and undoes this one if it was not finite (no host synchronisation here).
+        if not self.check_finite_later(loss):  # False only without a trainer
             return self.skipped_step_loss()  # no bank, metric or log update from this batch
         # The batch losses are this rank's: sync_dist=True logs their mean over the ranks
         # (the loss of the global batch when the shards are equal). The accuracies are
-        # torchmetrics Metrics, which reduce their own states over the ranks.
-        self.log("train/objective", objective, prog_bar=True, sync_dist=True)
+        # torchmetrics Metrics, which reduce their own states over the ranks. A batch found
+        # non-finite later has its values in the log (they show what went wrong) but not
+        # in the kNN bank or the accuracy. The progress bar shows the epoch's mean
+        # objective: a per-step value there would be read on the host every step.
+        self.log("train/objective", objective, sync_dist=True)
+        self.log("objective", objective, prog_bar=True, logger=False, on_step=False,
+                 on_epoch=True, sync_dist=True)  # fmt: skip
         if self._train_logs:
             self.log_dict(self._train_logs, sync_dist=True)
         if self.online is not None:
-            self.online.add_to_bank(encoded[0].h, y)
-            self.train_acc(logits, y)
+            self.after_finite_step(partial(self._online_updates, encoded[0].h, logits, y))
             self.log("train/probe_loss", probe_loss, sync_dist=True)
             self.log("train/online_acc", self.train_acc, on_step=False, on_epoch=True)
         self.log("train/loss", loss, sync_dist=True)
         return loss
+
+    @torch.no_grad()
+    def _online_updates(self, h: Tensor, logits: Tensor, y: Tensor) -> None:
+        """A finite batch's features into the kNN bank and its probe accuracy."""
+        self.online.add_to_bank(h, y)
+        self.train_acc.update(logits.detach(), y)
 
     def on_train_epoch_start(self) -> None:
         if self.online is not None:

@@ -49,6 +49,7 @@ step: ``global_step`` and a step-interval LR schedule advance as for any batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -60,6 +61,7 @@ from torch import Tensor, nn
 
 from ncl_lightning.runtime.errors import NonFiniteLossError
 from ncl_lightning.runtime.internals import batch_index
+from ncl_lightning.runtime.rollback import StepSnapshot, Verdict
 from ncl_lightning.runtime.validation import check_positive
 
 NonFiniteLoss = Literal["stop", "skip"]
@@ -72,6 +74,9 @@ HINT = "set model.init_args.nonfinite_loss: skip to skip such batches"
 _BUFFER, _LOSS_INF, _LOSS_NAN, _PARAMETER = 1.0, 2.0, 3.0, 4.0
 # Codes of the gradient check.
 _GRAD_ABOVE_LIMIT, _GRAD_NONFINITE = 1.0, 2.0
+# A deferred step's one code: 10 x the training-step code, else the gradient code (a loss
+# that is not finite is what the user sees, as in the immediate checks).
+_LOSS_SCALE = 10.0
 
 
 def check_grad_norm_limit(value: float | None) -> None:
@@ -91,6 +96,31 @@ def _first_nonfinite(named: list[tuple[str, Tensor]]) -> tuple[str, str] | None:
         if not torch.isfinite(t).all():
             return name, "nan" if t.isnan().any() else "inf"
     return None
+
+
+def _loss_code(module: nn.Module, value: Tensor) -> Tensor:
+    """The training-step check's code on the device: loss, then parameters and buffers."""
+    code = torch.where(
+        value.isnan().any(), _LOSS_NAN, torch.where(value.isinf().any(), _LOSS_INF, 0.0)
+    ).float()
+    params, buffers = _checked_tensors(module)
+    for named, bad in ((params, _PARAMETER), (buffers, _BUFFER)):
+        if named:
+            finite = _max_abs([t for _, t in named]).isfinite()
+            code = torch.maximum(code, torch.where(finite, 0.0, bad).to(code))
+    return code
+
+
+def _describe_loss(flag: float, value: Tensor | None, buffers: list[tuple[str, Tensor]]) -> str:
+    """``non-finite loss (nan)`` or ``non-finite buffer <name> (inf)`` for code ``flag``."""
+    if flag == _BUFFER:
+        culprit = _first_nonfinite(buffers)
+        what = f"buffer {culprit[0]} ({culprit[1]})" if culprit else "buffer on another rank"
+    elif value is not None and value.numel() == 1 and not value.isfinite().all():
+        what = f"loss ({value.float().item()})"  # "nan", "inf" or "-inf" of this rank
+    else:  # this rank's loss is fine; another's is not
+        what = f"loss ({'nan' if flag == _LOSS_NAN else 'inf'})"
+    return f"non-finite {what}"
 
 
 @runtime_checkable
@@ -171,14 +201,24 @@ class NonFiniteGuard(Callback):
         self._skipped_since_step = 0  # micro-batches since the last optimiser step, skipped ...
         self._finite_since_step = 0  # ... and finite
         self._buffer_copy: list[Tensor] | None = None
+        # The deferred check (check_loss_later): this batch's code and effects, and the
+        # verdict of the last batch, read at the start of the next one.
+        self._code: Tensor | None = None
+        self._loss: Tensor | None = None
+        self._effects: list[Callable[[], None]] = []
+        self._pending: Verdict | None = None
+        self._snapshot = StepSnapshot()
+        self._unlogged_skip = False
 
     # -- buffers ----------------------------------------------------------------------
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        """Copy the buffers, to restore them if this batch's loss is not finite."""
+        """Judge the previous batch (deferred check), then copy the buffers, to restore
+        them if this batch is not finite."""
         if not isinstance(pl_module, GuardedModule):
             return
+        self.resolve(trainer, pl_module)
         buffers = [b.detach() for b in pl_module.buffers()]
         copy = self._buffer_copy
         if copy is not None and [(c.device, c.dtype, c.shape) for c in copy] == [
@@ -213,38 +253,95 @@ class NonFiniteGuard(Callback):
                 that an earlier optimiser step made non-finite.
         """
         value = loss.detach()
-        code = torch.where(
-            value.isnan().any(), _LOSS_NAN, torch.where(value.isinf().any(), _LOSS_INF, 0.0)
-        ).float()
-        params, buffers = _checked_tensors(module)
-        for named, bad in ((params, _PARAMETER), (buffers, _BUFFER)):
-            if named:
-                finite = _max_abs([t for _, t in named]).isfinite()
-                code = torch.maximum(code, torch.where(finite, 0.0, bad).to(code))
+        code = _loss_code(module, value)
         trainer = module._trainer
         flag = _agree(trainer, code)
         if flag == 0:
             self._finite_since_step += 1
             return True
+        params, buffers = _checked_tensors(module)
         if flag == _PARAMETER:
             self._raise_nonfinite_parameter(trainer, params)
+        what = _describe_loss(flag, value, buffers)
         self._restore_buffers(module)
-        if flag == _BUFFER:
-            culprit = _first_nonfinite(buffers)
-            what = f"buffer {culprit[0]} ({culprit[1]})" if culprit else "buffer on another rank"
-        elif value.numel() == 1 and not value.isfinite().all():
-            what = f"loss ({value.float().item()})"  # "nan", "inf" or "-inf" of this rank
-        else:  # this rank's loss is fine; another's is not
-            what = f"loss ({'nan' if flag == _LOSS_NAN else 'inf'})"
-        return self._skip_or_stop(module, f"non-finite {what}")
+        return self._skip_or_stop(module, what)
+
+    # -- the deferred check -------------------------------------------------------------
+    def check_loss_later(self, module: L.LightningModule, loss: Tensor) -> None:
+        """:meth:`check_loss` without waiting: the check runs on the device and its verdict
+        is read at the start of the next batch (:meth:`resolve`), which then stops or
+        skips as :meth:`check_loss` would, after putting back the weights, the optimiser
+        state and the buffers as they were before this batch. No host synchronisation.
+
+        Args:
+            module: The module whose training step computed ``loss``.
+            loss: The step's loss (any tensor whose elements must be finite).
+        """
+        value = loss.detach()
+        code = _LOSS_SCALE * _loss_code(module, value)
+        self._code = code if self._code is None else torch.maximum(self._code, code)
+        self._loss = value
+
+    def after_finite(self, effect: Callable[[], None]) -> None:
+        """Run ``effect`` once this batch is known to be finite (at once, without a deferred
+        check in this batch); dropped if it is not. For what a skipped batch must not
+        change and nothing reads before the next batch: the kNN bank, training metrics."""
+        if self._code is None:
+            effect()
+        else:
+            self._effects.append(effect)
+
+    def _publish(self, trainer: L.Trainer, code: Tensor, stepped: bool) -> None:
+        """Agree on ``code`` over the ranks (on the device) and send it to the host."""
+        if trainer.world_size > 1:
+            code = trainer.strategy.reduce(code, reduce_op="max")
+        verdict = Verdict(_where(trainer), stepped, self._effects, self._loss)
+        verdict.publish(code)
+        self._pending, self._code, self._loss, self._effects = verdict, None, None, []
+
+    def resolve(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        """Read the verdict of the last deferred batch: run its effects if it was finite;
+        otherwise put back the weights, optimiser state and buffers from before it, and
+        stop or skip as the immediate checks do. Called at the start of every batch, before
+        validation and checkpoints, and at the end of an epoch and of training."""
+        verdict, self._pending = self._pending, None
+        if verdict is None:
+            return
+        flag = verdict.read()
+        if flag == 0:
+            for effect in verdict.effects:
+                effect()
+            return
+        params, buffers = _checked_tensors(module)
+        if flag >= _LOSS_SCALE:
+            flag /= _LOSS_SCALE
+            if flag == _PARAMETER:  # made so by the step before: name it as it found them
+                if verdict.stepped:
+                    for optimizer in trainer.optimizers:
+                        self._snapshot.restore(optimizer)
+                self._raise_nonfinite_parameter(trainer, params, verdict.where)
+            what = _describe_loss(flag, verdict.loss, buffers)
+        else:
+            what = self._describe_gradients(flag, module)
+        if verdict.stepped:
+            for optimizer in trainer.optimizers:
+                self._snapshot.restore(optimizer)
+            module.last_step_skipped = True  # type: ignore[attr-defined]
+        else:  # a micro-batch of an accumulation window: the window's gradients go
+            for p in module.parameters():
+                p.grad = None
+        self._restore_buffers(module)
+        self._unlogged_skip = module.nonfinite_loss == "skip"  # type: ignore[attr-defined]
+        self._skip_or_stop(module, what, verdict.where, log=False)
 
     @staticmethod
     def _raise_nonfinite_parameter(
-        trainer: L.Trainer | None, named: list[tuple[str, Tensor]]
+        trainer: L.Trainer | None, named: list[tuple[str, Tensor]], where: str | None = None
     ) -> None:
         culprit = _first_nonfinite(named)
         what = f"parameter {culprit[0]} ({culprit[1]})" if culprit else "parameter on another rank"
-        where = _where(trainer) if trainer is not None else "training_step"
+        if where is None:
+            where = _where(trainer) if trainer is not None else "training_step"
         raise NonFiniteLossError(
             f"non-finite {what} at {where}, from an optimiser step with finite gradients; "
             "training stopped; no finite state left to save: resume from an earlier "
@@ -252,17 +349,13 @@ class NonFiniteGuard(Callback):
         )
 
     # -- gradients --------------------------------------------------------------------
-    def _gradients_are_fine(self, trainer: L.Trainer, module: L.LightningModule) -> bool:
-        """``True`` when the gradient norm is finite (unless a ``GradScaler`` handles that)
-        and within ``grad_norm_limit`` on every rank; otherwise stop or skip.
-
-        One host synchronisation (and one small all-reduce under DDP).
-        """
-        named = [(n, p.grad) for n, p in module.named_parameters() if p.grad is not None]
-        if not named:
-            return True
-        norms = torch.stack(torch._foreach_norm([g for _, g in named])).float()
-        total = torch.linalg.vector_norm(norms)
+    @staticmethod
+    def _grad_code(trainer: L.Trainer, module: L.LightningModule) -> Tensor | None:
+        """The gradient check's code on the device (``None`` without gradients)."""
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        if not grads:
+            return None
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
         limit = module.grad_norm_limit  # type: ignore[attr-defined]
         scaled = getattr(trainer.precision_plugin, "scaler", None) is not None
         finite = total.isfinite()
@@ -271,29 +364,58 @@ class NonFiniteGuard(Callback):
             code = torch.maximum(
                 code, torch.where(finite & (total > limit), _GRAD_ABOVE_LIMIT, 0.0)
             )
+        return code
+
+    @staticmethod
+    def _describe_gradients(flag: float, module: L.LightningModule) -> str:
+        """What was wrong with the gradients (read on the host: a fault is rare)."""
+        named = [(n, p.grad) for n, p in module.named_parameters() if p.grad is not None]
+        culprit = _first_nonfinite(named)
+        if culprit is not None:
+            return f"non-finite gradient of {culprit[0]} ({culprit[1]})"
+        norms = torch.stack(torch._foreach_norm([g for _, g in named])).float()
+        largest = int(norms.nan_to_num(posinf=0.0).argmax())
+        name = f"largest: {named[largest][0]} {float(norms[largest]):.3g}"
+        if flag == _GRAD_NONFINITE:
+            return f"non-finite gradient norm (overflow; {name})"
+        total, limit = float(torch.linalg.vector_norm(norms)), module.grad_norm_limit  # type: ignore[attr-defined]
+        return f"gradient norm {total:.3g} above grad_norm_limit {limit} ({name})"
+
+    def _gradients_are_fine(self, trainer: L.Trainer, module: L.LightningModule) -> bool:
+        """``True`` when the gradient norm is finite (unless a ``GradScaler`` handles that)
+        and within ``grad_norm_limit`` on every rank; otherwise stop or skip.
+
+        One host synchronisation (and one small all-reduce under DDP).
+        """
+        code = self._grad_code(trainer, module)
+        if code is None:
+            return True
         flag = _agree(trainer, code)
         if flag == 0:
             return True
         self._restore_buffers(module)
-        culprit = _first_nonfinite(named)
-        if culprit is not None:
-            what = f"non-finite gradient of {culprit[0]} ({culprit[1]})"
-        else:
-            largest = int(norms.nan_to_num(posinf=0.0).argmax())
-            name = f"largest: {named[largest][0]} {float(norms[largest]):.3g}"
-            if flag == _GRAD_NONFINITE:
-                what = f"non-finite gradient norm (overflow; {name})"
-            else:
-                what = f"gradient norm {float(total):.3g} above grad_norm_limit {limit} ({name})"
-        return self._skip_or_stop(module, what)
+        return self._skip_or_stop(module, self._describe_gradients(flag, module))
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         """Check the gradients; drop them when every batch since the last step was skipped
         (or the gradients are skipped now), so the optimiser moves nothing: no momentum,
-        weight decay or moment update. Sets the module's ``last_step_skipped``."""
+        weight decay or moment update. Sets the module's ``last_step_skipped``.
+
+        After a deferred check (:meth:`check_loss_later`) nothing is decided here: the
+        gradient code joins the batch's code, the weights and optimiser state are copied
+        (:class:`~ncl_lightning.runtime.rollback.StepSnapshot`) and the verdict goes to the
+        host, to be read at the start of the next batch."""
         if not isinstance(pl_module, GuardedModule):
+            return
+        if self._code is not None:
+            code = self._grad_code(trainer, pl_module)
+            if code is not None:
+                self._code = torch.maximum(self._code, code)
+            self._snapshot.take(pl_module, optimizer)
+            self._publish(trainer, self._code, stepped=True)
+            pl_module.last_step_skipped = False
             return
         skipped = self._skipped_since_step > 0 and self._finite_since_step == 0
         if not skipped and not self._gradients_are_fine(trainer, pl_module):
@@ -305,22 +427,39 @@ class NonFiniteGuard(Callback):
                     p.grad = None
         self._skipped_since_step = self._finite_since_step = 0
 
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any
+    ) -> None:
+        """Send the verdict of a deferred micro-batch that did not step the optimiser
+        (gradient accumulation), and log a skip found at the start of this batch."""
+        if self._code is not None:
+            self._publish(trainer, self._code, stepped=False)
+        if self._unlogged_skip:
+            self._log_skips(pl_module)
+
     # -- stop or skip -----------------------------------------------------------------
-    def _skip_or_stop(self, module: L.LightningModule, what: str) -> bool:
+    def _log_skips(self, module: L.LightningModule) -> None:
+        self._unlogged_skip = False
+        module.log(
+            "train/skipped_nonfinite",
+            float(self.skipped_total),
+            on_step=False,
+            on_epoch=True,
+            reduce_fx="max",
+            sync_dist=True,
+        )
+
+    def _skip_or_stop(
+        self, module: L.LightningModule, what: str, where: str | None = None, log: bool = True
+    ) -> bool:
         """Count a skip and return ``False`` (``nonfinite_loss: skip``), or save the last
         finite state and raise ``NonFiniteLossError("<what> at step ...")``."""
         if module.nonfinite_loss == "skip":  # type: ignore[attr-defined]
             self._skipped_since_step += 1
             self.skipped_total += 1
             self._skipped_epoch += 1
-            module.log(
-                "train/skipped_nonfinite",
-                float(self.skipped_total),
-                on_step=False,
-                on_epoch=True,
-                reduce_fx="max",
-                sync_dist=True,
-            )
+            if log:
+                self._log_skips(module)
             return False
         trainer = module._trainer
         if trainer is None:
@@ -328,11 +467,20 @@ class NonFiniteGuard(Callback):
         path = last_finite_path(trainer)
         trainer.save_checkpoint(path)  # collective: every rank calls it, rank 0 writes
         raise NonFiniteLossError(
-            f"{what} at {_where(trainer)}; training stopped; last finite state "
+            f"{what} at {where or _where(trainer)}; training stopped; last finite state "
             f"saved to {path}; {HINT}"
         )
 
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Judge the last deferred batch before validation reads the kNN bank."""
+        if isinstance(pl_module, GuardedModule):
+            self.resolve(trainer, pl_module)
+
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if isinstance(pl_module, GuardedModule):
+            self.resolve(trainer, pl_module)  # before the epoch's metrics are computed
+            if self._unlogged_skip:
+                self._log_skips(pl_module)
         if self._skipped_epoch:
             rank_zero_warn(
                 f"epoch {trainer.current_epoch}: skipped {self._skipped_epoch} batch(es) with "
@@ -341,9 +489,23 @@ class NonFiniteGuard(Callback):
             )
         self._skipped_epoch = 0
 
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if isinstance(pl_module, GuardedModule):
+            self.resolve(trainer, pl_module)
+
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
+        """Judge a pending batch before its state is saved; a skipped one is taken out of
+        the checkpoint (weights and optimiser state as they were before it); a stop raises
+        here, so the checkpoint with the non-finite step is never written."""
+        if self._pending is not None and isinstance(pl_module, GuardedModule):
+            self.resolve(trainer, pl_module)  # stop: saves last-finite.ckpt and raises
+            if pl_module.last_step_skipped:
+                checkpoint["state_dict"] = trainer.strategy.lightning_module_state_dict()
+                checkpoint["optimizer_states"] = [
+                    trainer.strategy.optimizer_state(o) for o in trainer.optimizers
+                ]
         checkpoint[CHECKPOINT_KEY] = self.skipped_total
 
     def on_load_checkpoint(

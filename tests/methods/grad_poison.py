@@ -37,6 +37,9 @@ class Poison(L.Callback):
                 dict(module.named_parameters())[self.target].view(-1)[0] = self.value
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        # The guard judges the last batch at the start of this one: let it (and put back
+        # what a non-finite batch changed) before recording, whichever callback runs first.
+        module.nonfinite_guard().resolve(trainer, module)
         if self.record and batch_idx in (self.step, self.step + 1):
             state = {k: v.detach().clone() for k, v in module.state_dict().items()}
             for i, s in enumerate(trainer.optimizers[0].state.values()):
