@@ -33,12 +33,12 @@ from ncl_lightning.optim import scale_lr as scaled
 from ncl_lightning.optim.batch_report import batch_layout, describe_batch
 from ncl_lightning.runtime.defaults import missing_callbacks
 from ncl_lightning.runtime.errors import ConfigError, UsageError
+from ncl_lightning.runtime.finite_checks import zero_loss
 from ncl_lightning.runtime.guard import (
     NONFINITE_CHOICES,
     NonFiniteGuard,
     NonFiniteLoss,
     check_grad_norm_limit,
-    zero_loss,
 )
 from ncl_lightning.runtime.internals import build_train_loader, built_by_cli, record_hparams
 from ncl_lightning.runtime.record import RECORD_KEY, make_record, spec_of

@@ -3,9 +3,10 @@ loss or gradient: stop with a checkpoint, or skip.
 
 Every trainable module of the package (:class:`~ncl_lightning.methods.TrainableModule`:
 :class:`~ncl_lightning.methods.SSLMethod`, :class:`~ncl_lightning.methods.Classifier`)
-takes ``nonfinite_loss`` and calls ``self.loss_is_finite(loss)`` in its training step,
-which hands the check to this callback (``ncl-cli`` installs it, and a plain
-``Trainer`` gets it from the module's ``configure_callbacks``):
+takes ``nonfinite_loss`` and calls ``self.check_finite_later(loss)`` (or
+``self.loss_is_finite(loss)``) in its training step, which hands the check to this
+callback (``ncl-cli`` installs it, and a plain ``Trainer`` gets it from the module's
+``configure_callbacks``):
 
 * ``stop`` (default): the weights are still the last finite state (no backward has run
   for this loss), so they are saved to ``last-finite.ckpt`` beside the run's checkpoints
@@ -32,11 +33,34 @@ skips the step and lowers the scale); only ``grad_norm_limit`` applies. A parame
 already non-finite when a batch starts (an optimiser step made it so from finite
 gradients) ends training under both modes, without a checkpoint: no finite state is left.
 
-Cost: one host synchronisation in the training step (loss, buffers and parameters together)
-and one before the optimiser step (the gradient norm); each is a single max-reduce under
-DDP. The second cannot be folded into the first: the gradients exist only after the
-backward pass, and the first must decide before the training step logs the batch or adds
-it to the kNN bank.
+Two ways to check, with the same guarantees:
+
+* **Deferred** (:meth:`NonFiniteGuard.check_loss_later`, what the self-supervised methods
+  use; no host synchronisation in the step, so a GPU never waits for the host): the
+  training-step code (loss, buffers, parameters) and, before the optimiser step, the
+  gradient code are computed on the device, max-reduced over the ranks on the device, and
+  copied to pinned host memory. The weights and optimiser state are copied (on the device)
+  just before the optimiser step (:class:`~ncl_lightning.runtime.rollback.StepSnapshot`).
+  The flag is read at the start of the next batch (:meth:`NonFiniteGuard.resolve`; long
+  computed by then), before validation, before any checkpoint is written, and at the end
+  of an epoch and of training. A non-finite batch is then undone (weights, optimiser
+  state, buffers put back as they were before it) and training stops or skips exactly as
+  below; what the module handed to :meth:`NonFiniteGuard.after_finite` (the kNN bank, the
+  training accuracy) runs only for finite batches. A checkpoint due right after a
+  non-finite batch is never written with it: under ``stop`` the guard raises before the
+  write, under ``skip`` the checkpoint gets the undone state. Differences from the
+  immediate check: the non-finite batch's values reach the loggers (they show what went
+  wrong), the checkpoints' counters count it (``global_step`` of ``last-finite.ckpt`` is
+  one more than the bad step: a resume goes on with the next batch), a callback that reads
+  the weights in ``on_train_batch_start`` should call :meth:`NonFiniteGuard.resolve` first
+  (or come after the guard), and under gradient accumulation a non-finite micro-batch drops
+  its whole accumulation window. Cost per step: a few multi-tensor reductions and two
+  multi-tensor copies on the device, one small all-reduce under DDP, and memory for one
+  copy of the weights and optimiser state.
+* **Immediate** (:meth:`NonFiniteGuard.check_loss`, ``loss_is_finite``; the NCE classifier,
+  whose per-step metrics are logged in the step): one host synchronisation in the training
+  step (loss, buffers and parameters together) and one before the optimiser step (the
+  gradient norm).
 
 Under DDP the ranks agree first (the "non-finite" flag is max-reduced over the ranks), so
 they all stop, or all skip, at the same step and none waits on a collective the others
@@ -60,6 +84,16 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from ncl_lightning.runtime.errors import NonFiniteLossError
+from ncl_lightning.runtime.finite_checks import (
+    LOSS_SCALE,
+    PARAMETER,
+    checked_tensors,
+    describe_gradients,
+    describe_loss,
+    first_nonfinite,
+    grad_code,
+    loss_code,
+)
 from ncl_lightning.runtime.internals import batch_index
 from ncl_lightning.runtime.rollback import StepSnapshot, Verdict
 from ncl_lightning.runtime.validation import check_positive
@@ -69,58 +103,12 @@ NONFINITE_CHOICES: tuple[str, ...] = ("stop", "skip")
 LAST_FINITE_NAME = "last-finite.ckpt"
 CHECKPOINT_KEY = "nonfinite_skipped"
 HINT = "set model.init_args.nonfinite_loss: skip to skip such batches"
-# Codes of the training-step check (max-reduced over ranks: the highest wins; a NaN loss
-# often comes with NaN running statistics, and the loss is what the user sees).
-_BUFFER, _LOSS_INF, _LOSS_NAN, _PARAMETER = 1.0, 2.0, 3.0, 4.0
-# Codes of the gradient check.
-_GRAD_ABOVE_LIMIT, _GRAD_NONFINITE = 1.0, 2.0
-# A deferred step's one code: 10 x the training-step code, else the gradient code (a loss
-# that is not finite is what the user sees, as in the immediate checks).
-_LOSS_SCALE = 10.0
 
 
 def check_grad_norm_limit(value: float | None) -> None:
     """``ConfigError`` unless ``value`` is ``None`` or a finite number ``> 0``."""
     if value is not None:
         check_positive("grad_norm_limit", value)
-
-
-def _max_abs(tensors: list[Tensor]) -> Tensor:
-    """``max |x|`` over every element of ``tensors`` (NaN if any is NaN), on their device."""
-    return torch.stack(torch._foreach_norm(tensors, float("inf"))).max()
-
-
-def _first_nonfinite(named: list[tuple[str, Tensor]]) -> tuple[str, str] | None:
-    """``(name, "nan" | "inf")`` of the first tensor with a non-finite element, else None."""
-    for name, t in named:
-        if not torch.isfinite(t).all():
-            return name, "nan" if t.isnan().any() else "inf"
-    return None
-
-
-def _loss_code(module: nn.Module, value: Tensor) -> Tensor:
-    """The training-step check's code on the device: loss, then parameters and buffers."""
-    code = torch.where(
-        value.isnan().any(), _LOSS_NAN, torch.where(value.isinf().any(), _LOSS_INF, 0.0)
-    ).float()
-    params, buffers = _checked_tensors(module)
-    for named, bad in ((params, _PARAMETER), (buffers, _BUFFER)):
-        if named:
-            finite = _max_abs([t for _, t in named]).isfinite()
-            code = torch.maximum(code, torch.where(finite, 0.0, bad).to(code))
-    return code
-
-
-def _describe_loss(flag: float, value: Tensor | None, buffers: list[tuple[str, Tensor]]) -> str:
-    """``non-finite loss (nan)`` or ``non-finite buffer <name> (inf)`` for code ``flag``."""
-    if flag == _BUFFER:
-        culprit = _first_nonfinite(buffers)
-        what = f"buffer {culprit[0]} ({culprit[1]})" if culprit else "buffer on another rank"
-    elif value is not None and value.numel() == 1 and not value.isfinite().all():
-        what = f"loss ({value.float().item()})"  # "nan", "inf" or "-inf" of this rank
-    else:  # this rank's loss is fine; another's is not
-        what = f"loss ({'nan' if flag == _LOSS_NAN else 'inf'})"
-    return f"non-finite {what}"
 
 
 @runtime_checkable
@@ -132,24 +120,9 @@ class GuardedModule(Protocol):
     last_step_skipped: bool
 
 
-def zero_loss(module: nn.Module) -> Tensor:
-    """A zero loss connected to every trainable parameter of ``module`` (zero gradients
-    everywhere, the same backward and gradient all-reduce on every rank)."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    if not params:
-        return torch.zeros((), device=getattr(module, "device", None))
-    return sum(p.sum() for p in params) * 0.0  # type: ignore[return-value]
-
-
-def _checked_tensors(
-    module: nn.Module,
-) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
-    """Floating, non-empty ``(parameters, buffers)`` by name: what must stay finite."""
-
-    def keep(named: Any) -> list[tuple[str, Tensor]]:
-        return [(n, t.detach()) for n, t in named if t.is_floating_point() and t.numel()]
-
-    return keep(module.named_parameters()), keep(module.named_buffers())
+def _scaled(trainer: L.Trainer) -> bool:
+    """Whether a ``GradScaler`` handles non-finite gradients (``precision: 16-mixed``)."""
+    return getattr(trainer.precision_plugin, "scaler", None) is not None
 
 
 def _where(trainer: L.Trainer) -> str:
@@ -253,16 +226,16 @@ class NonFiniteGuard(Callback):
                 that an earlier optimiser step made non-finite.
         """
         value = loss.detach()
-        code = _loss_code(module, value)
+        code = loss_code(module, value)
         trainer = module._trainer
         flag = _agree(trainer, code)
         if flag == 0:
             self._finite_since_step += 1
             return True
-        params, buffers = _checked_tensors(module)
-        if flag == _PARAMETER:
+        params, buffers = checked_tensors(module)
+        if flag == PARAMETER:
             self._raise_nonfinite_parameter(trainer, params)
-        what = _describe_loss(flag, value, buffers)
+        what = describe_loss(flag, value, buffers)
         self._restore_buffers(module)
         return self._skip_or_stop(module, what)
 
@@ -278,7 +251,7 @@ class NonFiniteGuard(Callback):
             loss: The step's loss (any tensor whose elements must be finite).
         """
         value = loss.detach()
-        code = _LOSS_SCALE * _loss_code(module, value)
+        code = LOSS_SCALE * loss_code(module, value)
         self._code = code if self._code is None else torch.maximum(self._code, code)
         self._loss = value
 
@@ -312,17 +285,17 @@ class NonFiniteGuard(Callback):
             for effect in verdict.effects:
                 effect()
             return
-        params, buffers = _checked_tensors(module)
-        if flag >= _LOSS_SCALE:
-            flag /= _LOSS_SCALE
-            if flag == _PARAMETER:  # made so by the step before: name it as it found them
+        params, buffers = checked_tensors(module)
+        if flag >= LOSS_SCALE:
+            flag /= LOSS_SCALE
+            if flag == PARAMETER:  # made so by the step before: name it as it found them
                 if verdict.stepped:
                     for optimizer in trainer.optimizers:
                         self._snapshot.restore(optimizer)
                 self._raise_nonfinite_parameter(trainer, params, verdict.where)
-            what = _describe_loss(flag, verdict.loss, buffers)
+            what = describe_loss(flag, verdict.loss, buffers)
         else:
-            what = self._describe_gradients(flag, module)
+            what = describe_gradients(flag, module)
         if verdict.stepped:
             for optimizer in trainer.optimizers:
                 self._snapshot.restore(optimizer)
@@ -338,7 +311,7 @@ class NonFiniteGuard(Callback):
     def _raise_nonfinite_parameter(
         trainer: L.Trainer | None, named: list[tuple[str, Tensor]], where: str | None = None
     ) -> None:
-        culprit = _first_nonfinite(named)
+        culprit = first_nonfinite(named)
         what = f"parameter {culprit[0]} ({culprit[1]})" if culprit else "parameter on another rank"
         if where is None:
             where = _where(trainer) if trainer is not None else "training_step"
@@ -349,52 +322,20 @@ class NonFiniteGuard(Callback):
         )
 
     # -- gradients --------------------------------------------------------------------
-    @staticmethod
-    def _grad_code(trainer: L.Trainer, module: L.LightningModule) -> Tensor | None:
-        """The gradient check's code on the device (``None`` without gradients)."""
-        grads = [p.grad for p in module.parameters() if p.grad is not None]
-        if not grads:
-            return None
-        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
-        limit = module.grad_norm_limit  # type: ignore[attr-defined]
-        scaled = getattr(trainer.precision_plugin, "scaler", None) is not None
-        finite = total.isfinite()
-        code = torch.where(finite | scaled, 0.0, _GRAD_NONFINITE)
-        if limit is not None:
-            code = torch.maximum(
-                code, torch.where(finite & (total > limit), _GRAD_ABOVE_LIMIT, 0.0)
-            )
-        return code
-
-    @staticmethod
-    def _describe_gradients(flag: float, module: L.LightningModule) -> str:
-        """What was wrong with the gradients (read on the host: a fault is rare)."""
-        named = [(n, p.grad) for n, p in module.named_parameters() if p.grad is not None]
-        culprit = _first_nonfinite(named)
-        if culprit is not None:
-            return f"non-finite gradient of {culprit[0]} ({culprit[1]})"
-        norms = torch.stack(torch._foreach_norm([g for _, g in named])).float()
-        largest = int(norms.nan_to_num(posinf=0.0).argmax())
-        name = f"largest: {named[largest][0]} {float(norms[largest]):.3g}"
-        if flag == _GRAD_NONFINITE:
-            return f"non-finite gradient norm (overflow; {name})"
-        total, limit = float(torch.linalg.vector_norm(norms)), module.grad_norm_limit  # type: ignore[attr-defined]
-        return f"gradient norm {total:.3g} above grad_norm_limit {limit} ({name})"
-
     def _gradients_are_fine(self, trainer: L.Trainer, module: L.LightningModule) -> bool:
         """``True`` when the gradient norm is finite (unless a ``GradScaler`` handles that)
         and within ``grad_norm_limit`` on every rank; otherwise stop or skip.
 
         One host synchronisation (and one small all-reduce under DDP).
         """
-        code = self._grad_code(trainer, module)
+        code = grad_code(module, _scaled(trainer))
         if code is None:
             return True
         flag = _agree(trainer, code)
         if flag == 0:
             return True
         self._restore_buffers(module)
-        return self._skip_or_stop(module, self._describe_gradients(flag, module))
+        return self._skip_or_stop(module, describe_gradients(flag, module))
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
@@ -410,7 +351,7 @@ class NonFiniteGuard(Callback):
         if not isinstance(pl_module, GuardedModule):
             return
         if self._code is not None:
-            code = self._grad_code(trainer, pl_module)
+            code = grad_code(pl_module, _scaled(trainer))
             if code is not None:
                 self._code = torch.maximum(self._code, code)
             self._snapshot.take(pl_module, optimizer)

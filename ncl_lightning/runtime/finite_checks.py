@@ -1,0 +1,106 @@
+"""The finiteness checks of the non-finite guard, as device computations: codes that say
+what is wrong (a NaN loss, a non-finite buffer, parameter or gradient), computed without
+reading anything on the host, and the one-line descriptions read once a fault is known."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+# Codes of the training-step check (max-reduced over ranks: the highest wins; a NaN loss
+# often comes with NaN running statistics, and the loss is what the user sees).
+BUFFER, LOSS_INF, LOSS_NAN, PARAMETER = 1.0, 2.0, 3.0, 4.0
+# Codes of the gradient check.
+GRAD_ABOVE_LIMIT, GRAD_NONFINITE = 1.0, 2.0
+# A deferred step's one code: 10 x the training-step code, else the gradient code (a loss
+# that is not finite is what the user sees, as in the immediate checks).
+LOSS_SCALE = 10.0
+
+
+def max_abs(tensors: list[Tensor]) -> Tensor:
+    """``max |x|`` over every element of ``tensors`` (NaN if any is NaN), on their device."""
+    return torch.stack(torch._foreach_norm(tensors, float("inf"))).max()
+
+
+def first_nonfinite(named: list[tuple[str, Tensor]]) -> tuple[str, str] | None:
+    """``(name, "nan" | "inf")`` of the first tensor with a non-finite element, else None."""
+    for name, t in named:
+        if not torch.isfinite(t).all():
+            return name, "nan" if t.isnan().any() else "inf"
+    return None
+
+
+def loss_code(module: nn.Module, value: Tensor) -> Tensor:
+    """The training-step check's code on the device: loss, then parameters and buffers."""
+    code = torch.where(
+        value.isnan().any(), LOSS_NAN, torch.where(value.isinf().any(), LOSS_INF, 0.0)
+    ).float()
+    params, buffers = checked_tensors(module)
+    for named, bad in ((params, PARAMETER), (buffers, BUFFER)):
+        if named:
+            finite = max_abs([t for _, t in named]).isfinite()
+            code = torch.maximum(code, torch.where(finite, 0.0, bad).to(code))
+    return code
+
+
+def describe_loss(flag: float, value: Tensor | None, buffers: list[tuple[str, Tensor]]) -> str:
+    """``non-finite loss (nan)`` or ``non-finite buffer <name> (inf)`` for code ``flag``."""
+    if flag == BUFFER:
+        culprit = first_nonfinite(buffers)
+        what = f"buffer {culprit[0]} ({culprit[1]})" if culprit else "buffer on another rank"
+    elif value is not None and value.numel() == 1 and not value.isfinite().all():
+        what = f"loss ({value.float().item()})"  # "nan", "inf" or "-inf" of this rank
+    else:  # this rank's loss is fine; another's is not
+        what = f"loss ({'nan' if flag == LOSS_NAN else 'inf'})"
+    return f"non-finite {what}"
+
+
+def zero_loss(module: nn.Module) -> Tensor:
+    """A zero loss connected to every trainable parameter of ``module`` (zero gradients
+    everywhere, the same backward and gradient all-reduce on every rank)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return torch.zeros((), device=getattr(module, "device", None))
+    return sum(p.sum() for p in params) * 0.0  # type: ignore[return-value]
+
+
+def checked_tensors(
+    module: nn.Module,
+) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
+    """Floating, non-empty ``(parameters, buffers)`` by name: what must stay finite."""
+
+    def keep(named: Any) -> list[tuple[str, Tensor]]:
+        return [(n, t.detach()) for n, t in named if t.is_floating_point() and t.numel()]
+
+    return keep(module.named_parameters()), keep(module.named_buffers())
+
+
+def grad_code(module: nn.Module, scaled: bool) -> Tensor | None:
+    """The gradient check's code on the device (``None`` without gradients)."""
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    if not grads:
+        return None
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
+    limit = module.grad_norm_limit  # type: ignore[attr-defined]
+    finite = total.isfinite()
+    code = torch.where(finite | scaled, 0.0, GRAD_NONFINITE)
+    if limit is not None:
+        code = torch.maximum(code, torch.where(finite & (total > limit), GRAD_ABOVE_LIMIT, 0.0))
+    return code
+
+
+def describe_gradients(flag: float, module: nn.Module) -> str:
+    """What was wrong with the gradients (read on the host: a fault is rare)."""
+    named = [(n, p.grad) for n, p in module.named_parameters() if p.grad is not None]
+    culprit = first_nonfinite(named)
+    if culprit is not None:
+        return f"non-finite gradient of {culprit[0]} ({culprit[1]})"
+    norms = torch.stack(torch._foreach_norm([g for _, g in named])).float()
+    largest = int(norms.nan_to_num(posinf=0.0).argmax())
+    name = f"largest: {named[largest][0]} {float(norms[largest]):.3g}"
+    if flag == GRAD_NONFINITE:
+        return f"non-finite gradient norm (overflow; {name})"
+    total, limit = float(torch.linalg.vector_norm(norms)), module.grad_norm_limit  # type: ignore[attr-defined]
+    return f"gradient norm {total:.3g} above grad_norm_limit {limit} ({name})"
