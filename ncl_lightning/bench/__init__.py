@@ -59,7 +59,8 @@ def _lazy(module: str) -> Benchmark:
 
 
 BENCHMARKS.add("metrics", _lazy("metrics"))
-BENCHMARKS.add("step", _lazy("step"))
+BENCHMARKS.add("step", _lazy("step_parts"))
+BENCHMARKS.add("step-ratio", _lazy("step"))
 BENCHMARKS.add("throughput", _lazy("throughput"))
 BENCHMARKS.add("switches", _lazy("switches"))
 BENCHMARKS.add("startup", _lazy("startup"))

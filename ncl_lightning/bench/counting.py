@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,85 +34,165 @@ _SYNC_OPS = {
     "aten::masked_select": "masked_select",
     "aten::unique": "unique",
     "aten::_unique2": "unique",
-    "aten::repeat_interleave": None,  # checked below: a sync only without output_size
+    "aten::repeat_interleave": None,  # checked below
 }
+_INDEX_OPS = ("aten::index", "aten::index_put", "aten::index_put_")
 
 
 def _has_bool_index(args: tuple[Any, ...]) -> bool:
-    indices = args[1] if len(args) > 1 else ()
-    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices or ())
+    indices = (args[1] if len(args) > 1 else None) or ()
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
+
+
+def _off_host(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta")
+
+
+def sync_kind(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The kind of host synchronisation operator ``name`` (``aten::add.Tensor``) asks for
+    with these arguments, or ``None``. Copies to the host count only from a device tensor
+    (a CPU tensor has nothing to wait for), so they show on a GPU only."""
+    overload = name.split(".")[0]
+    if overload in _SYNC_OPS:
+        if _SYNC_OPS[overload] is not None:
+            return _SYNC_OPS[overload]
+        # repeat_interleave with tensor repeats must read their sum, unless output_size
+        # (keyword-only) gives it; int repeats (self_int) fix the size.
+        known = kwargs.get("output_size") is not None or name.endswith(".self_int")
+        return "repeat_interleave" if overload == "aten::repeat_interleave" and not known else None
+    if overload in _INDEX_OPS:
+        return "bool_mask_index" if _has_bool_index(args) else None
+    if overload == "aten::_to_copy" and args and _off_host(args[0]):
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "cpu":
+            return "to_cpu"
+    if overload == "aten::copy_" and len(args) > 1 and _off_host(args[1]):
+        blocking = not (args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        if args[0].device.type == "cpu" and blocking:
+            return "copy_to_cpu"
+    return None
+
+
+@dataclass
+class Tally:
+    """What one part of the code dispatched: operators, of them views, and syncs by kind."""
+
+    ops: int = 0
+    views: int = 0
+    syncs: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def launches(self) -> int:
+        """Operators that are not views (a view launches no kernel)."""
+        return self.ops - self.views
+
+    def add(self, other: Tally) -> None:
+        """Add ``other``'s counts to these."""
+        self.ops += other.ops
+        self.views += other.views
+        self.syncs.update(other.syncs)
 
 
 class OpCounter(TorchDispatchMode):
     """Count the ATen operators dispatched in a ``with`` block, and the sync-prone ones.
 
     Counts what reaches the dispatcher below autograd: the forward operators, the
-    backward's (autograd runs them in this thread on the CPU), an optimiser's, a
-    metric's. A multi-tensor (``_foreach_*``) operator counts once, as it launches once
-    per chunk of tensors on a GPU.
+    backward's (autograd runs them in this thread on the CPU, and in its device thread,
+    which inherits the mode, on a GPU), an optimiser's, a metric's. A multi-tensor
+    (``_foreach_*``) operator counts once, as it launches once per chunk of tensors on a
+    GPU. Operators that only make a view (``view``, ``t``, ``expand``, ``detach``...:
+    ``OpOverload.is_view``) are counted in :attr:`views` as well: they launch no kernel.
 
     ``tolist()`` and ``.cpu()`` of a CPU tensor dispatch nothing that marks a sync, so
-    they are counted by wrapping the two methods while the block runs.
+    they are counted by wrapping the two methods while the block runs (and
+    ``torch.cuda.synchronize``, an explicit wait).
 
     Attributes:
         ops: Operators dispatched.
+        views: Of them, those that only make a view of their input.
         by_name: ``Counter`` of operator names (``aten::add.Tensor``...).
         syncs: ``Counter`` of sync-prone calls by kind (``item``, ``nonzero``,
             ``bool_mask_index``, ``masked_select``, ``tolist``, ``cpu``, ...).
+        part: Label of the code running now; set it from outside (e.g. from training
+            hooks) to split the counts by part.
+        parts: The counts of each label, a :class:`Tally` each (one ``""`` tally when
+            ``part`` is never set).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.ops = 0
+        self.views = 0
         self.by_name: Counter[str] = Counter()
         self.syncs: Counter[str] = Counter()
-        self._patched: list[tuple[str, Any]] = []
+        self.part = ""
+        self.parts: dict[str, Tally] = {}
+        self._patched: list[tuple[Any, str, Any]] = []
+        self._host_reads = 0  # > 0 inside a wrapped tolist/cpu: its copy is counted once
 
     @property
     def total_syncs(self) -> int:
         """All sync-prone calls counted."""
         return sum(self.syncs.values())
 
+    @property
+    def launches(self) -> int:
+        """Operators that are not views."""
+        return self.ops - self.views
+
+    def _tally(self) -> Tally:
+        tally = self.parts.get(self.part)
+        if tally is None:
+            tally = self.parts[self.part] = Tally()
+        return tally
+
+    def _sync(self, kind: str) -> None:
+        self.syncs[kind] += 1
+        self._tally().syncs[kind] += 1
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.name()
+        tally = self._tally()
         self.ops += 1
+        tally.ops += 1
+        if func.is_view:
+            self.views += 1
+            tally.views += 1
         self.by_name[name] += 1
-        overload = name.split(".")[0]
-        if overload in _SYNC_OPS and _SYNC_OPS[overload] is not None:
-            self.syncs[_SYNC_OPS[overload]] += 1
-        elif overload == "aten::repeat_interleave" and kwargs.get("output_size") is None:
-            if len(args) < 3 or args[2] is None:
-                self.syncs["repeat_interleave"] += 1
-        elif overload in ("aten::index", "aten::index_put", "aten::index_put_") and (
-            _has_bool_index(args)
-        ):
-            self.syncs["bool_mask_index"] += 1
+        kind = sync_kind(name, args, kwargs)
+        if kind is not None and not (self._host_reads and kind in ("to_cpu", "copy_to_cpu")):
+            self._sync(kind)
         return func(*args, **kwargs)
 
-    def _wrap(self, method: str) -> None:
-        original = getattr(torch.Tensor, method)
+    def _wrap(self, owner: Any, method: str, kind: str) -> None:
+        original = getattr(owner, method)
         counter = self
 
-        def counted(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            counter.syncs[method] += 1
-            return original(tensor, *args, **kwargs)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            counter._sync(kind)
+            counter._host_reads += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                counter._host_reads -= 1
 
-        self._patched.append((method, original))
-        setattr(torch.Tensor, method, counted)
+        self._patched.append((owner, method, original))
+        setattr(owner, method, counted)
 
     def __enter__(self) -> OpCounter:
         for method in ("tolist", "cpu"):
-            self._wrap(method)
+            self._wrap(torch.Tensor, method, method)
+        self._wrap(torch.cuda, "synchronize", "synchronize")
         return super().__enter__()
 
     def __exit__(self, *exc: object) -> None:
         try:
             super().__exit__(*exc)
         finally:
-            for method, original in reversed(self._patched):
-                setattr(torch.Tensor, method, original)
+            for owner, method, original in reversed(self._patched):
+                setattr(owner, method, original)
             self._patched.clear()
 
 
-__all__ = ["OpCounter"]
+__all__ = ["OpCounter", "Tally", "sync_kind"]

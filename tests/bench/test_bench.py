@@ -26,8 +26,11 @@ def test_unknown_benchmark_name_is_refused_before_work(capsys: pytest.CaptureFix
     assert "valid names: " + ", ".join(BENCHMARKS.names) in capsys.readouterr().err
 
 
-def test_step_benchmark_times_ncl_and_bayesncl_on_small_batches() -> None:
+def test_step_ratio_benchmark_times_ncl_and_bayesncl_on_small_batches() -> None:
+    """``step-ratio`` (the module ``step``; ``step`` is now the per-part report)."""
     from ncl_lightning.bench.step import run as run_step
+
+    assert {"step", "step-ratio"} <= set(BENCHMARKS.names)
 
     ncl, bayes = run_step(repeats=1, batch_size=4, image_size=8)
     assert ncl.what.startswith("NCL") and bayes.what.startswith("BayesNCL")

@@ -1,0 +1,347 @@
+"""Where a training step goes: ``python -m ncl_lightning.bench step``.
+
+For CL, NCL and BayesNCL and both augmentation pipelines (``device``: batched on the
+training device; ``cpu``: torchvision in the loader workers), a real ``Trainer.fit`` on the
+CIFAR-10 images beside the project (``NCL_BENCH_DATA``, decoded once into memory; batch
+256, two views, the online probe and kNN bank, a CSV logger every 10 steps) runs under
+:class:`~ncl_lightning.bench.parts.StepParts`, which reports per steady-state step each
+part's host milliseconds, on a GPU its device milliseconds, the operators dispatched (and
+of them views, which launch no kernel) and the sync-prone calls (``item``, ``nonzero``, a
+boolean-mask index, ``tolist``, copies to the host...). Two networks:
+
+* ``resnet18`` (the default on a GPU): ResNet-18 with the CIFAR stem and the papers'
+  projector 2048-256, with the switches of ``throughput`` (bf16-mixed, channels_last);
+  the bare backbone + projector forward and backward on pre-made tensors
+  (:class:`~ncl_lightning.bench.throughput.BareStep`) gives the full step / bare network
+  ratio.
+* ``tiny`` (the default on a CPU): the framework-overhead mode. A model of two to three
+  thousand parameters (:class:`TinyNet`, one patch convolution, a projector 16-32-16 and
+  for BayesNCL a gating head 16-32-16) in float32, so that the network no longer hides
+  the harness: the step's milliseconds minus the bare network's are the harness's
+  (loading and views, loss, probe, guard, optimiser, logging, Lightning), and its
+  operators minus the network's are those the framework dispatches around it. On a CPU
+  it runs on one intra-op thread: with two, on a 2-core machine, the threads of each
+  operator wait on each other while a loader worker holds a core, and those stalls
+  (100 ms per step for the tiny forward) would hide the harness.
+
+``NCL_BENCH_STEP_NETWORK`` (``resnet18`` | ``tiny``) picks the other one; the precision and
+channels_last of ``throughput`` apply (``NCL_BENCH_PRECISION``...; the tiny network's
+defaults are ``32-true`` and no channels_last). ``--repeats`` rounds alternate the methods;
+each figure is the mean per step over a run's timed (or counted) steps, which include the
+logging steps (one in 10), then the median over the rounds for times and the mean for
+counts. The per-part tables and a table of all configurations are printed after the runs;
+the rows returned (the table under ``## step``) are the full steps. BayesNCL's step
+against NCL's on random tensors alone is the ``step-ratio`` benchmark
+(:mod:`ncl_lightning.bench.step`).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from tempfile import TemporaryDirectory
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from torch import Tensor, nn
+
+from ncl_lightning.bench import Timing
+from ncl_lightning.bench.counting import OpCounter
+from ncl_lightning.bench.parts import PARTS, StepParts
+from ncl_lightning.bench.throughput import (
+    BATCH_SIZE,
+    IMAGE_SIZE,
+    LOG_EVERY,
+    METHODS,
+    PIPELINES,
+    BareStep,
+    data_root,
+    make_model,
+    switches,
+)
+from ncl_lightning.bench.throughput import _flag as flag
+from ncl_lightning.data import ImageFolderDataModule
+from ncl_lightning.methods import CL
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.progress import Progress
+from ncl_lightning.runtime.switches import apply_speed_switches
+
+NETWORKS = ("resnet18", "tiny")
+WARMUP, TIMED, COUNTED = 3, 20, 10
+TINY_THREADS = 1  # intra-op threads of the tiny network's runs on a CPU (module docstring)
+TINY_WIDTH, TINY_HIDDEN, TINY_PROJ = 16, 32, 16
+
+
+class TinyNet(nn.Module):
+    """One 4x4 stride-4 convolution (3 -> ``width`` channels on the 8x8 patches of a 32x32
+    image), BatchNorm, ReLU and a global average pool: 800 parameters at width 16, a
+    network whose forward and backward cost next to nothing (a backbone: ``out_dim``).
+
+    Args:
+        width: Output channels, the feature width ``out_dim``.
+    """
+
+    def __init__(self, width: int = TINY_WIDTH) -> None:
+        super().__init__()
+        self.out_dim = width
+        self.features = nn.Sequential(
+            nn.Conv2d(3, width, 4, stride=4, bias=False),
+            nn.BatchNorm2d(width),
+            nn.ReLU(inplace=True),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Images ``[B, 3, H, W]`` -> features ``[B, width]``."""
+        return self.features(x)
+
+
+def network() -> str:
+    """``NCL_BENCH_STEP_NETWORK``, else ``resnet18`` on a GPU and ``tiny`` on a CPU."""
+    default = "resnet18" if torch.cuda.is_available() else "tiny"
+    name = os.environ.get("NCL_BENCH_STEP_NETWORK", default).lower()
+    if name not in NETWORKS:
+        raise ConfigError(
+            f"NCL_BENCH_STEP_NETWORK: {name!r} is not one of {', '.join(NETWORKS)}",
+            key="NCL_BENCH_STEP_NETWORK",
+        )
+    return name
+
+
+def settings_for(net: str) -> dict[str, Any]:
+    """The switches of ``throughput``; for the tiny network float32, no channels_last."""
+    settings = switches()
+    if net == "tiny":
+        settings["precision"] = os.environ.get("NCL_BENCH_PRECISION", "32-true")
+        settings["channels_last"] = flag("NCL_BENCH_CHANNELS_LAST", False)
+    return settings
+
+
+def make_tiny(name: str, settings: dict[str, Any], num_classes: int = 10) -> CL:
+    """``name`` on :class:`TinyNet` with a 16-32-16 projector (and gating head)."""
+    return METHODS[name](
+        TinyNet(),
+        proj_hidden_dim=TINY_HIDDEN,
+        proj_output_dim=TINY_PROJ,
+        num_classes=num_classes,
+        batch_size=BATCH_SIZE,
+        warmup_epochs=1.0,
+        channels_last=settings["channels_last"],
+        torch_compile=settings["torch_compile"],
+    )
+
+
+class TinyBareStep(BareStep):
+    """:class:`~ncl_lightning.bench.throughput.BareStep` of the tiny network."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        torch.manual_seed(0)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = make_tiny("CL", settings).to(self.device)
+        apply_speed_switches(self.model)
+        self.model.train()
+        shape = (BATCH_SIZE, 3, IMAGE_SIZE, IMAGE_SIZE)
+        self.views = [torch.randn(shape, device=self.device) for _ in range(2)]
+        precision = settings["precision"]
+        self.dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16
+        self.mixed = precision.endswith("-mixed")
+        self.samples: list[float] = []
+        for _ in range(WARMUP):
+            self.step()
+
+
+def measure(name: str, pipeline: str, net: str, settings: dict[str, Any]) -> StepParts:
+    """One ``Trainer.fit`` of ``name`` with ``pipeline`` under :class:`StepParts`."""
+    torch.manual_seed(0)
+    datamodule = ImageFolderDataModule(
+        str(data_root()),
+        image_size=IMAGE_SIZE,
+        batch_size=BATCH_SIZE,
+        cache="memory",
+        augment_on=pipeline,  # type: ignore[arg-type]
+    )
+    build = make_model if net == "resnet18" else make_tiny
+    model = build(name, settings, datamodule.num_classes)
+    parts = StepParts(WARMUP, TIMED, COUNTED)
+    with TemporaryDirectory() as logs:
+        trainer = L.Trainer(
+            max_steps=parts.max_steps,
+            max_epochs=100,
+            limit_val_batches=0,
+            precision=settings["precision"],
+            logger=CSVLogger(logs),
+            log_every_n_steps=LOG_EVERY,
+            callbacks=[parts],
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+        )
+        trainer.fit(model, datamodule)
+    return parts
+
+
+def _syncs(kinds: dict[str, float]) -> str:
+    total = sum(kinds.values())
+    if not total:
+        return "0"
+    return f"{total:g} (" + ", ".join(f"{k} {v:g}" for k, v in kinds.items() if v) + ")"
+
+
+def _summarise(runs: list[StepParts]) -> dict[str, Any]:
+    """Medians of the times, means of the counts over the rounds of one configuration."""
+    rows = [run.per_step() for run in runs]
+    parts: dict[str, dict[str, Any]] = {}
+    for part in PARTS:
+        cells = [r[part] for r in rows]
+        device = [c["device_ms"] for c in cells if c["device_ms"] is not None]
+        kinds = sorted({k for c in cells for k in c["syncs"]})
+        parts[part] = {
+            "host_ms": statistics.median(c["host_ms"] for c in cells),
+            "device_ms": statistics.median(device) if device else None,
+            "ops": statistics.fmean(c["ops"] for c in cells),
+            "views": statistics.fmean(c["views"] for c in cells),
+            "syncs": {k: statistics.fmean(c["syncs"].get(k, 0.0) for c in cells) for k in kinds},
+        }
+    names = sum((run.by_name for run in runs), start=type(runs[0].by_name)())
+    counted = sum(run.counted_steps for run in runs) or 1
+    return {
+        "parts": parts,
+        "step_s": statistics.median(statistics.fmean(run.step_seconds) for run in runs),
+        "top": [(n, c / counted) for n, c in names.most_common(8)],
+    }
+
+
+def part_table(summary: dict[str, Any]) -> str:
+    """Markdown table of one configuration's parts and their sum."""
+    lines = [
+        "| part | host ms/step | device ms/step | ops/step | of them view ops | syncs/step |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    total = {"host_ms": 0.0, "device_ms": None, "ops": 0.0, "views": 0.0, "syncs": {}}
+    for part, cell in summary["parts"].items():
+        device = "-" if cell["device_ms"] is None else f"{cell['device_ms']:.2f}"
+        lines.append(
+            f"| {part} | {cell['host_ms']:.2f} | {device} | {cell['ops']:.1f} | "
+            f"{cell['views']:.1f} | {_syncs(cell['syncs'])} |"
+        )
+        total["host_ms"] += cell["host_ms"]
+        total["ops"] += cell["ops"]
+        total["views"] += cell["views"]
+        if cell["device_ms"] is not None:
+            total["device_ms"] = (total["device_ms"] or 0.0) + cell["device_ms"]
+        for k, v in cell["syncs"].items():
+            total["syncs"][k] = total["syncs"].get(k, 0.0) + v
+    device = "-" if total["device_ms"] is None else f"{total['device_ms']:.2f}"
+    lines.append(
+        f"| **step** | **{total['host_ms']:.2f}** | {device} | **{total['ops']:.1f}** | "
+        f"{total['views']:.1f} | {_syncs(total['syncs'])} |"
+    )
+    return "\n".join(lines)
+
+
+def _bare(net: str, settings: dict[str, Any]) -> tuple[BareStep, float]:
+    """The bare network and the operators of one of its steps."""
+    bare = BareStep(settings) if net == "resnet18" else TinyBareStep(settings)
+    with OpCounter() as count:
+        bare.step()
+    return bare, float(count.ops)
+
+
+def run(repeats: int = 3) -> list[Timing]:
+    """Per-part tables (printed) and one row per method and pipeline (returned)."""
+    net = network()
+    threads = torch.get_num_threads()
+    if net == "tiny" and not torch.cuda.is_available():
+        torch.set_num_threads(TINY_THREADS)
+    try:
+        return _run(net, repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(net: str, repeats: int) -> list[Timing]:
+    settings = settings_for(net)
+    label = ", ".join(f"{k}={v}" for k, v in settings.items())
+    label += f", threads={torch.get_num_threads()}"
+    bare, bare_ops = _bare(net, settings)
+    names = list(METHODS)
+    rounds = max(1, repeats)
+    runs: dict[tuple[str, str], list[StepParts]] = {}
+    local: dict[tuple[str, str], list[float]] = {}
+    progress = Progress(len(PIPELINES) * rounds * len(names), "step")
+    for pipeline in PIPELINES:
+        for r in range(rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                with progress.unit(f"{name}, {pipeline} augmentation, round {r + 1}/{rounds}"):
+                    first = len(bare.samples)
+                    bare.measure(2)
+                    parts = measure(name, pipeline, net, settings)
+                    bare.measure(2)
+                runs.setdefault((pipeline, name), []).append(parts)
+                local.setdefault((pipeline, name), []).append(
+                    statistics.median(bare.samples[first:]) / statistics.fmean(parts.step_seconds)
+                )
+    progress.finish()
+    bare_s = statistics.median(bare.samples)
+    params = list(bare.model.parameters())
+    print(
+        f"\n## step: parts of one training step ({net} network, batch {BATCH_SIZE} x 2 views "
+        f"of {IMAGE_SIZE}x{IMAGE_SIZE}, {label}; {TIMED} timed and {COUNTED} counted steps "
+        f"after {WARMUP}, {rounds} round(s))\n\nbare network (backbone + projector forward "
+        f"and backward, 2 x {BATCH_SIZE} views): {1e3 * bare_s:.2f} ms, {bare_ops:.0f} ops; "
+        f"CL model: {sum(p.numel() for p in params)} parameters in {len(params)} tensors",
+        flush=True,
+    )
+    summary = [
+        "| method | pipeline | step ms | harness ms (step - bare network) | of it data ms "
+        "| ops/step | outside the network | not views | syncs/step | bare/full |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    rows = [
+        Timing(
+            f"bare {net} backbone+projector fwd/bwd, 2 x {BATCH_SIZE} views ({label})",
+            bare_s,
+            note=f"{1e3 * bare_s:.2f} ms, {bare_ops:.0f} ops per step",
+        )
+    ]
+    steps: dict[tuple[str, str], float] = {}
+    for (pipeline, name), measured in runs.items():
+        result = _summarise(measured)
+        steps[pipeline, name] = step_s = result["step_s"]
+        cells = result["parts"].values()
+        ops, views = sum(c["ops"] for c in cells), sum(c["views"] for c in cells)
+        kinds: dict[str, float] = {}
+        for cell in cells:
+            for k, v in cell["syncs"].items():
+                kinds[k] = kinds.get(k, 0.0) + v
+        top = ", ".join(f"{n} {c:.1f}" for n, c in result["top"])
+        print(
+            f"\n### {name}, {pipeline} augmentation\n\n{part_table(result)}\n\n"
+            f"most frequent operators per step: {top}",
+            flush=True,
+        )
+        ratio = statistics.median(local[pipeline, name])
+        harness = 1e3 * (step_s - bare_s)
+        data = result["parts"]["data"]["host_ms"]
+        summary.append(
+            f"| {name} | {pipeline} | {1e3 * step_s:.2f} | {harness:.2f} | {data:.2f} | "
+            f"{ops:.1f} | {ops - bare_ops:.1f} | {ops - views:.1f} | {_syncs(kinds)} | "
+            f"{ratio:.3f} |"
+        )
+        note = (
+            f"{1e3 * step_s:.2f} ms/step, harness {harness:.2f} ms; {ops:.1f} ops/step, "
+            f"{ops - bare_ops:.1f} outside the network; syncs/step {_syncs(kinds)}; "
+            f"bare/full {ratio:.3f}"
+        )
+        if name == "BayesNCL" and (pipeline, "NCL") in steps:
+            note += f"; {step_s / steps[pipeline, 'NCL']:.3f} x NCL's step"
+        rows.append(Timing(f"{name}, {pipeline} augmentation: training step", step_s, note=note))
+    print("\n### all configurations\n\n" + "\n".join(summary), flush=True)
+    return rows
+
+
+__all__ = ["TinyNet", "make_tiny", "measure", "part_table", "run"]
