@@ -32,16 +32,20 @@ def first_nonfinite(named: list[tuple[str, Tensor]]) -> tuple[str, str] | None:
     return None
 
 
+@torch.no_grad()
 def loss_code(module: nn.Module, value: Tensor) -> Tensor:
-    """The training-step check's code on the device: loss, then parameters and buffers."""
+    """The training-step check's code on the device: loss, then parameters and buffers
+    (one multi-tensor max-norm over both)."""
     code = torch.where(
         value.isnan().any(), LOSS_NAN, torch.where(value.isinf().any(), LOSS_INF, 0.0)
     ).float()
-    params, buffers = checked_tensors(module)
-    for named, bad in ((params, PARAMETER), (buffers, BUFFER)):
-        if named:
-            finite = max_abs([t for _, t in named]).isfinite()
-            code = torch.maximum(code, torch.where(finite, 0.0, bad).to(code))
+    params = [p for p in module.parameters() if p.is_floating_point() and p.numel()]
+    buffers = [b for b in module.buffers() if b.is_floating_point() and b.numel()]
+    if params or buffers:
+        norms = torch.stack(torch._foreach_norm(params + buffers, float("inf")))
+        for part, bad in ((norms[: len(params)], PARAMETER), (norms[len(params) :], BUFFER)):
+            if part.numel():
+                code = torch.maximum(code, torch.where(part.max().isfinite(), 0.0, bad))
     return code
 
 

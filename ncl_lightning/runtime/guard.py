@@ -192,7 +192,7 @@ class NonFiniteGuard(Callback):
         if not isinstance(pl_module, GuardedModule):
             return
         self.resolve(trainer, pl_module)
-        buffers = [b.detach() for b in pl_module.buffers()]
+        buffers = list(pl_module.buffers())  # no autograd history: copied as they are
         copy = self._buffer_copy
         if copy is not None and [(c.device, c.dtype, c.shape) for c in copy] == [
             (b.device, b.dtype, b.shape) for b in buffers
@@ -204,7 +204,7 @@ class NonFiniteGuard(Callback):
 
     @torch.no_grad()
     def _restore_buffers(self, module: nn.Module) -> None:
-        buffers, copy = [b.detach() for b in module.buffers()], self._buffer_copy
+        buffers, copy = list(module.buffers()), self._buffer_copy
         if copy is not None and buffers and len(copy) == len(buffers):
             torch._foreach_copy_(buffers, copy)
 

@@ -52,14 +52,14 @@ class StepSnapshot:
     @torch.no_grad()
     def take(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Copy ``module``'s parameters and ``optimizer``'s state (before its step)."""
-        self._params = [p.detach() for p in module.parameters()]
+        self._params = list(module.parameters())  # under no_grad: no detach views needed
         self._param_copy = _copy_into(self._param_copy, self._params)
         refs, tensors, plain = [], [], []
         for param, state in optimizer.state.items():
             for key, value in state.items():
                 if isinstance(value, Tensor):
                     refs.append((param, key))
-                    tensors.append(value.detach())
+                    tensors.append(value)
                 else:
                     plain.append((param, key, value))
         self._state_refs, self._plain = refs, plain
