@@ -12,7 +12,8 @@ views           the DataModule's ``on_after_batch_transfer`` (``augment_on: devi
 forward         the module's ``encode`` (backbone, projector, feature map, gate)
 loss            ``objective`` and the rest of ``training_step`` (float32 casts, the sum)
 probe + kNN     the online probe's loss, its accuracy metric, the kNN bank update
-guard           the non-finite guard: ``loss_is_finite`` and the guard callback's hooks
+guard           the non-finite guard: ``check_finite_later`` / ``loss_is_finite`` and the
+                guard callback's hooks (its deferred verdict included)
 backward        the strategy's ``backward`` (autograd through everything above)
 optimizer       the optimiser's ``step`` (with ``zero_grad``) and the LR scheduler's
 logging         ``self.log``/``log_dict`` and Lightning's logger connector (the CSV write)
@@ -225,11 +226,13 @@ class StepParts(Callback):
         for name in ("probe_loss", "add_to_bank"):
             self._wrap(online, name, "probe + kNN")
         self._wrap(getattr(module, "train_acc", None), "forward", "probe + kNN")
-        for name in ("loss_is_finite", "skipped_step_loss"):
+        self._wrap(module, "_online_updates", "probe + kNN")  # run by the guard, deferred
+        guarded = ("loss_is_finite", "skipped_step_loss", "check_finite_later", "after_finite_step")
+        for name in guarded:
             self._wrap(module, name, "guard")
         for callback in trainer.callbacks:
             if isinstance(callback, NonFiniteGuard):
-                for name in (*GUARD_HOOKS, "check_loss"):
+                for name in (*GUARD_HOOKS, "check_loss", "check_loss_later", "after_finite"):
                     self._wrap(callback, name, "guard")
         for name in ("log", "log_dict"):
             self._wrap(module, name, "logging")
