@@ -39,12 +39,9 @@ from __future__ import annotations
 
 import os
 import statistics
-from tempfile import TemporaryDirectory
 from typing import Any
 
-import lightning as L
 import torch
-from lightning.pytorch.loggers import CSVLogger
 from torch import Tensor, nn
 
 from ncl_lightning.bench import Timing
@@ -53,20 +50,18 @@ from ncl_lightning.bench.parts import PARTS, StepParts
 from ncl_lightning.bench.throughput import (
     BATCH_SIZE,
     IMAGE_SIZE,
-    LOG_EVERY,
     METHODS,
     PIPELINES,
     BareStep,
-    data_root,
+    bench_data,
+    bench_fit,
     make_model,
     switches,
 )
 from ncl_lightning.bench.throughput import _flag as flag
-from ncl_lightning.data import ImageFolderDataModule
 from ncl_lightning.methods import CL
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.progress import Progress
-from ncl_lightning.runtime.switches import apply_speed_switches
 
 NETWORKS = ("resnet18", "tiny")
 WARMUP, TIMED, COUNTED = 3, 20, 10
@@ -137,50 +132,21 @@ def make_tiny(name: str, settings: dict[str, Any], num_classes: int = 10) -> CL:
 class TinyBareStep(BareStep):
     """:class:`~ncl_lightning.bench.throughput.BareStep` of the tiny network."""
 
-    def __init__(self, settings: dict[str, Any]) -> None:
-        torch.manual_seed(0)
-        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = make_tiny("CL", settings).to(self.device)
-        apply_speed_switches(self.model)
-        self.model.train()
-        shape = (BATCH_SIZE, 3, IMAGE_SIZE, IMAGE_SIZE)
-        self.views = [torch.randn(shape, device=self.device) for _ in range(2)]
-        precision = settings["precision"]
-        self.dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16
-        self.mixed = precision.endswith("-mixed")
-        self.samples: list[float] = []
-        for _ in range(WARMUP):
-            self.step()
+    warmup = WARMUP
+
+    @staticmethod
+    def build(settings: dict[str, Any]) -> nn.Module:
+        return make_tiny("CL", settings)
 
 
 def measure(name: str, pipeline: str, net: str, settings: dict[str, Any]) -> StepParts:
     """One ``Trainer.fit`` of ``name`` with ``pipeline`` under :class:`StepParts`."""
     torch.manual_seed(0)
-    datamodule = ImageFolderDataModule(
-        str(data_root()),
-        image_size=IMAGE_SIZE,
-        batch_size=BATCH_SIZE,
-        cache="memory",
-        augment_on=pipeline,  # type: ignore[arg-type]
-    )
+    datamodule = bench_data(pipeline, BATCH_SIZE)
     build = make_model if net == "resnet18" else make_tiny
     model = build(name, settings, datamodule.num_classes)
     parts = StepParts(WARMUP, TIMED, COUNTED)
-    with TemporaryDirectory() as logs:
-        trainer = L.Trainer(
-            max_steps=parts.max_steps,
-            max_epochs=100,
-            limit_val_batches=0,
-            precision=settings["precision"],
-            logger=CSVLogger(logs),
-            log_every_n_steps=LOG_EVERY,
-            callbacks=[parts],
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-        )
-        trainer.fit(model, datamodule)
+    bench_fit(model, datamodule, parts.max_steps, parts, settings)
     return parts
 
 

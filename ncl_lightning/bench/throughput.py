@@ -105,38 +105,56 @@ class StepClock(L.Callback):
         self.ends.append(time.perf_counter())
 
 
-def full_step(
-    name: str, pipeline: str, settings: dict[str, Any]
-) -> tuple[list[float], float | None]:
-    """Seconds of each timed complete training step (end of one batch to the end of the
-    next), and the peak GPU memory in GiB (or None)."""
-    torch.manual_seed(0)
-    datamodule = ImageFolderDataModule(
+def bench_data(pipeline: str, batch_size: int | None = None) -> ImageFolderDataModule:
+    """The benchmark's CIFAR-10 images (decoded once into memory) with ``pipeline``."""
+    return ImageFolderDataModule(
         str(data_root()),
         image_size=IMAGE_SIZE,
-        batch_size=BATCH_SIZE,
+        batch_size=BATCH_SIZE if batch_size is None else batch_size,
         cache="memory",
         augment_on=pipeline,  # type: ignore[arg-type]
     )
-    model = make_model(name, settings, datamodule.num_classes)
-    clock = StepClock()
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
+
+
+def bench_fit(
+    model: L.LightningModule,
+    datamodule: L.LightningDataModule,
+    max_steps: int,
+    callback: L.Callback,
+    settings: dict[str, Any],
+) -> L.Trainer:
+    """``Trainer.fit`` of ``max_steps`` training steps, no validation or checkpoints, a CSV
+    logger (every ``LOG_EVERY`` steps) in a temporary folder, with ``callback``."""
     with TemporaryDirectory() as logs:
         trainer = L.Trainer(
-            max_steps=WARMUP_STEPS + TIMED_STEPS,
+            max_steps=max_steps,
             max_epochs=100,
             limit_val_batches=0,
             precision=settings["precision"],
             logger=CSVLogger(logs),
             log_every_n_steps=LOG_EVERY,
-            callbacks=[clock],
+            callbacks=[callback],
             enable_checkpointing=False,
             enable_progress_bar=False,
             enable_model_summary=False,
             num_sanity_val_steps=0,
         )
         trainer.fit(model, datamodule)
+    return trainer
+
+
+def full_step(
+    name: str, pipeline: str, settings: dict[str, Any]
+) -> tuple[list[float], float | None]:
+    """Seconds of each timed complete training step (end of one batch to the end of the
+    next), and the peak GPU memory in GiB (or None)."""
+    torch.manual_seed(0)
+    datamodule = bench_data(pipeline)
+    model = make_model(name, settings, datamodule.num_classes)
+    clock = StepClock()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    bench_fit(model, datamodule, WARMUP_STEPS + TIMED_STEPS, clock, settings)
     ends = clock.ends[WARMUP_STEPS - 1 :]
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
     return [b - a for a, b in itertools.pairwise(ends)], peak
@@ -152,7 +170,7 @@ class BareStep:
     def __init__(self, settings: dict[str, Any]) -> None:
         torch.manual_seed(0)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = make_model("CL", settings).to(self.device)
+        self.model = self.build(settings).to(self.device)
         apply_speed_switches(self.model)  # what ncl-cli's SpeedSwitches does at setup
         self.model.train()
         shape = (BATCH_SIZE, 3, IMAGE_SIZE, IMAGE_SIZE)
@@ -161,8 +179,15 @@ class BareStep:
         self.dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float16
         self.mixed = precision.endswith("-mixed")
         self.samples: list[float] = []
-        for _ in range(WARMUP_STEPS):
+        for _ in range(self.warmup):
             self.step()
+
+    warmup = WARMUP_STEPS
+
+    @staticmethod
+    def build(settings: dict[str, Any]) -> torch.nn.Module:
+        """The method whose backbone and projector are timed (CL on ResNet-18)."""
+        return make_model("CL", settings)
 
     def step(self) -> None:
         """One forward and backward of both views."""

@@ -18,6 +18,7 @@ from ncl_lightning.data.base import auto_workers, default_workers, describe_load
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.errors import ConfigError
+from tests.methods.test_batch_lr import _Records
 
 
 def _cpus(monkeypatch: pytest.MonkeyPatch, n: int, local: int | None = None) -> None:
@@ -108,15 +109,6 @@ def test_describe_loader() -> None:
     assert (
         describe_loader(0, "configured", True, True, 8) == "main process (num_workers: 0), pinned"
     )
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
 
 
 def test_the_batch_line_names_the_loader(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
