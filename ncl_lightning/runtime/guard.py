@@ -444,9 +444,10 @@ class NonFiniteGuard(Callback):
             self.resolve(trainer, pl_module)  # stop: saves last-finite.ckpt and raises
             if pl_module.last_step_skipped:
                 checkpoint["state_dict"] = trainer.strategy.lightning_module_state_dict()
-                checkpoint["optimizer_states"] = [
-                    trainer.strategy.optimizer_state(o) for o in trainer.optimizers
-                ]
+                if "optimizer_states" in checkpoint:  # not in a weights-only save
+                    checkpoint["optimizer_states"] = [
+                        trainer.strategy.optimizer_state(o) for o in trainer.optimizers
+                    ]
         checkpoint[CHECKPOINT_KEY] = self.skipped_total
 
     def on_load_checkpoint(
