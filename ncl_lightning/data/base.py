@@ -25,7 +25,6 @@ Batches:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
@@ -34,6 +33,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from ncl_lightning.data.batch_scope import BatchScope, check_train_batches, per_device_batch
+from ncl_lightning.data.loader_defaults import (
+    AugmentOn,
+    auto_workers,
+    describe_loader,
+)
 from ncl_lightning.data.memory import FixedSizeUInt8
 from ncl_lightning.data.seeding import (
     EvalViewSampler,
@@ -50,9 +54,6 @@ from ncl_lightning.runtime.validation import check_at_least, check_choice, check
 
 Split = Literal["train", "val", "test"]
 TrainTransform = Literal["simclr", "crop_flip", "none"]
-AugmentOn = Literal["cpu", "device"]
-DEVICE_AUGMENT_WORKERS = 2  # auto workers with augment_on: device and in-memory images
-TORCH_PREFETCH = 2  # DataLoader's batches loaded ahead per worker when prefetch_factor is None
 
 # Which base datasets each Lightning stage needs (None: all of them).
 _STAGE_SPLITS: dict[str | None, tuple[Split, ...]] = {
@@ -83,8 +84,9 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
             ``world_size`` that does not divide it is refused before training.
         num_workers: DataLoader worker processes (0 loads in the main process); ``None``
             picks them from the CPUs available to each device process
-            (:func:`default_workers`: 15 with 16 CPUs and one GPU; at most 2 with
-            ``augment_on: device`` when no image file is decoded per item).
+            (:func:`~ncl_lightning.data.loader_defaults.default_workers`: 15 with 16 CPUs
+            and one GPU; at most 2 with ``augment_on: device`` when no image file is
+            decoded per item).
         n_views: Augmented views per training image (>= 2 for contrastive learning,
             1 for supervised training).
         augmentation: View augmentation; ``None`` uses the subclass's preset.
@@ -212,8 +214,8 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
     @property
     def num_workers(self) -> int:
         """Loader worker processes: the configured ``num_workers``, or with ``None``
-        :func:`default_workers` for this pipeline, its files and, once a trainer is
-        attached, its devices per machine."""
+        :func:`~ncl_lightning.data.loader_defaults.default_workers` for this pipeline, its
+        files and, once a trainer is attached, its devices per machine."""
         return self._auto_workers()[0] if self._num_workers is None else self._num_workers
 
     @num_workers.setter
@@ -406,87 +408,3 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
             pin_memory=self.pin_memory and torch.cuda.is_available(),
             prefetch_factor=self.prefetch_factor if workers > 0 else None,
         )
-
-
-def available_cpus() -> int:
-    """CPU cores this process may run on: its affinity mask (``os.sched_getaffinity``,
-    which ``taskset``, Slurm and most launchers set), all the machine's where unknown."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def local_processes(devices: int | None = None) -> int:
-    """Training processes on this machine: ``LOCAL_WORLD_SIZE`` (set by ``torchrun``) or
-    ``devices`` (the trainer's devices per machine, when known), the larger, at least 1."""
-    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), devices or 1)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}{'es' if word.endswith('s') else 's'}"
-
-
-def auto_workers(
-    augment_on: AugmentOn, devices: int | None = None, reads_files: bool = False
-) -> tuple[int, str]:
-    """:func:`default_workers` and the rule that gave it, in words (``auto: 16 CPUs / 1
-    process - 1``) for :meth:`MultiViewDataModule.loader_summary`."""
-    cpus, local = available_cpus(), local_processes(devices)
-    share = cpus // local - 1
-    workers = max(1, share)
-    rule = f"auto: {_plural(cpus, 'CPU')} / {_plural(local, 'process')} - 1"
-    if share < 1:
-        rule += ", at least 1"
-    if augment_on == "device" and not reads_files and workers > DEVICE_AUGMENT_WORKERS:
-        return DEVICE_AUGMENT_WORKERS, f"auto: {DEVICE_AUGMENT_WORKERS} with augment_on: device"
-    return workers, rule
-
-
-def default_workers(
-    augment_on: AugmentOn, devices: int | None = None, reads_files: bool = False
-) -> int:
-    """Loader workers of each training process when ``num_workers`` is ``None``.
-
-    ``augment_on: cpu``: every CPU this process may run on (:func:`available_cpus`)
-    shared among the training processes of the machine (:func:`local_processes`), less
-    one for the training process itself, at least 1: 16 CPUs and one GPU give 15
-    workers, 16 CPUs and 2 GPUs 7 each. No fixed cap: the workers make the views, and
-    at the former cap of 8 they were the bottleneck of a 16-core GPU machine (66 ms per
-    batch of 256 two-view CIFAR images). ``augment_on: device``: the same, at most
-    ``DEVICE_AUGMENT_WORKERS`` (2), since the workers only index and copy uint8 images;
-    unless ``reads_files`` (images decoded from files per item, e.g. an image folder with
-    ``cache: none``), when decoding needs every worker.
-
-    Args:
-        augment_on: Where the training views are made.
-        devices: The trainer's devices per machine, when known (``trainer.num_devices``;
-            Lightning's own launcher sets no ``LOCAL_WORLD_SIZE``).
-        reads_files: The loader decodes an image file per item.
-    """
-    return auto_workers(augment_on, devices, reads_files)[0]
-
-
-def describe_loader(
-    workers: int, rule: str, pinned: bool, persistent: bool, prefetch_factor: int | None
-) -> str:
-    """The effective loader settings in one clause: ``15 workers (auto: 16 CPUs / 1
-    process - 1), pinned, persistent, prefetch 2``, or ``main process (num_workers: 0)``.
-
-    Args:
-        workers: ``num_workers`` of the loader.
-        rule: Where that count came from (``configured`` or the automatic rule).
-        pinned: Pinned host memory (already ``and torch.cuda.is_available()``).
-        persistent: ``persistent_workers`` as configured (only effective with workers).
-        prefetch_factor: As configured (``None``: torch's default, 2).
-    """
-    if workers == 0:
-        parts = ["main process (num_workers: 0)"]
-    else:
-        parts = [f"{_plural(workers, 'worker')} ({rule})"]
-    if pinned:
-        parts.append("pinned")
-    if workers > 0:
-        if persistent:
-            parts.append("persistent")
-        parts.append(f"prefetch {prefetch_factor or TORCH_PREFETCH}")
-    return ", ".join(parts)

@@ -25,7 +25,6 @@ needs NVIDIA DALI for this; plain torch ops run wherever torch runs.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -33,10 +32,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ncl_lightning.data.colour_ops import (
+    adjust_brightness,
+    adjust_contrast,
+    adjust_hue,
+    adjust_saturation,
+    gaussian_blur,
+    hue_shift,
+    luma,
+    per_sample,
+)
 from ncl_lightning.data.transforms import SimCLRAugmentation
 from ncl_lightning.runtime.errors import ConfigError
 
-_GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale (ITU-R 601-2)
 _CROP_TRIES = 10  # torchvision RandomResizedCrop.get_params
 BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)  # ColorJitter's op indices
 
@@ -229,110 +237,6 @@ def _sampling_grid(
     return grid, outside
 
 
-# ------------------------------------------------------------------------ colour ops
-@functools.lru_cache(maxsize=16)
-def _constant(values: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
-    """A small constant ``[1, len(values), 1, 1]`` on ``device``, made once (a tensor
-    built from Python numbers is a host-to-device copy each time)."""
-    return torch.tensor(values, dtype=dtype).view(1, -1, 1, 1).to(device)
-
-
-def _gray(x: Tensor) -> Tensor:
-    """Luma ``[B, 1, H, W]`` of RGB ``[B, 3, H, W]`` (the image itself if one channel)."""
-    if x.shape[1] == 1:
-        return x
-    return (x * _constant(_GRAY_WEIGHTS, x.device, x.dtype)).sum(dim=1, keepdim=True)
-
-
-def _per_sample(factor: Tensor) -> Tensor:
-    return factor.view(-1, 1, 1, 1)
-
-
-def _blend(x: Tensor, other: Tensor, factor: Tensor) -> Tensor:
-    """``clamp(f * x + (1 - f) * other)``: ``x`` itself where ``f = 1`` (exactly)."""
-    return (factor * x + (1.0 - factor) * other).clamp_(0.0, 1.0)
-
-
-def adjust_brightness(x: Tensor, factor: Tensor) -> Tensor:
-    """``clamp(f * x)`` per sample; ``x`` ``[B, C, H, W]`` in [0, 1], ``factor`` ``[B]``."""
-    return (x * _per_sample(factor)).clamp_(0.0, 1.0)
-
-
-def adjust_contrast(x: Tensor, factor: Tensor) -> Tensor:
-    """Blend with the mean luma of each image (torchvision's ``adjust_contrast``)."""
-    mean = _gray(x).mean(dim=(1, 2, 3), keepdim=True)
-    return _blend(x, mean, _per_sample(factor))
-
-
-def adjust_saturation(x: Tensor, factor: Tensor) -> Tensor:
-    """Blend with the per-pixel luma (torchvision's ``adjust_saturation``)."""
-    return _blend(x, _gray(x), _per_sample(factor))
-
-
-# HSV -> RGB in one broadcast formula (channel offsets n = 5, 3, 1 for R, G, B):
-# c = V - V S clamp(min(k, 4 - k), 0, 1) with k = (n + 6 H) mod 6, and V S = max - min.
-_HSV_OFFSETS = (5.0, 3.0, 1.0)
-
-
-def _hue_shift(x: Tensor, turns6: Tensor) -> Tensor:
-    """:func:`adjust_hue` with the shift ``turns6`` ``[B, 1, 1, 1]`` in sixths of a turn."""
-    maxc, largest = x.max(dim=1, keepdim=True)  # [B, 1, H, W]
-    delta = maxc - x.amin(dim=1, keepdim=True)
-    # Hue in sixths: 2 i + (x[i + 1] - x[i - 1]) / delta for the largest channel i. Where
-    # two channels tie for the largest, both formulas give the same hue; where all three
-    # tie, delta = 0 and the output is the grey maxc whatever the hue.
-    spread = (x.roll(-1, dims=1) - x.roll(1, dims=1)).gather(1, largest)
-    h6 = torch.addcdiv(2.0 * largest + turns6, spread, delta.clamp_min(_TINY))
-    k = torch.remainder(h6 + _constant(_HSV_OFFSETS, x.device, x.dtype), 6.0)
-    ramp = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
-    return maxc - delta * ramp
-
-
-_TINY = torch.finfo(torch.float32).tiny
-
-
-def adjust_hue(x: Tensor, factor: Tensor) -> Tensor:
-    """Rotate the hue by ``factor`` turns in HSV, per sample (``factor`` ``[B]`` in
-    [-0.5, 0.5]), as torchvision's ``adjust_hue``; a one-channel image is returned as is.
-
-    About 20 whole-batch tensor ops, whatever the batch: RGB -> hue, then the closed form
-    of HSV -> RGB on all three channels at once.
-    """
-    if x.shape[1] == 1:
-        return x
-    return _hue_shift(x, 6.0 * _per_sample(factor))
-
-
-def _gaussian_kernels(sigma: Tensor, kernel_size: int) -> Tensor:
-    """``[B, k]`` normalised Gaussian taps; the identity tap ``[0, .., 1, .., 0]`` where
-    ``sigma <= 0`` (a blur that leaves the image exactly as it is)."""
-    half = (kernel_size - 1) / 2
-    pos = torch.linspace(-half, half, kernel_size, device=sigma.device)
-    on = (sigma > 0)[:, None]
-    safe = torch.where(on, sigma[:, None], 1.0)
-    kernel = torch.exp(-0.5 * (pos[None, :] / safe) ** 2)
-    kernel = kernel / kernel.sum(dim=1, keepdim=True)
-    return torch.where(on, kernel, (pos == 0).to(kernel.dtype))
-
-
-def gaussian_blur(x: Tensor, sigma: Tensor, kernel_size: int) -> Tensor:
-    """Per-sample Gaussian blur (reflect padding), as torchvision's ``gaussian_blur``.
-
-    Args:
-        x: ``[B, C, H, W]``.
-        sigma: ``[B]`` standard deviations; ``0`` leaves that sample unchanged.
-        kernel_size: Odd kernel side.
-    """
-    b, c, hgt, wid = x.shape
-    kernel = _gaussian_kernels(sigma.to(x.device, x.dtype), kernel_size)
-    kernel = kernel[:, None, :].expand(b, c, kernel_size).reshape(b * c, kernel_size)
-    pad = kernel_size // 2
-    y = F.pad(x.reshape(1, b * c, hgt, wid), (pad, pad, pad, pad), mode="reflect")
-    y = F.conv2d(y, kernel[:, None, None, :], groups=b * c)
-    y = F.conv2d(y, kernel[:, None, :, None], groups=b * c)
-    return y.reshape(b, c, hgt, wid)
-
-
 class _JitterPlan:
     """What each of the four jitter positions does to each sample, as ``[B, 4, 1, 1, 1]``
     device tensors (sample, position), from the packed parameters ``[B, 18]``.
@@ -352,14 +256,14 @@ class _JitterPlan:
         blend = torch.where(on & (order < HUE), factors, 1.0)
         rest = 1.0 - blend
 
-        def per_sample(t: Tensor) -> Tensor:
+        def columns(t: Tensor) -> Tensor:  # [B, 4] -> [B, 4, 1, 1, 1]
             return t.view(-1, 4, 1, 1, 1)
 
-        self.blend = per_sample(blend)
-        self.mean_weight = per_sample(rest * (on & (order == CONTRAST)))
-        self.gray_weight = per_sample(rest * (on & (order == SATURATION)))
-        self.hue_on = per_sample(on & (order == HUE))
-        self.hue = per_sample(torch.where(self.hue_on.view(-1, 4), 6.0 * factors, 0.0))
+        self.blend = columns(blend)
+        self.mean_weight = columns(rest * (on & (order == CONTRAST)))
+        self.gray_weight = columns(rest * (on & (order == SATURATION)))
+        self.hue_on = columns(on & (order == HUE))
+        self.hue = columns(torch.where(self.hue_on.view(-1, 4), 6.0 * factors, 0.0))
 
 
 class BatchAugmentation(nn.Module):
@@ -464,21 +368,21 @@ class BatchAugmentation(nn.Module):
         if self._jitter:
             plan = _JitterPlan(packed)
             for i in range(4):  # the jitter positions, each op in its sample's order
-                luma = _gray(x)
+                gray = luma(x)
                 other = torch.addcmul(
-                    plan.mean_weight[:, i] * luma.mean((1, 2, 3), True),
+                    plan.mean_weight[:, i] * gray.mean((1, 2, 3), True),
                     plan.gray_weight[:, i],
-                    luma,
+                    gray,
                 )
                 x = torch.addcmul(other, plan.blend[:, i], x).clamp_(0.0, 1.0)
                 if self._hue and rgb:
-                    x = torch.where(plan.hue_on[:, i], _hue_shift(x, plan.hue[:, i]), x)
+                    x = torch.where(plan.hue_on[:, i], hue_shift(x, plan.hue[:, i]), x)
         if rgb and aug.grayscale_p > 0:
-            x = torch.where(_per_sample(packed[:, _GRAY] > 0.5), _gray(x).expand_as(x), x)
+            x = torch.where(per_sample(packed[:, _GRAY] > 0.5), luma(x).expand_as(x), x)
         if aug.blur_p > 0:
             x = gaussian_blur(x, packed[:, _SIGMA], self.blur_kernel)
         if aug.solarize_p > 0:
-            solar = _per_sample(packed[:, _SOLAR] > 0.5) & (x >= 0.5)
+            solar = per_sample(packed[:, _SOLAR] > 0.5) & (x >= 0.5)
             x = torch.where(solar, 1.0 - x, x)
         return x
 
@@ -501,3 +405,20 @@ def center_crop_normalize(images: Tensor, size: int, mean: Tensor, std: Tensor) 
     if images.dtype == torch.uint8:
         x = x / 255.0
     return (x - mean.to(x.device)) / std.to(x.device)
+
+
+__all__ = [
+    "BatchAugmentation",
+    "ViewParams",
+    "adjust_brightness",
+    "adjust_contrast",
+    "adjust_hue",
+    "adjust_saturation",
+    "center_crop_normalize",
+    "crop_area_fraction",
+    "gaussian_blur",
+    "pack_params",
+    "params_to",
+    "sample_crops",
+    "sample_view_params",
+]

@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 
-from ncl_lightning.data.base import describe_loader
 from ncl_lightning.data.batch_scope import check_train_batches
+from ncl_lightning.data.loader_defaults import describe_loader
 from ncl_lightning.data.seeding import (
     DATA_KEY,
     EvalViewSampler,

@@ -239,7 +239,7 @@ class DecodedCacheMixin:
     def reads_files(self) -> bool:
         """With ``cache: none`` the loader workers decode an image file per item, so
         ``augment_on: device`` needs as many automatic workers as ``cpu``
-        (:func:`~ncl_lightning.data.base.default_workers`)."""
+        (:func:`~ncl_lightning.data.loader_defaults.default_workers`)."""
         return getattr(self, "cache", "none") == "none"
 
     def split_folder(self, split: Split) -> Path:

@@ -25,8 +25,8 @@ from ncl_lightning.data import (
     TensorImageDataset,
     decode_images,
 )
-from ncl_lightning.data.base import default_workers
 from ncl_lightning.data.folder import scan_class_folders
+from ncl_lightning.data.loader_defaults import default_workers
 from ncl_lightning.data.memory import FixedSizeUInt8, check_cache, to_pil
 from ncl_lightning.data.views import DeviceViews
 from ncl_lightning.methods import NCL

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ncl_lightning.data import DigitsDataModule, DSpritesDataModule
-from ncl_lightning.data.base import auto_workers, default_workers, describe_loader
+from ncl_lightning.data.loader_defaults import auto_workers, default_workers, describe_loader
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.errors import ConfigError
