@@ -101,6 +101,11 @@ def view(page: Any) -> str:
     return page.evaluate("document.documentElement.dataset.view")
 
 
+def wait_view(page: Any, mode: str) -> None:
+    """Until the page shows ``mode`` (a hash change is routed after the action returns)."""
+    page.wait_for_function("m => document.documentElement.dataset.view === m", arg=mode)
+
+
 def wait_hash(page: Any, fragment: str) -> None:
     """Until the URL is ``fragment`` and the page has drawn it (``html[data-routed]``)."""
     page.wait_for_function(
@@ -258,14 +263,16 @@ def test_compare_mode_plots_lists_and_urls(atlas: Atlas, watched: Watched, shots
     fragment = f"#/compare/{a['key']}/{b['key']}?sort=consistency"
     assert page.evaluate("location.hash") == fragment
     page.reload()
+    wait_hash(page, fragment)  # drawn again: a click before that can hit cards being replaced
     assert view(page) == "compare" and page.input_value("#compare-b") == b["key"]
     j = expected(b, "consistency")[0]
     page.click(f'#cards-b .card[data-dim="{j}"]')
-    assert view(page) == "detail" and page.get_attribute("#detail", "data-model") == b["key"]
+    wait_view(page, "detail")  # the card's link routes on hashchange, after the click returns
+    assert page.get_attribute("#detail", "data-model") == b["key"]
     page.click("#detail-back")  # back to compare mode, where the card was
     wait_hash(page, fragment)
     page.go_back()
-    assert view(page) == "detail"
+    wait_view(page, "detail")
     page.go_back()
     wait_hash(page, fragment)
     page.goto(file_url(atlas.index, f"#/compare/{a['key']}/{models[1]['key']}"))
