@@ -37,6 +37,7 @@ from ncl_lightning.data.loader_defaults import (
     AugmentOn,
     auto_workers,
     describe_loader,
+    loader_options,
 )
 from ncl_lightning.data.memory import FixedSizeUInt8
 from ncl_lightning.data.seeding import (
@@ -218,25 +219,21 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         files and, once a trainer is attached, its devices per machine."""
         return self._auto_workers()[0] if self._num_workers is None else self._num_workers
 
-    @num_workers.setter
-    def num_workers(self, value: int | None) -> None:
-        self._num_workers = value
-
     @property
     def reads_files(self) -> bool:
-        """Whether the loader workers read and decode an image file per item (then
-        ``augment_on: device`` gets as many automatic workers as ``cpu``)."""
+        """Whether workers decode an image file per item (then as many as ``cpu`` get)."""
         return False
 
     def _auto_workers(self) -> tuple[int, str]:
-        devices = getattr(self.trainer, "num_devices", None)
-        devices = devices if isinstance(devices, int) else None
+        devices = getattr(self.trainer, "num_devices", None)  # (None before a trainer)
         return auto_workers(self.augment_on, devices, self.reads_files)
 
+    def _loader_options(self, persistent: bool) -> dict[str, Any]:
+        return loader_options(self.num_workers, self.pin_memory, persistent, self.prefetch_factor)
+
     def loader_summary(self) -> str:
-        """The training loader's settings, for the batch line a run prints at the start
-        of ``fit``: e.g. ``15 workers (auto: 16 CPUs / 1 process - 1), pinned,
-        persistent, prefetch 2`` (:func:`describe_loader`)."""
+        """The training loader's settings for the batch line of ``fit``
+        (:func:`~ncl_lightning.data.loader_defaults.describe_loader`)."""
         rule = "configured" if self._num_workers is not None else self._auto_workers()[1]
         return describe_loader(
             self.num_workers,
@@ -332,17 +329,13 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
             raise UsageError(f"{name} dataset is not built; call setup() first")
         # (index, seed) keys from (seed, epoch): exact resume, any worker count
         sampler = self.train_sampler(dataset) if train else None
-        workers = self.num_workers
         return (ResumableLoader if train else DataLoader)(
             dataset,
             batch_size=self.per_device_batch_size,
             sampler=sampler,
             generator=torch.Generator().manual_seed(self.seed or 0),  # private: global untouched
             drop_last=train and self.drop_last,
-            num_workers=workers,
-            pin_memory=self.pin_memory and torch.cuda.is_available(),
-            persistent_workers=self.persistent_workers and workers > 0,
-            prefetch_factor=self.prefetch_factor if workers > 0 else None,
+            **self._loader_options(self.persistent_workers),
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -398,13 +391,10 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         base = self.base_dataset(split)
         size = len(base)  # type: ignore[arg-type]
         keys = EvalViewSampler(size, self.seed, rank, world_size, self.batch_size)
-        workers = self.num_workers
         return DataLoader(
             SeededTransformDataset(base, views),
             batch_size=self.batch_size,
             sampler=keys,
             generator=torch.Generator().manual_seed(keys.seed),  # private: global untouched
-            num_workers=workers,
-            pin_memory=self.pin_memory and torch.cuda.is_available(),
-            prefetch_factor=self.prefetch_factor if workers > 0 else None,
+            **self._loader_options(persistent=False),
         )

@@ -26,7 +26,6 @@ needs NVIDIA DALI for this; plain torch ops run wherever torch runs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -43,167 +42,27 @@ from ncl_lightning.data.colour_ops import (
     per_sample,
 )
 from ncl_lightning.data.transforms import SimCLRAugmentation
-from ncl_lightning.runtime.errors import ConfigError
-
-_CROP_TRIES = 10  # torchvision RandomResizedCrop.get_params
-BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)  # ColorJitter's op indices
-
-
-@dataclass
-class ViewParams:
-    """Per-sample random parameters of one batch of ``B`` views (all on the CPU).
-
-    Attributes:
-        crop: ``[B, 4]`` crop boxes ``(top, left, height, width)`` in source pixels.
-        angle: ``[B]`` rotation in degrees (0 without rotation).
-        flip: ``[B]`` bool, horizontal flip.
-        jitter: ``[B]`` bool, colour jitter applied.
-        factors: ``[B, 4]`` brightness, contrast, saturation and hue factors (the
-            identity ``1, 1, 1, 0`` where jitter is off or an op has strength 0).
-        order: ``[B, 4]`` the permutation of the four jitter ops per sample.
-        gray: ``[B]`` bool, converted to grayscale.
-        blur_sigma: ``[B]`` blur standard deviation (0: no blur).
-        solarize: ``[B]`` bool, solarised.
-    """
-
-    crop: Tensor
-    angle: Tensor
-    flip: Tensor
-    jitter: Tensor
-    factors: Tensor
-    order: Tensor
-    gray: Tensor
-    blur_sigma: Tensor
-    solarize: Tensor
-
-
-def crop_area_fraction(params: ViewParams, height: int, width: int) -> Tensor:
-    """``[B]`` crop areas of ``params`` as fractions of a ``height x width`` source."""
-    return params.crop[:, 2] * params.crop[:, 3] / (height * width)
-
-
-def _uniform(low: float, high: float, shape: tuple[int, ...], generator: torch.Generator | None):
-    return low + (high - low) * torch.rand(shape, generator=generator)
-
-
-def _bernoulli(p: float, n: int, generator: torch.Generator | None) -> Tensor:
-    return torch.rand(n, generator=generator) < p
-
-
-def sample_crops(
-    aug: SimCLRAugmentation, n: int, height: int, width: int, generator: torch.Generator | None
-) -> Tensor:
-    """RandomResizedCrop boxes ``[n, 4]`` ``(top, left, h, w)``, torchvision's algorithm.
-
-    Up to ten tries of area ``U(scale) * H * W`` and log-uniform aspect ratio; the first
-    that fits is kept, else the centre crop clamped to the ratio range.
-    """
-    area = height * width
-    target = area * _uniform(*aug.crop_scale, (n, _CROP_TRIES), generator)
-    log_ratio = _uniform(
-        math.log(aug.crop_ratio[0]), math.log(aug.crop_ratio[1]), (n, _CROP_TRIES), generator
-    )
-    ratio = torch.exp(log_ratio)
-    w = torch.round(torch.sqrt(target * ratio))
-    h = torch.round(torch.sqrt(target / ratio))
-    fits = (w > 0) & (w <= width) & (h > 0) & (h <= height)
-    first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)  # first fitting try
-    w, h = w.gather(1, first).squeeze(1), h.gather(1, first).squeeze(1)
-    top = torch.floor(torch.rand(n, generator=generator) * (height - h + 1))
-    left = torch.floor(torch.rand(n, generator=generator) * (width - w + 1))
-    # torchvision's fallback: the whole image, cut to the nearest allowed aspect ratio.
-    in_ratio = width / height
-    if in_ratio < aug.crop_ratio[0]:
-        fw, fh = width, round(width / aug.crop_ratio[0])
-    elif in_ratio > aug.crop_ratio[1]:
-        fw, fh = round(height * aug.crop_ratio[1]), height
-    else:
-        fw, fh = width, height
-    none = ~fits.any(dim=1)
-    h = torch.where(none, float(fh), h)
-    w = torch.where(none, float(fw), w)
-    top = torch.where(none, float((height - fh) // 2), top)
-    left = torch.where(none, float((width - fw) // 2), left)
-    return torch.stack([top, left, h, w], dim=1)
-
-
-def sample_view_params(
-    aug: SimCLRAugmentation,
-    n: int,
-    height: int,
-    width: int,
-    generator: torch.Generator | None = None,
-) -> ViewParams:
-    """Draw the parameters of ``n`` views of ``height x width`` sources.
-
-    The distributions are torchvision's for the ops ``aug.build()`` composes: factors
-    ``U(max(0, 1 - s), 1 + s)`` for brightness, contrast and saturation, ``U(-h, h)`` for
-    hue, a uniform random order of the four jitter ops, rotation ``U(-r, r)`` degrees,
-    blur sigma ``U(blur_sigma)``, each op applied with its probability.
-    """
-    crop = sample_crops(aug, n, height, width, generator)
-    angle = _uniform(-aug.rotation, aug.rotation, (n,), generator)
-    flip = _bernoulli(aug.flip_p, n, generator)
-    strengths = (aug.brightness, aug.contrast, aug.saturation)
-    jitter_on = aug.jitter_p > 0 and any(s > 0 for s in (*strengths, aug.hue))
-    jitter = _bernoulli(aug.jitter_p, n, generator) & jitter_on
-    factors = torch.stack(
-        [_uniform(max(0.0, 1.0 - s), 1.0 + s, (n,), generator) for s in strengths]
-        + [_uniform(-aug.hue, aug.hue, (n,), generator)],
-        dim=1,
-    )
-    identity = torch.tensor([1.0, 1.0, 1.0, 0.0])
-    factors = torch.where(jitter[:, None], factors, identity)
-    order = torch.argsort(torch.rand(n, 4, generator=generator), dim=1)
-    gray = _bernoulli(aug.grayscale_p, n, generator)
-    sigma = _uniform(*aug.blur_sigma, (n,), generator)
-    blur_sigma = torch.where(_bernoulli(aug.blur_p, n, generator), sigma, 0.0)
-    solarize = _bernoulli(aug.solarize_p, n, generator)
-    return ViewParams(crop, angle, flip, jitter, factors, order, gray, blur_sigma, solarize)
-
-
-# ------------------------------------------------------------- one copy to the device
-# Columns of the packed parameter tensor: every per-sample number of a ViewParams, as
-# float32 (crop boxes and op indices are small integers, exact in float32).
-_CROP, _ANGLE, _FLIP, _JITTER, _FACTORS, _ORDER, _GRAY, _SIGMA, _SOLAR = (
-    slice(0, 4),
-    4,
-    5,
-    6,
-    slice(7, 11),
-    slice(11, 15),
-    15,
-    16,
-    17,
+from ncl_lightning.data.view_params import (
+    ANGLE,
+    CONTRAST,
+    CROP,
+    FACTORS,
+    FLIP,
+    GRAY,
+    HUE,
+    JITTER,
+    ORDER,
+    SATURATION,
+    SIGMA,
+    SOLAR,
+    ViewParams,
+    crop_area_fraction,
+    pack_params,
+    params_to,
+    sample_crops,
+    sample_view_params,
 )
-_COLUMNS = 18
-
-
-def pack_params(params: ViewParams) -> Tensor:
-    """The parameters of ``B`` views as one float32 ``[B, 18]`` host tensor (one copy)."""
-    return torch.cat(
-        [
-            params.crop.float(),
-            params.angle.float()[:, None],
-            params.flip.float()[:, None],
-            params.jitter.float()[:, None],
-            params.factors.float(),
-            params.order.float(),
-            params.gray.float()[:, None],
-            params.blur_sigma.float()[:, None],
-            params.solarize.float()[:, None],
-        ],
-        dim=1,
-    )
-
-
-def params_to(params: ViewParams, device: torch.device) -> Tensor:
-    """:func:`pack_params` on ``device``: one host-to-device copy, from pinned memory on a
-    GPU so that it is asynchronous (a copy from pageable memory makes the host wait)."""
-    packed = pack_params(params)
-    if device.type == "cuda":
-        return packed.pin_memory().to(device, non_blocking=True)
-    return packed.to(device)
+from ncl_lightning.runtime.errors import ConfigError
 
 
 # --------------------------------------------------------------------------- geometry
@@ -217,17 +76,17 @@ def _sampling_grid(
     Built on the device of ``packed`` (``[B, 18]``, :func:`pack_params`)."""
     n, device = packed.shape[0], packed.device
     coords = (torch.arange(size, dtype=torch.float32, device=device) + 0.5) * (2.0 / size) - 1.0
-    sign = 1.0 - 2.0 * packed[:, _FLIP, None, None]  # flip is applied last: undo it first
+    sign = 1.0 - 2.0 * packed[:, FLIP, None, None]  # flip is applied last: undo it first
     u = coords.view(1, 1, size) * sign  # [B, 1, S]: column (x) of every output pixel
     v = coords.view(1, size, 1).expand(n, size, 1)  # [B, S, 1]: row (y)
     outside = None
     if rotate:
         # torchvision rotates the resized (square) crop about its centre: undo that.
-        theta = torch.deg2rad(packed[:, _ANGLE, None, None])
+        theta = torch.deg2rad(packed[:, ANGLE, None, None])
         cos, sin = torch.cos(theta), torch.sin(theta)
         u, v = cos * u - sin * v, sin * u + cos * v  # both [B, S, S] now
         outside = ((u.abs() > 1) | (v.abs() > 1))[:, None]
-    top, left, h, w = (t[:, None, None] for t in packed[:, _CROP].unbind(1))
+    top, left, h, w = (t[:, None, None] for t in packed[:, CROP].unbind(1))
     # Crop coordinate in [-1, 1] -> source position (pixel edges at integers), clamped to
     # the crop's outer pixel centres as torchvision's resize of the cut-out crop clamps.
     x = torch.clamp(left + (u + 1) * w / 2, min=left + 0.5, max=left + w - 0.5)
@@ -248,9 +107,9 @@ class _JitterPlan:
     """
 
     def __init__(self, packed: Tensor) -> None:
-        order = packed[:, _ORDER]  # [B, 4]: the op at each position
-        factors = packed[:, _FACTORS].gather(1, order.long())  # that op's factor
-        on = packed[:, _JITTER, None] > 0.5
+        order = packed[:, ORDER]  # [B, 4]: the op at each position
+        factors = packed[:, FACTORS].gather(1, order.long())  # that op's factor
+        on = packed[:, JITTER, None] > 0.5
         # An op of strength 0 (which ColorJitter leaves out) has the factor 1 (0 for hue,
         # which the caller then skips): its blend is exactly the identity.
         blend = torch.where(on & (order < HUE), factors, 1.0)
@@ -378,11 +237,11 @@ class BatchAugmentation(nn.Module):
                 if self._hue and rgb:
                     x = torch.where(plan.hue_on[:, i], hue_shift(x, plan.hue[:, i]), x)
         if rgb and aug.grayscale_p > 0:
-            x = torch.where(per_sample(packed[:, _GRAY] > 0.5), luma(x).expand_as(x), x)
+            x = torch.where(per_sample(packed[:, GRAY] > 0.5), luma(x).expand_as(x), x)
         if aug.blur_p > 0:
-            x = gaussian_blur(x, packed[:, _SIGMA], self.blur_kernel)
+            x = gaussian_blur(x, packed[:, SIGMA], self.blur_kernel)
         if aug.solarize_p > 0:
-            solar = per_sample(packed[:, _SOLAR] > 0.5) & (x >= 0.5)
+            solar = per_sample(packed[:, SOLAR] > 0.5) & (x >= 0.5)
             x = torch.where(solar, 1.0 - x, x)
         return x
 

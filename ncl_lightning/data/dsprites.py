@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 
 from ncl_lightning.data.batch_scope import check_train_batches
-from ncl_lightning.data.loader_defaults import describe_loader
+from ncl_lightning.data.loader_defaults import describe_loader, loader_options
 from ncl_lightning.data.seeding import (
     DATA_KEY,
     EvalViewSampler,
@@ -229,7 +229,6 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
     def _loader(
         self, collate: RenderBatch, sampler: Sampler | None = None, train: bool = False
     ) -> DataLoader:
-        workers = self.num_workers
         return (ResumableLoader if train else DataLoader)(
             KeyDataset(len(collate.grid_indices)),
             batch_size=self.batch_size,
@@ -237,10 +236,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
             drop_last=train,
             collate_fn=collate,
             generator=seeded_generator(self.seed or 0),  # private: global untouched
-            num_workers=workers,
-            persistent_workers=train and workers > 0,
-            pin_memory=self.pin_memory and torch.cuda.is_available(),
-            prefetch_factor=self.prefetch_factor if workers > 0 else None,
+            **loader_options(self.num_workers, self.pin_memory, train, self.prefetch_factor),
         )
 
     def loader_summary(self) -> str:

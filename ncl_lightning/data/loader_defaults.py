@@ -5,7 +5,9 @@ persistent workers, prefetch)."""
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal
+
+import torch
 
 AugmentOn = Literal["cpu", "device"]
 
@@ -21,10 +23,11 @@ def available_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def local_processes(devices: int | None = None) -> int:
+def local_processes(devices: object = None) -> int:
     """Training processes on this machine: ``LOCAL_WORLD_SIZE`` (set by ``torchrun``) or
-    ``devices`` (the trainer's devices per machine, when known), the larger, at least 1."""
-    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), devices or 1)
+    ``devices`` (the trainer's devices per machine, when an int), the larger, at least 1."""
+    devices = devices if isinstance(devices, int) else 1
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), devices)
 
 
 def _plural(n: int, word: str) -> str:
@@ -32,7 +35,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def auto_workers(
-    augment_on: AugmentOn, devices: int | None = None, reads_files: bool = False
+    augment_on: AugmentOn, devices: object = None, reads_files: bool = False
 ) -> tuple[int, str]:
     """:func:`default_workers` and the rule that gave it, in words (``auto: 16 CPUs / 1
     process - 1``) for :meth:`MultiViewDataModule.loader_summary`."""
@@ -95,3 +98,17 @@ def describe_loader(
             parts.append("persistent")
         parts.append(f"prefetch {prefetch_factor or TORCH_PREFETCH}")
     return ", ".join(parts)
+
+
+def loader_options(
+    workers: int, pin_memory: bool, persistent: bool, prefetch_factor: int | None
+) -> dict[str, Any]:
+    """``DataLoader`` keyword arguments for ``workers`` processes: memory pinned only where
+    CUDA is, persistent workers and ``prefetch_factor`` only with workers (torch refuses a
+    prefetch factor without them)."""
+    return {
+        "num_workers": workers,
+        "pin_memory": pin_memory and torch.cuda.is_available(),
+        "persistent_workers": persistent and workers > 0,
+        "prefetch_factor": prefetch_factor if workers > 0 else None,
+    }

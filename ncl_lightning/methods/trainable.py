@@ -234,34 +234,17 @@ class TrainableModule(L.LightningModule):
         return self.nonfinite_guard().check_loss(self, loss)
 
     def check_finite_later(self, loss: Tensor) -> bool:
-        """:meth:`loss_is_finite` without a host synchronisation: under a trainer the check
-        runs on the device and the guard reads its verdict at the start of the next batch,
-        then stops or skips after putting back the weights, optimiser state and buffers as
-        they were before this batch; returns ``True``. Without a trainer (a step called by
-        hand) it is :meth:`loss_is_finite`.
-
-        The training step then logs as usual and hands what a skipped batch must not change
-        to :meth:`after_finite_step`::
-
-            if not self.check_finite_later(loss):  # False only without a trainer
-                return self.skipped_step_loss()
-            self.after_finite_step(lambda: self.bank.add(features))
-
-        Raises:
-            NonFiniteLossError: Without a trainer, as :meth:`loss_is_finite`.
-        """
-        if self._trainer is None:
-            return self.loss_is_finite(loss)
-        self.nonfinite_guard().check_loss_later(self, loss)
-        return True
+        """:meth:`loss_is_finite` without a host sync: the guard judges this batch on the
+        device and reads the verdict at the start of the next one (undoing the batch if
+        needed); ``True`` under a trainer. Used as ``loss_is_finite``, with what a skipped
+        batch must not change handed to :meth:`after_finite_step`
+        (:meth:`NonFiniteGuard.check_loss_later
+        <ncl_lightning.runtime.guard.NonFiniteGuard.check_loss_later>`)."""
+        return self.nonfinite_guard().check_loss_later(self, loss)
 
     def after_finite_step(self, effect: Callable[[], None]) -> None:
-        """Run ``effect`` once this batch is known to be finite (see
-        :meth:`check_finite_later`); at once when the batch was checked immediately."""
-        if self._trainer is None:
-            effect()
-        else:
-            self.nonfinite_guard().after_finite(effect)
+        """Run ``effect`` once this batch is known to be finite (dropped if it is not)."""
+        self.nonfinite_guard().after_finite(effect)
 
     def skipped_step_loss(self) -> Tensor:
         """What a skipped step returns: a zero loss connected to every trainable parameter

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ncl_lightning.runtime.errors import NonFiniteLossError
+
 # Codes of the training-step check (max-reduced over ranks: the highest wins; a NaN loss
 # often comes with NaN running statistics, and the loss is what the user sees).
 BUFFER, LOSS_INF, LOSS_NAN, PARAMETER = 1.0, 2.0, 3.0, 4.0
@@ -108,3 +110,15 @@ def describe_gradients(flag: float, module: nn.Module) -> str:
         return f"non-finite gradient norm (overflow; {name})"
     total, limit = float(torch.linalg.vector_norm(norms)), module.grad_norm_limit  # type: ignore[attr-defined]
     return f"gradient norm {total:.3g} above grad_norm_limit {limit} ({name})"
+
+
+def nonfinite_parameter_error(named: list[tuple[str, Tensor]], where: str) -> NonFiniteLossError:
+    """The error for a parameter an optimiser step made non-finite from finite gradients:
+    no finite state is left to save."""
+    culprit = first_nonfinite(named)
+    what = f"parameter {culprit[0]} ({culprit[1]})" if culprit else "parameter on another rank"
+    return NonFiniteLossError(
+        f"non-finite {what} at {where}, from an optimiser step with finite gradients; "
+        "training stopped; no finite state left to save: resume from an earlier "
+        "checkpoint with a lower learning rate or set model.init_args.grad_norm_limit"
+    )

@@ -1,74 +1,35 @@
 """The :class:`NonFiniteGuard` callback: what a training step does with a NaN or infinite
-loss or gradient: stop with a checkpoint, or skip.
+loss, gradient, BatchNorm statistic or parameter: stop with a checkpoint, or skip.
 
-Every trainable module of the package (:class:`~ncl_lightning.methods.TrainableModule`:
-:class:`~ncl_lightning.methods.SSLMethod`, :class:`~ncl_lightning.methods.Classifier`)
-takes ``nonfinite_loss`` and calls ``self.check_finite_later(loss)`` (or
-``self.loss_is_finite(loss)``) in its training step, which hands the check to this
-callback (``ncl-cli`` installs it, and a plain ``Trainer`` gets it from the module's
-``configure_callbacks``):
+Every trainable module (:class:`~ncl_lightning.methods.TrainableModule`) takes
+``nonfinite_loss`` and hands its loss to this callback in the training step (``ncl-cli``
+installs it; a plain ``Trainer`` gets it from the module's ``configure_callbacks``):
 
-* ``stop`` (default): the weights are still the last finite state (no backward has run
-  for this loss), so they are saved to ``last-finite.ckpt`` beside the run's checkpoints
-  and training stops with :class:`~ncl_lightning.runtime.errors.NonFiniteLossError`, one line
-  naming the step, the epoch, the batch and the file.
-* ``skip``: the batch changes nothing, neither the weights nor the optimiser state (no
-  momentum, weight decay or Adam moment update), the online probe's metrics nor the kNN
-  bank; ``train/skipped_nonfinite`` counts the skipped batches and one warning per epoch
-  gives the count.
+* ``stop`` (default): the weights of the last finite state are saved to
+  ``last-finite.ckpt`` beside the run's checkpoints and training stops with
+  :class:`~ncl_lightning.runtime.errors.NonFiniteLossError`, one line naming the step,
+  the epoch, the batch and the file.
+* ``skip``: the batch changes nothing (weights, optimiser state, buffers, probe metrics,
+  kNN bank); ``train/skipped_nonfinite`` counts skipped batches, one warning per epoch.
 
-In both modes the buffers (BatchNorm running statistics) are put back as they were before
-the batch: its forward pass already updated them, possibly with NaN. A copy of the buffers
-is taken at the start of every training batch for this (one fused copy; buffers are small).
+A finite loss is also refused when its gradients are not finite or, with
+``grad_norm_limit``, too large (under a ``GradScaler`` non-finite gradients are the
+scaler's business). A parameter made non-finite by a step from finite gradients ends
+training under both modes, without a checkpoint. Under DDP the ranks max-reduce the
+verdict, so they all stop, or all skip, at the same step; a skipped batch still returns a
+zero loss connected to every parameter (DDP needs the same backward on every rank), and
+Lightning still counts its step.
 
-The same handling applies, before the optimiser step, to a *finite* loss whose gradients
-are not finite (one gradient norm over every parameter: NaN, or Inf including an overflow of
-the norm itself) or, when ``grad_norm_limit`` is set, larger than that limit; and to
-BatchNorm running statistics (any floating buffer) that the batch's forward pass made
-non-finite. "Exploding" is the user's threshold, off by default (``grad_norm_limit: None``):
-no fixed number can tell a blow-up from a healthy large gradient on every model, and a
-false stop is worse than none, so by default only non-finite values count. Under a
-``GradScaler`` (``precision: 16-mixed``) non-finite gradients are the scaler's business (it
-skips the step and lowers the scale); only ``grad_norm_limit`` applies. A parameter that is
-already non-finite when a batch starts (an optimiser step made it so from finite
-gradients) ends training under both modes, without a checkpoint: no finite state is left.
-
-Two ways to check, with the same guarantees:
-
-* **Deferred** (:meth:`NonFiniteGuard.check_loss_later`, what the self-supervised methods
-  use; no host synchronisation in the step, so a GPU never waits for the host): the
-  training-step code (loss, buffers, parameters) and, before the optimiser step, the
-  gradient code are computed on the device, max-reduced over the ranks on the device, and
-  copied to pinned host memory. The weights and optimiser state are copied (on the device)
-  just before the optimiser step (:class:`~ncl_lightning.runtime.rollback.StepSnapshot`).
-  The flag is read at the start of the next batch (:meth:`NonFiniteGuard.resolve`; long
-  computed by then), before validation, before any checkpoint is written, and at the end
-  of an epoch and of training. A non-finite batch is then undone (weights, optimiser
-  state, buffers put back as they were before it) and training stops or skips exactly as
-  below; what the module handed to :meth:`NonFiniteGuard.after_finite` (the kNN bank, the
-  training accuracy) runs only for finite batches. A checkpoint due right after a
-  non-finite batch is never written with it: under ``stop`` the guard raises before the
-  write, under ``skip`` the checkpoint gets the undone state. Differences from the
-  immediate check: the non-finite batch's values reach the loggers (they show what went
-  wrong), the checkpoints' counters count it (``global_step`` of ``last-finite.ckpt`` is
-  one more than the bad step: a resume goes on with the next batch), a callback that reads
-  the weights in ``on_train_batch_start`` should call :meth:`NonFiniteGuard.resolve` first
-  (or come after the guard), and under gradient accumulation a non-finite micro-batch drops
-  its whole accumulation window. Cost per step: a few multi-tensor reductions and two
-  multi-tensor copies on the device, one small all-reduce under DDP, and memory for one
-  copy of the weights and optimiser state.
-* **Immediate** (:meth:`NonFiniteGuard.check_loss`, ``loss_is_finite``; the NCE classifier,
-  whose per-step metrics are logged in the step): one host synchronisation in the training
-  step (loss, buffers and parameters together) and one before the optimiser step (the
-  gradient norm).
-
-Under DDP the ranks agree first (the "non-finite" flag is max-reduced over the ranks), so
-they all stop, or all skip, at the same step and none waits on a collective the others
-left. A skipped batch still returns a loss (zero, connected to every trainable parameter)
-because Lightning refuses ``None`` from ``training_step`` under DDP and DDP's gradient
-all-reduce needs the same backward on every rank; the zero gradients are then dropped in
-``on_before_optimizer_step`` so the optimiser step is a no-op. Lightning still counts that
-step: ``global_step`` and a step-interval LR schedule advance as for any batch.
+Two ways to check, with the same guarantees (the site's reliability page, "Numerical
+faults", details them): **deferred** (:meth:`NonFiniteGuard.check_loss_later`, the
+self-supervised methods): the codes are computed and agreed on the device, the weights and
+optimiser state copied before the step (:class:`~ncl_lightning.runtime.rollback.
+StepSnapshot`), and the verdict read at the start of the next batch (or before
+validation, a checkpoint, the end of an epoch or of training) by
+:meth:`NonFiniteGuard.resolve`, which undoes a non-finite batch; no host synchronisation
+in the step. **Immediate** (:meth:`NonFiniteGuard.check_loss`, the NCE classifier, whose
+per-step metrics are logged in the step): one host synchronisation in the training step
+and one before the optimiser step.
 """
 
 from __future__ import annotations
@@ -90,9 +51,9 @@ from ncl_lightning.runtime.finite_checks import (
     checked_tensors,
     describe_gradients,
     describe_loss,
-    first_nonfinite,
     grad_code,
     loss_code,
+    nonfinite_parameter_error,
 )
 from ncl_lightning.runtime.internals import batch_index
 from ncl_lightning.runtime.rollback import StepSnapshot, Verdict
@@ -125,10 +86,11 @@ def _scaled(trainer: L.Trainer) -> bool:
     return getattr(trainer.precision_plugin, "scaler", None) is not None
 
 
-def _where(trainer: L.Trainer) -> str:
-    return (
-        f"step {trainer.global_step} (epoch {trainer.current_epoch}, batch {batch_index(trainer)})"
-    )
+def _where(trainer: L.Trainer | None) -> str:
+    if trainer is None:
+        return "training_step"
+    step, epoch = trainer.global_step, trainer.current_epoch
+    return f"step {step} (epoch {epoch}, batch {batch_index(trainer)})"
 
 
 def _agree(trainer: L.Trainer | None, code: Tensor) -> int:
@@ -154,14 +116,14 @@ class NonFiniteGuard(Callback):
 
     The module's training step ends with::
 
-        if not self.loss_is_finite(loss):  # raises under nonfinite_loss: stop
+        if not self.check_finite_later(loss):  # or loss_is_finite: checked at once
             return self.skipped_step_loss()
-        ...  # metric updates and logging of a finite step
-        return loss
+        self.after_finite_step(lambda: ...)  # what a skipped batch must not change
+        return loss  # after logging
 
-    and ``loss_is_finite`` calls :meth:`check_loss` of the installed guard. The guard acts
-    on modules that have ``nonfinite_loss``, ``grad_norm_limit`` and ``last_step_skipped``
-    (:class:`GuardedModule`); it leaves other modules alone.
+    which call :meth:`check_loss_later` (:meth:`check_loss`) and :meth:`after_finite`.
+    Modules without ``nonfinite_loss``, ``grad_norm_limit`` and ``last_step_skipped``
+    (:class:`GuardedModule`) are left alone.
 
     Attributes:
         skipped_total: Batches skipped over the run (saved in checkpoints, restored on
@@ -234,26 +196,25 @@ class NonFiniteGuard(Callback):
             return True
         params, buffers = checked_tensors(module)
         if flag == PARAMETER:
-            self._raise_nonfinite_parameter(trainer, params)
+            raise nonfinite_parameter_error(params, _where(trainer))
         what = describe_loss(flag, value, buffers)
         self._restore_buffers(module)
         return self._skip_or_stop(module, what)
 
     # -- the deferred check -------------------------------------------------------------
-    def check_loss_later(self, module: L.LightningModule, loss: Tensor) -> None:
-        """:meth:`check_loss` without waiting: the check runs on the device and its verdict
-        is read at the start of the next batch (:meth:`resolve`), which then stops or
-        skips as :meth:`check_loss` would, after putting back the weights, the optimiser
-        state and the buffers as they were before this batch. No host synchronisation.
-
-        Args:
-            module: The module whose training step computed ``loss``.
-            loss: The step's loss (any tensor whose elements must be finite).
-        """
+    def check_loss_later(self, module: L.LightningModule, loss: Tensor) -> bool:
+        """:meth:`check_loss` without waiting: the codes are computed on the device and the
+        verdict read at the start of the next batch (:meth:`resolve`), which stops or
+        skips as :meth:`check_loss` would, after putting back the weights, optimiser state
+        and buffers from before this batch. Returns ``True``; without a trainer (a step
+        called by hand, nothing to undo later) it is :meth:`check_loss`."""
+        if module._trainer is None:
+            return self.check_loss(module, loss)
         value = loss.detach()
         code = LOSS_SCALE * loss_code(module, value)
         self._code = code if self._code is None else torch.maximum(self._code, code)
         self._loss = value
+        return True
 
     def after_finite(self, effect: Callable[[], None]) -> None:
         """Run ``effect`` once this batch is known to be finite (at once, without a deferred
@@ -272,54 +233,38 @@ class NonFiniteGuard(Callback):
         verdict.publish(code)
         self._pending, self._code, self._loss, self._effects = verdict, None, None, []
 
-    def resolve(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+    def resolve(self, trainer: L.Trainer, module: L.LightningModule) -> bool:
         """Read the verdict of the last deferred batch: run its effects if it was finite;
         otherwise put back the weights, optimiser state and buffers from before it, and
-        stop or skip as the immediate checks do. Called at the start of every batch, before
-        validation and checkpoints, and at the end of an epoch and of training."""
+        stop or skip as the immediate checks do (``True``: a batch was undone). Called at
+        the start of every batch, before validation and checkpoints, and at the end of an
+        epoch and of training."""
         verdict, self._pending = self._pending, None
         if verdict is None:
-            return
+            return False
         flag = verdict.read()
         if flag == 0:
             for effect in verdict.effects:
                 effect()
-            return
-        params, buffers = checked_tensors(module)
-        if flag >= LOSS_SCALE:
-            flag /= LOSS_SCALE
-            if flag == PARAMETER:  # made so by the step before: name it as it found them
-                if verdict.stepped:
-                    for optimizer in trainer.optimizers:
-                        self._snapshot.restore(optimizer)
-                self._raise_nonfinite_parameter(trainer, params, verdict.where)
-            what = describe_loss(flag, verdict.loss, buffers)
-        else:
-            what = describe_gradients(flag, module)
-        if verdict.stepped:
+            return False
+        if verdict.stepped:  # also what a non-finite parameter is named from
             for optimizer in trainer.optimizers:
                 self._snapshot.restore(optimizer)
             module.last_step_skipped = True  # type: ignore[attr-defined]
         else:  # a micro-batch of an accumulation window: the window's gradients go
             for p in module.parameters():
                 p.grad = None
+        params, buffers = checked_tensors(module)
+        if flag >= LOSS_SCALE and flag / LOSS_SCALE == PARAMETER:
+            raise nonfinite_parameter_error(params, verdict.where)
+        if flag >= LOSS_SCALE:
+            what = describe_loss(flag / LOSS_SCALE, verdict.loss, buffers)
+        else:
+            what = describe_gradients(flag, module)
         self._restore_buffers(module)
         self._unlogged_skip = module.nonfinite_loss == "skip"  # type: ignore[attr-defined]
         self._skip_or_stop(module, what, verdict.where, log=False)
-
-    @staticmethod
-    def _raise_nonfinite_parameter(
-        trainer: L.Trainer | None, named: list[tuple[str, Tensor]], where: str | None = None
-    ) -> None:
-        culprit = first_nonfinite(named)
-        what = f"parameter {culprit[0]} ({culprit[1]})" if culprit else "parameter on another rank"
-        if where is None:
-            where = _where(trainer) if trainer is not None else "training_step"
-        raise NonFiniteLossError(
-            f"non-finite {what} at {where}, from an optimiser step with finite gradients; "
-            "training stopped; no finite state left to save: resume from an earlier "
-            "checkpoint with a lower learning rate or set model.init_args.grad_norm_limit"
-        )
+        return True
 
     # -- gradients --------------------------------------------------------------------
     def _gradients_are_fine(self, trainer: L.Trainer, module: L.LightningModule) -> bool:
@@ -440,14 +385,13 @@ class NonFiniteGuard(Callback):
         """Judge a pending batch before its state is saved; a skipped one is taken out of
         the checkpoint (weights and optimiser state as they were before it); a stop raises
         here, so the checkpoint with the non-finite step is never written."""
-        if self._pending is not None and isinstance(pl_module, GuardedModule):
-            self.resolve(trainer, pl_module)  # stop: saves last-finite.ckpt and raises
-            if pl_module.last_step_skipped:
-                checkpoint["state_dict"] = trainer.strategy.lightning_module_state_dict()
-                if "optimizer_states" in checkpoint:  # not in a weights-only save
-                    checkpoint["optimizer_states"] = [
-                        trainer.strategy.optimizer_state(o) for o in trainer.optimizers
-                    ]
+        pending = self._pending is not None and isinstance(pl_module, GuardedModule)
+        if pending and self.resolve(trainer, pl_module):  # stop: last-finite.ckpt, raises
+            checkpoint["state_dict"] = trainer.strategy.lightning_module_state_dict()
+            if "optimizer_states" in checkpoint:  # not in a weights-only save
+                checkpoint["optimizer_states"] = [
+                    trainer.strategy.optimizer_state(o) for o in trainer.optimizers
+                ]
         checkpoint[CHECKPOINT_KEY] = self.skipped_total
 
     def on_load_checkpoint(
