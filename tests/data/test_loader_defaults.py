@@ -4,7 +4,6 @@ line a fit prints."""
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +17,7 @@ from ncl_lightning.data.loader_defaults import auto_workers, default_workers, de
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.errors import ConfigError
-from tests.methods.test_batch_lr import _Records
+from tests.methods.test_batch_lr import fit_batch_lines
 
 
 def _cpus(monkeypatch: pytest.MonkeyPatch, n: int, local: int | None = None) -> None:
@@ -125,16 +124,7 @@ def test_the_batch_line_names_the_loader(monkeypatch: pytest.MonkeyPatch, tmp_pa
         logger=False, enable_progress_bar=False, enable_model_summary=False,
         enable_checkpointing=False, default_root_dir=tmp_path,
     )  # fmt: skip
-    logger, records = logging.getLogger("lightning.pytorch"), _Records()
-    level = logger.level
-    logger.addHandler(records)
-    logger.setLevel(logging.INFO)
-    try:
-        trainer.fit(model, data)
-    finally:
-        logger.removeHandler(records)
-        logger.setLevel(level)
-    lines = [m for m in records.messages if m.startswith("Batch:")]
+    lines = fit_batch_lines(trainer, model, data)
     pinned = ", pinned" if torch.cuda.is_available() else ""
     assert len(lines) == 1, lines
     assert lines[0].endswith(

@@ -49,6 +49,12 @@ def _fit(
         accumulate_grad_batches=accumulate, logger=False, enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=False, default_root_dir=root,
     )  # fmt: skip
+    lines = fit_batch_lines(trainer, model, data)
+    return [group["initial_lr"] for group in trainer.optimizers[0].param_groups], lines
+
+
+def fit_batch_lines(trainer: L.Trainer, model: L.LightningModule, data: object) -> list[str]:
+    """``trainer.fit(model, data)``; the ``Batch:`` lines Lightning's logger printed."""
     logger, records = logging.getLogger("lightning.pytorch"), _Records()
     level = logger.level  # another test in this process may have quietened Lightning
     logger.addHandler(records)
@@ -58,8 +64,7 @@ def _fit(
     finally:
         logger.removeHandler(records)
         logger.setLevel(level)
-    peaks = [group["initial_lr"] for group in trainer.optimizers[0].param_groups]
-    return peaks, [m for m in records.messages if m.startswith("Batch:")]
+    return [m for m in records.messages if m.startswith("Batch:")]
 
 
 @pytest.mark.parametrize("module_batch", [None, 999])
