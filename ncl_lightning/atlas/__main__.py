@@ -2,20 +2,46 @@
 
 Writes a feature atlas (a static site: ``DIR/index.html`` and its images; open it from
 disk) of one checkpoint, or of several side by side, on the test split of the data config.
+Every input is checked before any model runs; bad input is one line
+``python -m ncl_lightning.atlas: error: <key or path>: <problem>``, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import math
 from pathlib import Path
 
-from ncl_lightning.runtime.errors import NCLError
+from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
+
+PROG = "python -m ncl_lightning.atlas"
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def threshold(text: str) -> float:
+    """A finite number >= 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command's arguments."""
-    p = argparse.ArgumentParser(prog="python -m ncl_lightning.atlas", description=__doc__)
+    """The command's arguments (errors are one line, exit status 2)."""
+    p = ToolArgumentParser(prog=PROG, description=__doc__)
     p.add_argument("checkpoints", nargs="+", type=Path, help="checkpoints (.ckpt) to browse")
     p.add_argument(
         "--config", type=Path, default=None,
@@ -25,20 +51,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--names", nargs="+", default=None, help="labels of the models")
     p.add_argument("--title", default=None, help="page title")
     p.add_argument("--space", choices=("z", "h"), default="z", help="features (default z)")
-    p.add_argument("--images-per-dim", type=int, default=16, help="images per dimension")
-    p.add_argument("--card-images", type=int, default=8, help="images on each card")
+    p.add_argument("--images-per-dim", type=positive_int, default=16, help="images per dimension")
+    p.add_argument("--card-images", type=positive_int, default=8, help="images on each card")
     p.add_argument("--image-format", choices=("png", "jpeg", "webp"), default="png")
-    p.add_argument("--eps", type=float, default=1e-5, help="activation threshold on |ẑ|")
+    p.add_argument("--eps", type=threshold, default=1e-5, help="activation threshold on |ẑ|")
     p.add_argument("--no-sepin", action="store_true", help="skip per-dimension SEPIN")
     p.add_argument("--accelerator", default="cpu", help="cpu, gpu or auto (default cpu)")
     return p
 
 
 def main(argv: list[str] | None = None) -> Path:
-    """Parse ``argv``, build the atlas, print and return the page's path."""
-    from ncl_lightning.atlas.build import build_atlas
+    """Parse ``argv``, build the atlas, print and return the page's path.
 
+    Raises:
+        SystemExit: Status 2 with one line on stderr for bad input (nothing written).
+    """
     args = parser().parse_args(argv)
+    return run_tool(PROG, lambda: _build(args))
+
+
+def _build(args: argparse.Namespace) -> Path:
+    from ncl_lightning.atlas.build import build_atlas  # Lightning: seconds to import
+
     index = build_atlas(
         args.checkpoints, args.out, args.config, names=args.names, title=args.title,
         accelerator=args.accelerator, space=args.space, images_per_dim=args.images_per_dim,
@@ -50,7 +84,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except NCLError as err:
-        sys.exit(f"error: {err}")
+    main()

@@ -14,25 +14,9 @@ from typing import Any
 import lightning as L
 
 from ncl_lightning.atlas.callback import FeatureAtlas
-from ncl_lightning.atlas.collect import check_encoder, num_classes_of
+from ncl_lightning.atlas.checks import check_atlas_inputs
 from ncl_lightning.atlas.site import write_page
-from ncl_lightning.runtime.checkpoint import load_method
-from ncl_lightning.runtime.data_config import load_datamodule, run_config_of
-from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.progress import Progress, quiet_lightning
-
-
-def resolve_config(config: str | Path | None, checkpoints: Sequence[Path]) -> Path:
-    """``config``, else the ``config.yaml`` of the first checkpoint's run folder."""
-    if config is not None:
-        return Path(config)
-    found = run_config_of(checkpoints[0])
-    if found is None:
-        raise ConfigError(
-            f"no config.yaml beside {checkpoints[0]}; give the data with --config <file>",
-            key="config",
-        )
-    return found
 
 
 def build_atlas(
@@ -47,8 +31,9 @@ def build_atlas(
 ) -> Path:
     """Write ``<out>/index.html`` with every checkpoint's features on the config's test split.
 
-    Every input is checked (checkpoints load and give features, the data config builds and
-    has class labels) before any model is run.
+    Every input is checked first (:func:`~ncl_lightning.atlas.checks.check_atlas_inputs`:
+    the output folder, the data config and its folders, each checkpoint and whether it fits
+    the data); nothing is written before.
 
     Args:
         checkpoints: One or more checkpoints of CL, NCL, BayesNCL or NCE classifiers.
@@ -64,41 +49,22 @@ def build_atlas(
     Returns:
         The page written.
     """
-    paths = [Path(c) for c in checkpoints]
-    if not paths:
-        raise ConfigError("give at least one checkpoint", key="checkpoints")
-    if names is not None and len(names) != len(paths):
-        raise ConfigError(f"{len(names)} names for {len(paths)} checkpoints", key="names")
-    config_file = resolve_config(config, paths)
-    datamodule = load_datamodule(config_file)
-    num_classes_of(datamodule, str(config_file))
-    modules = [load_method(p) for p in paths]
-    for path, module in zip(paths, modules, strict=True):
-        check_encoder(module, atlas.get("space", "z"), str(path))
-    labels = list(names) if names is not None else _names(modules)
-    FeatureAtlas(**atlas)  # its argument checks, before any work
-    out = Path(out)
+    inputs = check_atlas_inputs(
+        checkpoints, out, config, names=names, accelerator=accelerator, **atlas
+    )  # every input, before any model runs or anything is written
+    paths, out, labels = inputs.checkpoints, inputs.out, inputs.labels
     entries = []
     steps = Progress(len(paths), "model")  # a line per model on stderr
-    for i, (path, module, label) in enumerate(zip(paths, modules, labels, strict=True)):
+    for i, (path, module, label) in enumerate(zip(paths, inputs.modules, labels, strict=True)):
         callback = FeatureAtlas(str(out), name=label, key=f"m{i}", write_site=False, **atlas)
         with steps.unit(f"{label} ({path})"), quiet_lightning():
             trainer = L.Trainer(
                 accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False,
                 enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
             )  # fmt: skip
-            trainer.test(module, datamodule=datamodule, verbose=False)
+            trainer.test(module, datamodule=inputs.datamodule, verbose=False)
         assert callback.entry is not None
         entries.append(callback.entry | {"checkpoint": str(path)})
     steps.finish()
     default = " vs ".join(labels) + " feature atlas"
     return write_page(out, entries, title or default)
-
-
-def _names(modules: Sequence[L.LightningModule]) -> list[str]:
-    """Class names, numbered when two models share one (``NCL``, ``NCL (2)``)."""
-    names = [type(m).__name__ for m in modules]
-    return [
-        n if names.count(n) == 1 else f"{n} ({names[: i + 1].count(n)})"
-        for i, n in enumerate(names)
-    ]

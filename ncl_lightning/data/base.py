@@ -292,7 +292,8 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         if self.device_views is None or trainer is None or not trainer.training:
             return batch
         images, labels = batch
-        return self.device_views(images, seed=self._batch_seed()), labels
+        views = self.device_views(images, seed=self._batch_seed())
+        return trainer.precision_plugin.convert_input(views), labels  # 16-true, 64-true...
 
     def _train_view_transform(self) -> Callable[[Any], Any]:
         if self.train_transform == "crop_flip":

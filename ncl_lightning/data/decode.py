@@ -27,6 +27,8 @@ DataModule's mode (``L`` from colour by PIL's ITU-R 601-2 luma).
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Literal
 
 import numpy as np
@@ -126,6 +128,8 @@ def read_image(path: str, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
             loading with grey rows.
     """
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a named pipe would block open()
+            raise corrupt_image_error(path, "not a regular file (a named pipe, a device...)")
         with open(path, "rb") as f:
             image = Image.open(f)
             image.load()

@@ -12,26 +12,24 @@ path.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from PIL import Image
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
-from ncl_lightning.data.decode import read_image
-from ncl_lightning.data.memory import CacheMode, check_cache, decode_images
+from ncl_lightning.data.folder_cache import (
+    DecodedCacheMixin,
+    ImageListDataset,
+    verify_images,
+    warn_skipped,
+)
+from ncl_lightning.data.memory import CacheMode
 from ncl_lightning.data.scan import FolderScan, warn_skipped_links
 from ncl_lightning.data.transforms import SimCLRAugmentation, scaled_augmentation
-from ncl_lightning.runtime.errors import (
-    ConfigError,
-    CorruptImageError,
-    DataError,
-    DataNotFoundError,
-)
+from ncl_lightning.runtime.errors import ConfigError, DataError, DataNotFoundError
 
 SHOWN = 5  # paths or names listed in a message before "(+N more)"
 
@@ -136,162 +134,14 @@ def scan_class_folders(
     return samples
 
 
-def verify_images(
-    samples: Sequence[tuple[str, int]], threads: int | None = None
-) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
-    """Decode every image once and split off the unreadable ones.
-
-    A full decode (``Image.open(...).convert("RGB")``, what the loader does) of every
-    file, in a thread pool (PIL releases the GIL while decoding).
-
-    Args:
-        samples: ``(path, label)`` pairs.
-        threads: Decoding threads; ``None``: ``min(32, cores + 4)``.
-
-    Returns:
-        ``(readable samples, [(path, reason), ...] of the unreadable ones)``, in order.
-    """
-
-    def problem(sample: tuple[str, int]) -> str | None:
-        try:
-            read_image(sample[0])
-        except CorruptImageError as err:
-            return getattr(err, "reason", str(err))
-        return None
-
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        problems = list(pool.map(problem, samples, chunksize=64))
-    kept = [s for s, p in zip(samples, problems, strict=True) if p is None]
-    skipped = [(s[0], p) for s, p in zip(samples, problems, strict=True) if p is not None]
-    return kept, skipped
-
-
-def warn_skipped(skipped: Sequence[tuple[str, str]], total: int, folder: Path) -> None:
-    """One warning (rank zero) for the unreadable images left out of ``folder``."""
-    if not skipped:
-        return
-    shown = ", ".join(f"{path} ({reason})" for path, reason in skipped[:SHOWN])
-    more = f" and {len(skipped) - SHOWN} more" if len(skipped) > SHOWN else ""
-    rank_zero_warn(
-        f"skipped {len(skipped)} unreadable image(s) of {total} in {folder}: {shown}{more}"
-    )
-
-
-class ImageListDataset(Dataset):
-    """``(PIL RGB image, label)`` items from a list of ``(path, label)`` pairs.
-
-    Args:
-        samples: ``(path, label)`` pairs, e.g. from ``scan_class_folders``.
-        classes: Class names in label order.
-
-    Raises:
-        CorruptImageError: When an item's file cannot be decoded (names the path; in a
-            loader worker, DataLoader re-raises it with the path in its message).
-    """
-
-    def __init__(self, samples: list[tuple[str, int]], classes: Sequence[str]) -> None:
-        self.samples = samples
-        self.classes = list(classes)
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        self.targets = [label for _, label in samples]
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
-        path, label = self.samples[index]
-        return read_image(path), label
-
-
-class DecodedCacheMixin:
-    """Folder scanning, unreadable-file skipping and the decoded-once cache of an
-    image-folder DataModule.
-
-    ``__init__`` calls :meth:`use_cache`; the DataModule implements :meth:`split_folder`
-    and :meth:`scan_split`, and ``build_split`` returns :meth:`image_dataset`. Scans are
-    cached per folder, so :meth:`check_inputs` (which scans) and ``setup`` list each
-    folder once. The DataModule has ``num_workers``, ``source_size`` and ``classes``.
-
-    Attributes:
-        skipped_images: ``split -> [(path, reason), ...]`` of the unreadable images left
-            out with ``skip_corrupt`` (a split is present once built).
-    """
-
-    cache: CacheMode
-    cache_dir: str | None
-    skip_corrupt: bool
-    num_workers: int
-    source_size: int
-    classes: list[str]
-    skipped_images: dict[str, list[tuple[str, str]]]
-    _base: dict[Split, Dataset]
-
-    def use_cache(
-        self, cache: CacheMode, cache_dir: str | None, skip_corrupt: bool = False
-    ) -> None:
-        """Check and keep the ``cache`` mode, ``cache_dir`` and ``skip_corrupt``."""
-        check_cache(cache, cache_dir)
-        self.cache, self.cache_dir, self.skip_corrupt = cache, cache_dir, skip_corrupt
-        self.skipped_images = {}
-        self._scans: dict[Path, list[tuple[str, int]]] = {}
-
-    @property
-    def reads_files(self) -> bool:
-        """With ``cache: none`` the loader workers decode an image file per item, so
-        ``augment_on: device`` needs as many automatic workers as ``cpu``
-        (:func:`~ncl_lightning.data.loader_defaults.default_workers`)."""
-        return getattr(self, "cache", "none") == "none"
-
-    def split_folder(self, split: Split) -> Path:
-        """The folder of ``split``."""
-        raise NotImplementedError(f"{type(self).__name__} must implement split_folder")
-
-    def scan_split(self, split: Split) -> list[tuple[str, int]]:
-        """List ``(path, label)`` of ``split`` with one-line errors (no image opened)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement scan_split")
-
-    def samples(self, split: Split) -> list[tuple[str, int]]:
-        """The scanned ``(path, label)`` pairs of ``split``, cached per folder."""
-        folder = self.split_folder(split)
-        if folder not in self._scans:
-            self._scans[folder] = self.scan_split(split)
-        return self._scans[folder]
-
-    def split_size(self, split: Split) -> int:
-        """Files of ``split`` (from the scan; after skipping, once built)."""
-        if split in self._base:
-            return len(self._base[split])  # type: ignore[arg-type]
-        return len(self.samples(split))
-
-    def image_dataset(self, split: Split) -> Dataset:
-        """The dataset of ``split``: its images read per item (``cache: none``) or
-        decoded once to uint8; with ``skip_corrupt``, without the unreadable files."""
-        samples = self.samples(split)
-        if self.cache == "none":
-            kept, skipped = verify_images(samples) if self.skip_corrupt else (samples, [])
-            dataset: Dataset = ImageListDataset(kept, self.classes)
-        else:
-            dataset = decode_images(
-                ImageListDataset(samples, self.classes),
-                samples,
-                self.source_size,
-                self.cache,
-                self.cache_dir,
-                num_workers=self.num_workers,
-                skip_corrupt=self.skip_corrupt,
-            )
-            skipped = dataset.skipped
-        if self.skip_corrupt:
-            self.skipped_images[split] = skipped
-            warn_skipped(skipped, len(samples), self.split_folder(split))
-        return dataset
-
-
 class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
     """Any image folder in ``ImageFolder`` layout: ``root/<split>/<class>/<image>``.
 
     Classes are the sorted sub-folders of the training folder; the validation (and test)
-    folder must hold the same classes. Without ``test_dir`` the test split is the
+    folder must hold the same classes. A training folder of images without class
+    folders, or with one class folder, is unlabelled data: ``num_classes`` is 0 (the
+    online probe, kNN monitor and class metrics are off; one notice says so) and every
+    image under each split folder is read. Without ``test_dir`` the test split is the
     validation folder (most small folders have no held-out test split; ``setup`` logs
     this choice). Evaluation images are resized (shorter side) and
     center-cropped to ``image_size``.
@@ -358,14 +208,31 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
         }
         # Listing one folder is cheap and gives num_classes to the CLI at instantiation.
         require_dir(self.root, "data", "data.init_args.root", f"{train_dir}/<class>/<image>")
-        train = self.root / train_dir
-        self.classes = list_class_folders(
-            train, "data.init_args.train_dir", FolderScan([self.root, train])
-        )
-        self.num_classes = len(self.classes)
+        self.classes = self._training_classes(self.root / train_dir)
+        self.num_classes = len(self.classes) if len(self.classes) > 1 else 0
         self.in_channels = 3
         self.image_size = image_size
         self.eval_resize = image_size if image_size <= 64 else round(image_size * 256 / 224)
+
+    def _training_classes(self, train: Path) -> list[str]:
+        """The class folders of ``train``; none (images directly in it) or one class: the
+        images are unlabelled (``num_classes`` 0, one notice)."""
+        key, scan = "data.init_args.train_dir", FolderScan([self.root, train])
+        require_dir(train, "split", key, "<class>/<image>")
+        classes = scan.subfolders(train)
+        if len(classes) > 1:
+            return classes
+        if not classes and not scan.files(train, IMG_EXTENSIONS):
+            raise DataNotFoundError(
+                f"{key}: no class folders and no images in {train} (expected "
+                "<class>/<image>, or the images themselves for unlabelled data)"
+            )
+        layout = f"one class folder ({classes[0]})" if classes else "images, no class folders"
+        rank_zero_info(
+            f"{type(self).__name__}: {train} holds {layout}: training without labels "
+            "(num_classes 0: the online probe, the kNN monitor and the class metrics are off)"
+        )
+        return classes
 
     def default_augmentation(self) -> SimCLRAugmentation:
         """CIFAR recipe scaled to ``image_size`` (ImageNet recipe above 64 px)."""
@@ -379,6 +246,15 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
         """The training classes' images in ``root/<split dir>``; no other class folder."""
         split_dir, key = self.split_folder(split), self._split_keys[split]
         scan = FolderScan([self.root, *(self.split_folder(s) for s in self.split_dirs)])
+        if not self.classes:  # unlabelled: every image under the split folder, label 0
+            require_dir(split_dir, "split", key, "<image>")
+            found = scan.files(split_dir, IMG_EXTENSIONS)
+            if not found:
+                raise DataNotFoundError(
+                    f"{key}: no images in {split_dir} (extensions {', '.join(IMG_EXTENSIONS)})"
+                )
+            warn_skipped_links(scan.skipped, split_dir, key)
+            return [(path, 0) for path in found]
         extra = sorted(set(list_class_folders(split_dir, key, scan)) - set(self.classes))
         if extra:
             raise DataError(
@@ -395,3 +271,9 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
             rank_zero_info(f"{type(self).__name__}: test_dir is None, testing on {val_dir}")
             return self.base_dataset("val")
         return self.image_dataset(split)
+
+
+__all__ = [
+    "DecodedCacheMixin", "ImageFolderDataModule", "ImageListDataset", "list_class_folders",
+    "require_dir", "scan_class_folders", "verify_images", "warn_skipped",
+]  # fmt: skip

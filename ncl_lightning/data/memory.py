@@ -6,15 +6,21 @@ the batched device augmentation (:class:`~ncl_lightning.data.batch_augmentation.
 BatchAugmentation`) wants. Image folders can be decoded once into the same form
 (:func:`decode_images`), in memory or in a memory-mapped ``.npy`` file that later runs
 (and the other DDP ranks of a node) reuse, so JPEG decoding leaves the training loop.
+The file is written by :func:`ncl_lightning.runtime.disk.atomic_write`: a full disk is
+one :class:`~ncl_lightning.runtime.errors.DiskFullError` before the decoding starts,
+never a SIGBUS or a half-written cache.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import math
 import os
+import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -27,7 +33,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from ncl_lightning.data.decode import corrupt_image_error
-from ncl_lightning.runtime.errors import ConfigError, CorruptImageError, DataError
+from ncl_lightning.runtime.disk import atomic_write, format_bytes, host_tag, remove_stale
+from ncl_lightning.runtime.errors import ConfigError, CorruptImageError, DataError, UsageError
 
 CacheMode = Literal["none", "memory", "disk"]
 
@@ -159,22 +166,84 @@ class _Decode(Dataset):
 
 
 def _decode_into(
-    out: Any,
+    put: Callable[[int, Tensor], None],
     dataset: Dataset,
     size: int,
     num_workers: int,
     samples: Sequence[tuple[str, int]],
     skip_corrupt: bool = False,
 ) -> list[tuple[int, str, str]]:
-    """Decode ``dataset`` into ``out``; return ``(index, path, reason)`` of skipped files."""
+    """Decode ``dataset`` in order, handing each batch to ``put(first row, batch)``;
+    return ``(index, path, reason)`` of skipped files."""
     decode = _Decode(dataset, size, skip_corrupt)
     loader = DataLoader(decode, batch_size=64, num_workers=num_workers)
     start, skipped = 0, []
     for batch, reasons in loader:
-        out[start : start + len(batch)] = batch.numpy() if isinstance(out, np.ndarray) else batch
+        put(start, batch)
         skipped += [(start + i, samples[start + i][0], r) for i, r in enumerate(reasons) if r]
         start += len(batch)
     return skipped
+
+
+def npy_header(shape: tuple[int, ...]) -> bytes:
+    """The ``.npy`` header of a C-ordered uint8 array of ``shape``."""
+    buffer = io.BytesIO()
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)),
+              "fortran_order": False, "shape": shape}  # fmt: skip
+    np.lib.format.write_array_header_1_0(buffer, header)
+    return buffer.getvalue()
+
+
+#: Temporary files of the cache: ``<key>[.skipped].<host>-<pid>.partial`` (an older
+#: ``<key>.<pid>.partial`` is of this host).
+PARTIAL = re.compile(r"^[0-9a-f]+(\.skipped)?\.((?P<host>[A-Za-z0-9-]+)-)?(?P<pid>\d+)\.partial$")
+CACHE_HINT = (
+    "free space there, or set data.init_args.cache_dir to another disk "
+    "(or data.init_args.cache: memory / none)"
+)
+
+
+def _partial(path: Path) -> Path:
+    return path.with_suffix(f".{host_tag()}-{os.getpid()}.partial")
+
+
+def _write_cache(
+    path: Path,
+    record: Path,
+    dataset: Dataset,
+    samples: Sequence[tuple[str, int]],
+    shape: tuple[int, int, int, int],
+    num_workers: int,
+    skip_corrupt: bool,
+) -> None:
+    """Decode into ``path`` (a ``.npy`` file) through the one disk-write path: the free
+    space checked and the file's blocks reserved before the first image is decoded, the
+    rows written in order (no memory map of a sparse file: no SIGBUS on a full disk),
+    the file renamed into place once complete; the files left out go to ``record``."""
+    header = npy_header(shape)
+    size = len(header) + math.prod(shape)
+    rank_zero_info(f"decoding {len(samples)} images once into {path} ({format_bytes(size)})")
+    with atomic_write(
+        path, size=size, preallocate=True, temp=_partial(path), hint=CACHE_HINT
+    ) as f:
+        f.write(header)
+        written = []  # rows come in order (the loader does not shuffle)
+
+        def put(start: int, batch: Tensor) -> None:
+            f.write(batch.numpy().tobytes())
+            written.append(len(batch))
+
+        skipped = _decode_into(put, dataset, shape[-1], num_workers, samples, skip_corrupt)
+        if sum(written) != shape[0]:
+            raise UsageError(
+                f"the dataset gave {sum(written)} images for {shape[0]} samples; pass the "
+                "samples the dataset was built from"
+            )
+        if skipped:  # before the cache itself: a reader of the .npy finds its record
+            with atomic_write(record, temp=_partial(record), hint=CACHE_HINT) as g:
+                g.write(json.dumps(skipped).encode())
+        else:
+            record.unlink(missing_ok=True)  # left by a deleted cache of the same key
 
 
 def decode_images(
@@ -207,12 +276,18 @@ def decode_images(
     Raises:
         CorruptImageError: A file cannot be decoded and ``skip_corrupt`` is false (also
             when a ``disk`` cache written with ``skip_corrupt`` recorded one).
+        DiskFullError: The ``disk`` cache does not fit (checked before decoding; the
+            message names the file, the space it needs and the space free).
     """
     labels = torch.tensor([label for _, label in samples], dtype=torch.long)
     shape = (len(samples), 3, size, size)
     if mode == "memory":
         images = torch.empty(shape, dtype=torch.uint8)
-        skipped = _decode_into(images, dataset, size, num_workers, samples, skip_corrupt)
+
+        def put(start: int, batch: Tensor) -> None:
+            images[start : start + len(batch)] = batch
+
+        skipped = _decode_into(put, dataset, size, num_workers, samples, skip_corrupt)
         return DecodedImages(images, labels, skipped)
     if mode != "disk":
         raise ConfigError(f"cache mode must be 'memory' or 'disk', got {mode!r}", key="cache")
@@ -225,23 +300,8 @@ def decode_images(
     record = path.with_suffix(".skipped.json")  # files left out when the cache was written
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        rank_zero_info(f"decoding {len(samples)} images once into {path}")
-        try:
-            array = np.lib.format.open_memmap(partial, mode="w+", dtype=np.uint8, shape=shape)
-            skipped = _decode_into(array, dataset, size, num_workers, samples, skip_corrupt)
-            array.flush()
-            del array
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        if skipped:
-            written = record.with_suffix(f".{os.getpid()}.partial")
-            written.write_text(json.dumps(skipped))
-            os.replace(written, record)
-        else:
-            record.unlink(missing_ok=True)  # left by a deleted cache of the same key
-        os.replace(partial, path)  # atomic: a killed run never leaves a half-written cache
+        remove_stale(folder, PARTIAL)  # of decoders that were killed
+        _write_cache(path, record, dataset, samples, shape, num_workers, skip_corrupt)
     skipped = [tuple(s) for s in json.loads(record.read_text())] if record.is_file() else []
     if skipped and not skip_corrupt:
         _, bad_path, reason = skipped[0]

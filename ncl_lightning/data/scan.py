@@ -16,11 +16,18 @@ always read: a subset built by symlinking image files works):
 The folders passed in as starting points (a split folder, a class folder) are always
 read, links or not. Every skipped link is recorded with its target and the reason, and
 :func:`warn_skipped_links` reports them in one warning per split.
+
+A scan never blocks, whatever a folder holds: only regular files are listed (checked
+with ``stat``, nothing is opened: a named pipe opened for reading would wait forever
+for a writer); a named pipe, a device, a socket, a broken link or a link loop with an
+image's extension is recorded and reported in one warning; a scan listing more than
+:data:`MAX_ENTRIES` entries stops with an error naming the folder.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,14 +38,42 @@ from lightning.pytorch.utilities import rank_zero_warn
 from ncl_lightning.runtime.errors import DataError
 
 SHOWN = 3  # skipped links named in the warning before "and N more"
+#: Entries one scan lists at most (ImageNet-21k has 14 million files).
+MAX_ENTRIES = 50_000_000
+LINK, FILE = "link", "file"
 
 
 class SkippedLink(NamedTuple):
-    """A directory link the scan did not follow."""
+    """A directory link the scan did not follow (``kind`` ``"link"``), or an entry with
+    an image's extension that is not a regular file (``kind`` ``"file"``)."""
 
     path: str
     target: str
     reason: str
+    kind: str = LINK
+
+
+def _special(path: str) -> str:
+    """Why ``path`` (neither a folder nor a regular file) is not read, from ``stat``."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a broken link"
+    except OSError as err:
+        return f"a link that cannot be followed ({err.strerror or err})"
+    kinds = [(stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a device"),
+             (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")]  # fmt: skip
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
+
+
+def _entry_kind(entry: os.DirEntry[str]) -> str:
+    """``"dir"``, ``"file"`` (regular, links followed) or ``"other"``; never opens it."""
+    try:
+        if entry.is_dir():
+            return "dir"
+        return "file" if entry.is_file() else "other"
+    except OSError:  # a link loop (ELOOP), a name too long...
+        return "other"
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -61,6 +96,8 @@ class FolderScan:
 
     trees: Sequence[Path]
     skipped: list[SkippedLink] = field(default_factory=list)
+    max_entries: int = MAX_ENTRIES
+    _listed: int = field(default=0, init=False)
     _real_trees: list[str] = field(default_factory=list, init=False)
     _seen: set[tuple[int, int]] = field(default_factory=set, init=False)
 
@@ -100,7 +137,7 @@ class FolderScan:
         """Sorted names of the sub-folders of ``folder`` (class folders) this scan may
         read (not yet marked as scanned); the others are recorded as skipped."""
         with os.scandir(folder) as entries:
-            names = sorted(e.name for e in entries if e.is_dir())
+            names = sorted(e.name for e in entries if _entry_kind(e) == "dir")
         real = os.path.realpath(folder)
         return [n for n in names if self._follow(os.path.join(folder, n), real, mark=False)]
 
@@ -122,29 +159,52 @@ class FolderScan:
                     entries = sorted(it, key=lambda e: e.name)
             except OSError as err:  # os.walk would skip it silently
                 raise DataError(f"cannot list folder {folder}: {err.strerror or err}") from err
+            self._count(len(entries), top)
             for entry in entries:
-                if not entry.is_dir():
-                    if entry.name.lower().endswith(extensions):
+                kind = _entry_kind(entry)
+                if kind == "dir":
+                    child_real = self._follow(entry.path, real)
+                    if child_real is not None:
+                        stack.append((entry.path, child_real))
+                elif entry.name.lower().endswith(extensions):
+                    if kind == "file":
                         found.append(entry.path)
-                    continue
-                child_real = self._follow(entry.path, real)
-                if child_real is not None:
-                    stack.append((entry.path, child_real))
+                    else:
+                        target = os.readlink(entry.path) if entry.is_symlink() else ""
+                        reason = _special(entry.path)
+                        self.skipped.append(SkippedLink(entry.path, target, reason, FILE))
         return sorted(found)
+
+    def _count(self, n: int, top: Path) -> None:
+        self._listed += n
+        if self._listed > self.max_entries:
+            raise DataError(
+                f"scanning {top}: more than {self.max_entries:,} entries listed; is it an "
+                "image folder? (for a larger dataset raise ncl_lightning.data.scan.MAX_ENTRIES)"
+            )
 
 
 def warn_skipped_links(skipped: Sequence[SkippedLink], folder: Path, key: str) -> None:
     """One warning (rank zero) counting the directory links a scan of ``folder`` skipped
-    and naming the first ones."""
-    if not skipped:
-        return
-    shown = "; ".join(f"{s.path} -> {s.target} ({s.reason})" for s in skipped[:SHOWN])
-    more = f"; and {len(skipped) - SHOWN} more" if len(skipped) > SHOWN else ""
-    rank_zero_warn(
-        f"{key}: skipped {len(skipped)} directory link(s) under {folder} (links into the "
-        f"dataset or loops are not followed; links to folders outside it are followed "
-        f"once): {shown}{more}"
-    )
+    and naming the first ones; one more for the entries that are not regular files."""
+    links = [s for s in skipped if s.kind == LINK]
+    if links:
+        shown = "; ".join(f"{s.path} -> {s.target} ({s.reason})" for s in links[:SHOWN])
+        more = f"; and {len(links) - SHOWN} more" if len(links) > SHOWN else ""
+        rank_zero_warn(
+            f"{key}: skipped {len(links)} directory link(s) under {folder} (links into the "
+            f"dataset or loops are not followed; links to folders outside it are followed "
+            f"once): {shown}{more}"
+        )
+    files = [s for s in skipped if s.kind == FILE]
+    if files:
+        shown = "; ".join(f"{s.path} ({s.reason})" for s in files[:SHOWN])
+        more = f"; and {len(files) - SHOWN} more" if len(files) > SHOWN else ""
+        rank_zero_warn(
+            f"{key}: skipped {len(files)} entr{'y' if len(files) == 1 else 'ies'} under "
+            f"{folder} that {'is' if len(files) == 1 else 'are'} not a regular file (never "
+            f"opened: a named pipe would wait forever): {shown}{more}"
+        )
 
 
-__all__ = ["FolderScan", "SkippedLink", "warn_skipped_links"]
+__all__ = ["MAX_ENTRIES", "FolderScan", "SkippedLink", "warn_skipped_links"]

@@ -31,3 +31,4 @@ def check_projector(hidden_dim: int, output_dim: int, num_layers: int, low_layer
         check_at_least("proj_output_dim", output_dim, 1)
     if num_layers > 1:  # a linear projector has no hidden layer
         check_at_least("proj_hidden_dim", hidden_dim, 1)
+

@@ -2,21 +2,29 @@
 
 Reads Lightning ``CSVLogger`` files only (``<save_dir>/<name>/version_N/metrics.csv``); W&B
 runs are not read. Several runs go on the same panels, one line (and legend entry) each.
-Errors of input (a folder without ``metrics.csv``, an unreadable CSV, nothing to draw,
-several versions without ``--all``) are one line, exit status 2.
+Every input is checked before anything is written (:func:`check_inputs`); an error of input
+(a folder without ``metrics.csv``, an unreadable CSV, nothing to draw, several versions
+without ``--all``, an output file of unknown format or in a folder that cannot be written)
+is one line ``python -m ncl_lightning.plot: error: <key or path>: <problem>``, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ncl_lightning.plot.curves import DEFAULT_PANELS, X_AXES, draw_curves
-from ncl_lightning.plot.metrics_csv import load_runs
-from ncl_lightning.runtime.errors import NCLError
+from ncl_lightning.plot.curves import (
+    DEFAULT_PANELS,
+    IMAGE_FORMATS,
+    X_AXES,
+    check_out,
+    choose_panels,
+    draw_curves,
+)
+from ncl_lightning.plot.metrics_csv import RunCurves, load_runs
+from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
 
 PROG = "python -m ncl_lightning.plot"
 OUT_NAME = "curves.png"
@@ -31,7 +39,7 @@ def default_out(runs: Sequence[Path]) -> Path:
 
 def parser() -> argparse.ArgumentParser:
     """The command line of ``python -m ncl_lightning.plot``."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].strip("`: "))
+    p = ToolArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].strip("`: "))
     p.add_argument(
         "runs",
         nargs="+",
@@ -44,8 +52,8 @@ def parser() -> argparse.ArgumentParser:
         "--out",
         type=Path,
         default=None,
-        help=f"PNG to write (default: {OUT_NAME} in the run folder, or in the "
-        "runs' common parent folder)",
+        help=f"image to write, by its extension: {', '.join(IMAGE_FORMATS)} (default: "
+        f"{OUT_NAME} in the run folder, or in the runs' common parent folder)",
     )
     p.add_argument(
         "--metrics",
@@ -77,16 +85,33 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_inputs(args: argparse.Namespace) -> tuple[list[RunCurves], Path]:
+    """Every argument, before anything is written: the output file (format, folder), the
+    runs (found, readable, one version each unless ``--all``), the labels and the metrics.
+
+    Returns:
+        The runs read and the image to write.
+
+    Raises:
+        ConfigError: A bad argument (names the option).
+        DataError: A run that is missing or cannot be read, or has nothing to draw.
+    """
+    out = args.out if args.out is not None else default_out(args.runs)
+    check_out(out, "--out")
+    runs = load_runs(args.runs, args.labels, args.all_versions)
+    choose_panels(runs, args.metrics)
+    return runs, out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Draw the curves and print the file written; one-line errors, exit status 2."""
     args = parser().parse_args(argv)
-    out = args.out if args.out is not None else default_out(args.runs)
-    try:
-        runs = load_runs(args.runs, args.labels, args.all_versions)
-        panels = draw_curves(runs, out, args.metrics, args.x)
-    except NCLError as err:
-        sys.stderr.write(f"{PROG}: error: {err}\n")
-        raise SystemExit(2) from None
+    run_tool(PROG, lambda: _plot(args))
+
+
+def _plot(args: argparse.Namespace) -> None:
+    runs, out = check_inputs(args)
+    panels = draw_curves(runs, out, args.metrics, args.x)
     print(
         f"{out}: {len(runs)} run(s) ({', '.join(r.label for r in runs)}), x = {args.x}, "
         f"panels: {', '.join(panels)}"

@@ -9,6 +9,7 @@ on the number of panels.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,6 +39,42 @@ PANEL_SIZE = (4.0, 3.0)  # inches
 DPI = 100
 MAX_COLUMNS = 3
 MARKER_MAX = 60  # series with at most this many points get a marker (validation curves)
+# What ``--out``'s extension may be: the Agg canvas' file types (pgf needs LaTeX; raw/rgba
+# are unframed pixel dumps).
+IMAGE_FORMATS = tuple(
+    sorted(set(FigureCanvasAgg.get_supported_filetypes()) - {"pgf", "raw", "rgba"})
+)
+
+
+def check_out(out: Path, key: str = "out") -> None:
+    """``out`` can be written as an image: a known extension (:data:`IMAGE_FORMATS`), not a
+    folder, not a read-only file, in a folder that is (or can be made) writable; nothing is
+    written (the folder is probed with a temporary folder, removed at once).
+
+    Raises:
+        ConfigError: Naming ``key`` and the path.
+    """
+    from ncl_lightning.runtime.trainer_checks import check_output_dir
+
+    out = Path(out)
+    formats = ", ".join(IMAGE_FORMATS)
+    if out.is_dir():
+        raise ConfigError(
+            f"{key}: {out} is a folder; give the image file, e.g. {out / 'curves.png'}", key=key
+        )
+    suffix = out.suffix.lower().lstrip(".")
+    if not suffix:
+        raise ConfigError(
+            f"{key}: {out} has no file extension; give e.g. {out}.png (formats: {formats})",
+            key=key,
+        )
+    if suffix not in IMAGE_FORMATS:
+        raise ConfigError(
+            f"{key}: unknown image format {out.suffix!r} of {out}; valid: {formats}", key=key
+        )
+    check_output_dir(key, out.parent)
+    if out.exists() and not os.access(out, os.W_OK):
+        raise ConfigError(f"{key}: {out}: the file exists and is not writable", key=key)
 
 
 def _expand(name: str, present: Sequence[str]) -> list[str]:
@@ -156,11 +193,13 @@ def curves_figure(runs: Sequence[RunCurves], panels: Sequence[str], x: str = "st
 def draw_curves(
     runs: Sequence[RunCurves], out: Path, metrics: Sequence[str] | None = None, x: str = "step"
 ) -> list[str]:
-    """Choose the panels, draw them and write the PNG to ``out`` (parents created).
+    """Choose the panels, draw them and write the image to ``out`` (parents created);
+    every argument is checked before anything is written.
 
     Returns:
         The columns drawn, in panel order.
     """
+    check_out(out)
     panels = choose_panels(runs, metrics)
     fig = curves_figure(runs, panels, x)
     out = Path(out)

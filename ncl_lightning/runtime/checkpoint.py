@@ -8,8 +8,10 @@ checkpoint from the file alone.
 
 Files are read with ``torch.load(weights_only=True)``: only tensors and plain containers
 are unpickled, so a checkpoint carrying a pickled object that would run code is refused
-before anything in it executes. Class paths named in the record are imported only if
-they resolve to ``nn.Module`` (backbone) or ``LightningModule`` (method) subclasses.
+before anything in it executes. The structure is validated and every class path the file
+names must come from a trusted module before anything is imported
+(:mod:`ncl_lightning.runtime.checkpoint_check`); the classes must then be ``nn.Module``
+(backbone) or ``LightningModule`` (method) subclasses.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import importlib
 import inspect
 import pickle
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,13 @@ import lightning as L
 import torch
 from torch import nn
 
-from ncl_lightning.runtime.errors import NCLError
+from ncl_lightning.runtime.checkpoint_check import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    check_class_paths,
+    check_structure,
+    trusted_modules,
+)
 from ncl_lightning.runtime.internals import outside_cli
 from ncl_lightning.runtime.record import RECORD_KEY
 from ncl_lightning.runtime.resume import same_class
@@ -34,19 +43,19 @@ BACKBONE_PREFIX = "backbone."
 SHOWN_KEYS = 8
 
 
-class CheckpointError(NCLError, ValueError):
-    """A checkpoint that is unsafe, foreign or does not fit the module asked for."""
+def read_checkpoint(path: str | Path, trusted: Iterable[str] = ()) -> dict[str, Any]:
+    """Read one of our checkpoints with tensor-only unpickling, and validate it.
 
-
-class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
-    """No checkpoint file at the path given."""
-
-
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read one of our checkpoints with tensor-only unpickling.
+    The one reader of every checkpoint of the package: the structure is checked
+    (:func:`~ncl_lightning.runtime.checkpoint_check.check_structure`) and every class path
+    it names must come from a trusted module
+    (:func:`~ncl_lightning.runtime.checkpoint_check.check_class_paths`), before anything
+    in it is used or imported.
 
     Args:
         path: Checkpoint file.
+        trusted: Module prefixes to trust besides this package, its libraries and
+            ``$NCL_TRUSTED_MODULES``.
 
     Returns:
         The checkpoint dict (``state_dict``, ``hyper_parameters``, the record, ...).
@@ -54,7 +63,8 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     Raises:
         CheckpointNotFoundError: No such file (also a ``FileNotFoundError``).
         CheckpointError: The file holds executable pickled objects (refused, nothing run),
-            is not a torch checkpoint, or was not written by ncl-lightning.
+            is not a torch checkpoint, was not written by ncl-lightning, is damaged (the
+            entry is named) or names a class of an untrusted module.
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -75,18 +85,14 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as err:
         raise CheckpointError(f"cannot read checkpoint {path}: {err}") from None
-    if not isinstance(ckpt, dict) or RECORD_KEY not in ckpt or "state_dict" not in ckpt:
-        keys = sorted(ckpt)[:8] if isinstance(ckpt, dict) else type(ckpt).__name__
-        raise CheckpointError(
-            f"{path} is not an ncl-lightning checkpoint (no '{RECORD_KEY}' record; found "
-            f"{keys}); train with ncl-cli or an ncl_lightning module (a weights-only save "
-            "has no record)"
-        )
+    check_class_paths(check_structure(ckpt, path), path, trusted)
     return ckpt
 
 
 def _import_class(path: str, base: type, what: str, source: Path | str) -> type:
     module_name, _, name = str(path).rpartition(".")
+    if not any(module_name == t or module_name.startswith(f"{t}.") for t in trusted_modules()):
+        raise CheckpointError(f"{source}: {what} class {path!r} is not from a trusted module")
     try:
         obj = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError, ValueError):
@@ -223,6 +229,7 @@ __all__ = [
     "BACKBONE_PREFIX",
     "RECORD_KEY",
     "CheckpointError",
+    "CheckpointNotFoundError",
     "build_backbone_from_spec",
     "check_state_fits",
     "load_backbone",

@@ -7,14 +7,15 @@ nothing is synced to disk. :class:`AtomicCheckpointIO` writes a temporary file b
 the target, syncs it and renames it over the target (``os.replace``: atomic on POSIX
 and Windows), so a reader sees either the old complete file or the new complete one.
 
+A full disk while writing raises one :class:`~ncl_lightning.runtime.errors.DiskFullError`
+(the previous file kept, nothing half-written; see :mod:`ncl_lightning.runtime.disk`).
 ``ncl-cli`` installs it on every Trainer; from Python pass
 ``Trainer(plugins=[AtomicCheckpointIO()])``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,35 +23,45 @@ import torch
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-TMP_MARK = ".tmp-"
+from ncl_lightning.runtime.disk import TMP_MARK, atomic_write, remove_stale
+
+HINT = "free space there, or give the run a folder on another disk (trainer.default_root_dir)"
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in ``obj`` (dicts, lists, tuples; each storage once): what
+    ``torch.save`` writes at least."""
+    seen: set[tuple[int, int]] = set()
+    total, stack = 0, [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            key = (storage.data_ptr(), storage.nbytes())
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:
     """``torch.save(obj, path)`` that replaces ``path`` only once the new file is complete.
 
+    Written by :func:`ncl_lightning.runtime.disk.atomic_write`: the free space is
+    checked against the tensors' size first; a full disk (or quota, or file-size limit)
+    raises one :class:`~ncl_lightning.runtime.errors.DiskFullError` naming the path and
+    the space needed, and leaves the previous file and no temporary file.
+
     Args:
         obj: What ``torch.save`` accepts (a checkpoint dict).
         path: Target file; its folder is created.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    with atomic_write(path, size=tensor_bytes(obj), estimate=True, hint=HINT) as f:
+        torch.save(obj, f)
 
 
 def is_partial(path: str | Path) -> bool:
@@ -60,7 +71,13 @@ def is_partial(path: str | Path) -> bool:
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` whose local writes are atomic (see the module docstring);
-    remote URLs (``s3://``...) keep Lightning's behaviour."""
+    remote URLs (``s3://``...) keep Lightning's behaviour. The first write into a folder
+    removes the temporary files that killed writers left there
+    (:func:`~ncl_lightning.runtime.disk.remove_stale`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._cleaned: set[Path] = set()
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
@@ -68,7 +85,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or not _is_local_file_protocol(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
+        folder = Path(path).parent.resolve()
+        if folder not in self._cleaned:
+            self._cleaned.add(folder)
+            remove_stale(folder)
         atomic_save(checkpoint, path)
 
 
-__all__ = ["AtomicCheckpointIO", "atomic_save", "is_partial"]
+__all__ = ["AtomicCheckpointIO", "atomic_save", "is_partial", "tensor_bytes"]

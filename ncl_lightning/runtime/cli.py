@@ -53,26 +53,42 @@ from ncl_lightning.runtime import (
     run_folders,
 )
 from ncl_lightning.runtime.checkpoint import RECORD_KEY, check_state_fits, read_checkpoint
+from ncl_lightning.runtime.checkpoint_check import class_paths_in, modules_of, run_record, trusting
 from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO
 from ncl_lightning.runtime.cli_errors import summarize, user_error_message
 from ncl_lightning.runtime.cli_names import import_public_classes, parser_kwargs
+from ncl_lightning.runtime.cli_resume import (
+    describe_kept,
+    resolve_ckpt_path,
+    split_explicit,
+    typed_model_keys,
+)
 from ncl_lightning.runtime.config_files import check_config_args
 from ncl_lightning.runtime.defaults import default_callbacks, drop_shadowed
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.overrides import describe
-from ncl_lightning.runtime.preflight import Preflight, example_batch, preflight
+from ncl_lightning.runtime.preflight import (
+    Preflight,
+    check_batch_negatives,
+    example_batch,
+    preflight,
+)
 from ncl_lightning.runtime.resume import continue_loggers, restore_csv_rows, same_class
-from ncl_lightning.runtime.run_config import RunConfig
+from ncl_lightning.runtime.run_config import NewRunFolders, RunConfig
 from ncl_lightning.runtime.runs import (
     check_new_run_folders,
     check_run_id,
+    check_same_run,
     checkpoint_folder,
     default_run_id,
-    run_checkpoints,
-    select_checkpoint,
+    run_folder,
     set_logger_versions,
 )
-from ncl_lightning.runtime.trainer_checks import check_seed, check_trainer
+from ncl_lightning.runtime.trainer_checks import (
+    check_seed,
+    check_trainer,
+    count_or_fraction_types,
+)
 
 # Model arguments naming the files a model loads its weights from: a model given one is
 # trained (test/validate/predict need no --ckpt_path).
@@ -118,6 +134,7 @@ class NCLCLI(LightningCLI):
     """LightningCLI with the data -> model links, resume and the checks of this package."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        count_or_fraction_types(parser)  # limit_train_batches 1: one batch, not 100%
         for name in DATA_LINKED:  # num_classes, batch_size
             parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
         parser.add_argument(
@@ -135,6 +152,14 @@ class NCLCLI(LightningCLI):
             help="The run's id and folder name (each logger's version, the W&B run id); "
             "resume takes this run's last.ckpt. fit default: $NCL_RUN_ID, else the SLURM "
             "job (slurm-<job> or slurm-<array job>_<task>), else the loggers' own.",
+        )
+        parser.add_argument(
+            "--new_run",
+            type=bool,
+            default=False,
+            help="fit with --ckpt_path: start a new run (its own folder and id) from the "
+            "checkpoint's training state, instead of continuing the checkpoint's run; "
+            "nothing of that run is touched.",
         )
         parser.add_argument(
             "--allow_untrained",
@@ -163,48 +188,6 @@ class NCLCLI(LightningCLI):
         sub = self.config.get("subcommand")
         return self.config[sub] if sub else self.config
 
-    def _run_roots(self) -> list[Any]:
-        """Folders of the run where its checkpoints can be."""
-        cfg = self._subconfig()
-        trainer = cfg.get("trainer") or {}
-        root = trainer.get("default_root_dir")
-        # Without one, Lightning writes under the working directory: search only its
-        # run folders there, never the whole tree (it may hold datasets).
-        cwd = Path.cwd()  # logger-less runs: <cwd>/<run id>/checkpoints
-        own = [cwd / self._run_id] if getattr(self, "_run_id", None) else sorted(cwd.glob("run-*"))
-        roots = [root] if root else [cwd / "lightning_logs", cwd / "checkpoints", *own]
-        loggers = trainer.get("logger")
-        for entry in loggers if isinstance(loggers, list) else [loggers]:
-            if hasattr(entry, "get") and entry.get("init_args"):
-                roots.append(entry["init_args"].get("save_dir"))
-        for callback in trainer.get("callbacks") or []:
-            if hasattr(callback, "get") and callback.get("init_args"):
-                roots.append(callback["init_args"].get("dirpath"))
-        return roots
-
-    def _resolve_ckpt_path(self) -> Path | None:
-        cfg = self._subconfig()
-        given = cfg.get("ckpt_path")
-        auto = self.config.get("subcommand") == "fit" and cfg.get("auto_resume")
-        if given in (None, "") and not auto:
-            return None
-        if given in (None, "", "last"):
-            roots = self._run_roots()
-            where = ", ".join(dict.fromkeys(str(r) for r in roots if r))
-            last = select_checkpoint(run_checkpoints(roots), self._run_id, given == "last", where)
-            if last is None:
-                run = f" of run {self._run_id}" if self._run_id else ""
-                rank_zero_info(f"auto_resume: no last checkpoint{run} found; starting a new run")
-                return None
-            rank_zero_info(f"Resuming from {last}")
-            return last
-        if given in ("best", "hpc", "registry"):
-            return None  # Lightning resolves these itself
-        path = Path(given).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"ckpt_path: checkpoint not found: {path}")
-        return path
-
     def _assign_run_id(self, sub: str, cfg: Any) -> str | None:
         """The run's id: ``--run_id``, else (fit) the one the environment names; a fit
         gives it to every configured logger as its ``version``."""
@@ -220,9 +203,10 @@ class NCLCLI(LightningCLI):
         return run_id
 
     def _parse_ckpt_path(self) -> None:
-        """Resolve ``last``/``auto_resume``, read the checkpoint tensor-only (a pickled
-        payload is refused before Lightning touches the file), continue its loggers, then
-        re-apply its hyper-parameters as Lightning does, keeping this run's file paths."""
+        """Resolve ``last``/``auto_resume``, read and validate the checkpoint (tensor-only,
+        structure, trusted class paths: refused before Lightning touches the file),
+        continue its loggers, then apply its hyper-parameters as Lightning does; only what
+        the command line types wins over them (:mod:`~ncl_lightning.runtime.cli_resume`)."""
         sub = self.config.get("subcommand")
         if not sub:
             return
@@ -230,10 +214,18 @@ class NCLCLI(LightningCLI):
         self._resume_checkpoint: dict[str, Any] | None = None
         self._overrides: list[Any] = []
         self._run_id = self._assign_run_id(sub, cfg)
-        path = self._resolve_ckpt_path()
+        new_run = bool(cfg.get("new_run"))
+        if new_run and (sub != "fit" or cfg.get("ckpt_path") in (None, "")):
+            raise ConfigError(
+                "new_run: starts a new fit from a checkpoint's state; use it with ncl-cli fit "
+                "--ckpt_path <file or last>",
+                key="new_run",
+            )
+        path = resolve_ckpt_path(cfg, sub, self._run_id)
         if path is None:
             return
-        ckpt = read_checkpoint(path)
+        self._trusted = modules_of(p for _, p in class_paths_in(cfg.as_dict()))
+        ckpt = read_checkpoint(path, trusted=self._trusted)
         cfg["ckpt_path"] = str(path)
         if cfg.get("weights_only") is None:
             cfg["weights_only"] = True
@@ -241,19 +233,39 @@ class NCLCLI(LightningCLI):
         configured = (cfg.get("model") or {}).get("class_path")
         if configured and not same_class(configured, ckpt[RECORD_KEY].get("method", "")):
             return  # checked with the model's keys in check_state_fits
-        if sub == "fit":
+        if sub == "fit" and not new_run:
             continue_loggers(cfg["trainer"].get("logger"), ckpt[RECORD_KEY].get("loggers", []))
         explicit = self._explicit_model(sub)
         super()._parse_ckpt_path()
-        if explicit is not None:
-            # What the user gave wins over the checkpoint's hyper-parameters (a fix for a
-            # NaN stop, a lower lr, paths that moved); the rest comes from the checkpoint.
-            self._overrides = overlay_explicit(self.config[f"{sub}.model"], explicit, "model.")
-            if self._overrides:
-                rank_zero_info(
-                    f"Resuming {path} with this run's values over the checkpoint's: "
-                    f"{describe(self._overrides)}"
-                )
+        if explicit is None:
+            return
+        typed, from_files = split_explicit(explicit, typed_model_keys(getattr(self, "_args", None)))
+        model = self.config[f"{sub}.model"]
+        self._overrides = overlay_explicit(model, typed, "model.")
+        kept = overlay_explicit(model.clone(), from_files, "model.")
+        verb = {"fit": "Starting a new run from" if new_run else "Resuming", "test": "Testing",
+                "validate": "Validating", "predict": "Predicting with"}[sub]  # fmt: skip
+        if self._overrides:
+            rank_zero_info(
+                f"{verb} {path} with the command line's values over the checkpoint's: "
+                f"{describe(self._overrides)}"
+            )
+        if kept:
+            rank_zero_info(
+                f"{verb} {path} with the checkpoint's values over the config file's: "
+                f"{describe_kept(kept)}; give a value on the command line to change it"
+            )
+
+    def instantiate_classes(self) -> None:
+        """Build the objects trusting the modules the config names (an evaluation module
+        reading a checkpoint of the user's own backbone)."""
+        with trusting(getattr(self, "_trusted", None) or self._config_modules()):
+            super().instantiate_classes()
+
+    def _config_modules(self) -> list[str]:
+        sub = self.config.get("subcommand")
+        section = self.config[sub] if sub else self.config
+        return modules_of(p for _, p in class_paths_in(section.as_dict()))
 
     # -- after instantiation, before anything runs ------------------------------------
     def _preflight(self, stage: str) -> None:
@@ -271,6 +283,8 @@ class NCLCLI(LightningCLI):
                 callback.done = True  # checked here, before anything is written
         _check_views(model, datamodule)
         check_trainer = getattr(model, "check_trainer", None)
+        if stage == "fit":
+            check_batch_negatives(model, datamodule, trainer.world_size)
         if stage == "fit" and callable(check_trainer):
             check_trainer(trainer)
         ckpt = getattr(self, "_resume_checkpoint", None)
@@ -283,19 +297,24 @@ class NCLCLI(LightningCLI):
         if ckpt is not None and getattr(self, "_overrides", None):
             trainer.callbacks.append(ResumeOverrides())
         run_id = getattr(self, "_run_id", None)
+        new_run = bool(self._subconfig().get("new_run"))
+        continues = ckpt is not None and not new_run
         if not trainer.loggers:  # no logger folder: the run's own one under the root
-            resumed = self._subconfig().get("ckpt_path") if ckpt is not None else None
+            resumed = self._subconfig().get("ckpt_path") if continues else None
             folder = checkpoint_folder(Path(trainer.default_root_dir), run_id, resumed)
             for callback in trainer.checkpoint_callbacks:
                 callback.dirpath = callback.dirpath or str(folder)
-        if ckpt is None and run_id is not None:
+        if continues:  # the checkpoint's run, in its own folder, or refused
+            check_same_run(run_record(ckpt), self._subconfig()["ckpt_path"], run_folder(trainer))
+        elif run_id is not None:
             check_new_run_folders(run_folders(trainer), run_id)
         if rank_zero_only.rank == 0:
             # Last: every check has passed. Other ranks of a DDP run share the folder.
+            trainer.callbacks.append(NewRunFolders(run_folders(trainer)))  # before the lock
             lock = RunLock()
             lock.acquire(run_folders(trainer))
             trainer.callbacks.append(lock)
-        if ckpt is not None:
+        if continues:
             for logger in trainer.loggers:
                 restore_csv_rows(logger, int(ckpt.get("global_step", 0)))
 

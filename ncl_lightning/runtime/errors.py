@@ -62,6 +62,30 @@ class RunFailedError(NCLError, RuntimeError):
     """A child ``ncl-cli`` run (one cell of a study) exited non-zero; names its log file."""
 
 
+class DiskFullError(NCLError, OSError):
+    """A file could not be written for lack of room (``ENOSPC``, ``EDQUOT``, ``EFBIG``):
+    names the path and the space it needs against the space free; the previous file is
+    kept and nothing half-written is left (:mod:`ncl_lightning.runtime.disk`).
+
+    Attributes:
+        path: The file that could not be written.
+        needed: Bytes it needs (an estimate, or a lower bound), when known.
+        free: Bytes free to this user in its folder, when known.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *args: object,
+        key: str | None = None,
+        path: str | None = None,
+        needed: int | None = None,
+        free: int | None = None,
+    ) -> None:
+        super().__init__(message, *args, key=key)
+        self.path, self.needed, self.free = path, needed, free
+
+
 def closest(name: str, choices: Iterable[str]) -> str | None:
     """The choice most similar to ``name`` (``difflib``, cutoff 0.6), or ``None``."""
     matches = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
@@ -79,6 +103,7 @@ __all__ = [
     "CorruptImageError",
     "DataError",
     "DataNotFoundError",
+    "DiskFullError",
     "EmptyMetricError",
     "NCLError",
     "NonFiniteLossError",

@@ -51,8 +51,11 @@ def loss_code(module: nn.Module, value: Tensor) -> Tensor:
     return code
 
 
-def describe_loss(flag: float, value: Tensor | None, buffers: list[tuple[str, Tensor]]) -> str:
-    """``non-finite loss (nan)`` or ``non-finite buffer <name> (inf)`` for code ``flag``."""
+def describe_loss(
+    flag: float, value: Tensor | None, buffers: list[tuple[str, Tensor]], hint: str = ""
+) -> str:
+    """``non-finite loss (nan)`` or ``non-finite buffer <name> (inf)`` for code ``flag``,
+    then ``hint`` (:func:`scale_hint`)."""
     if flag == BUFFER:
         culprit = first_nonfinite(buffers)
         what = f"buffer {culprit[0]} ({culprit[1]})" if culprit else "buffer on another rank"
@@ -60,7 +63,7 @@ def describe_loss(flag: float, value: Tensor | None, buffers: list[tuple[str, Te
         what = f"loss ({value.float().item()})"  # "nan", "inf" or "-inf" of this rank
     else:  # this rank's loss is fine; another's is not
         what = f"loss ({'nan' if flag == LOSS_NAN else 'inf'})"
-    return f"non-finite {what}"
+    return f"non-finite {what}{hint}"
 
 
 def zero_loss(module: nn.Module) -> Tensor:
@@ -103,13 +106,37 @@ def describe_gradients(flag: float, module: nn.Module) -> str:
     culprit = first_nonfinite(named)
     if culprit is not None:
         return f"non-finite gradient of {culprit[0]} ({culprit[1]})"
-    norms = torch.stack(torch._foreach_norm([g for _, g in named])).float()
+    grads = [g for _, g in named]
+    if flag == GRAD_NONFINITE:  # finite elements whose squared sum overflows
+        peaks = torch.stack(torch._foreach_norm(grads, float("inf"))).float()
+        top = int(peaks.argmax())
+        return (
+            f"gradient norm overflows float32 (largest element: {named[top][0]} "
+            f"{float(peaks[top]):.3g}){scale_hint(module)}"
+        )
+    norms = torch.stack(torch._foreach_norm(grads)).float()
     largest = int(norms.nan_to_num(posinf=0.0).argmax())
     name = f"largest: {named[largest][0]} {float(norms[largest]):.3g}"
-    if flag == GRAD_NONFINITE:
-        return f"non-finite gradient norm (overflow; {name})"
     total, limit = float(torch.linalg.vector_norm(norms)), module.grad_norm_limit  # type: ignore[attr-defined]
     return f"gradient norm {total:.3g} above grad_norm_limit {limit} ({name})"
+
+
+SMALL_TEMPERATURE = 1e-3
+"""Below it the fault message names the temperature (the loss and its gradients scale as
+1 / temperature; the papers train at 0.05 to 0.5)."""
+
+
+def scale_hint(module: nn.Module) -> str:
+    """``; the loss scales as 1/temperature = ...`` for a method whose temperature is
+    small enough to be the cause of an overflow, else ``""``."""
+    hparams = getattr(module, "hparams", None)
+    temperature = hparams.get("temperature") if hasattr(hparams, "get") else None
+    if isinstance(temperature, int | float) and 0 < temperature < SMALL_TEMPERATURE:
+        return (
+            f"; the loss and its gradients scale as 1/temperature = {1 / temperature:.3g}: "
+            "raise model.init_args.temperature (typical: 0.05 to 0.5)"
+        )
+    return ""
 
 
 def nonfinite_parameter_error(named: list[tuple[str, Tensor]], where: str) -> NonFiniteLossError:

@@ -35,16 +35,13 @@ and one before the optimiser step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
-from ncl_lightning.runtime.errors import NonFiniteLossError
 from ncl_lightning.runtime.finite_checks import (
     LOSS_SCALE,
     PARAMETER,
@@ -54,16 +51,16 @@ from ncl_lightning.runtime.finite_checks import (
     grad_code,
     loss_code,
     nonfinite_parameter_error,
+    scale_hint,
 )
-from ncl_lightning.runtime.internals import batch_index
 from ncl_lightning.runtime.rollback import StepSnapshot, Verdict
+from ncl_lightning.runtime.skips import HINT, LAST_FINITE_NAME, SkipOrStop, last_finite_path
+from ncl_lightning.runtime.skips import where as _where
 from ncl_lightning.runtime.validation import check_positive
 
 NonFiniteLoss = Literal["stop", "skip"]
 NONFINITE_CHOICES: tuple[str, ...] = ("stop", "skip")
-LAST_FINITE_NAME = "last-finite.ckpt"
 CHECKPOINT_KEY = "nonfinite_skipped"
-HINT = "set model.init_args.nonfinite_loss: skip to skip such batches"
 
 
 def check_grad_norm_limit(value: float | None) -> None:
@@ -86,13 +83,6 @@ def _scaled(trainer: L.Trainer) -> bool:
     return getattr(trainer.precision_plugin, "scaler", None) is not None
 
 
-def _where(trainer: L.Trainer | None) -> str:
-    if trainer is None:
-        return "training_step"
-    step, epoch = trainer.global_step, trainer.current_epoch
-    return f"step {step} (epoch {epoch}, batch {batch_index(trainer)})"
-
-
 def _agree(trainer: L.Trainer | None, code: Tensor) -> int:
     """The largest ``code`` over the ranks, on the host: the guard's one collective and host
     synchronisation per check."""
@@ -101,17 +91,7 @@ def _agree(trainer: L.Trainer | None, code: Tensor) -> int:
     return int(code.item())
 
 
-def last_finite_path(trainer: L.Trainer) -> Path:
-    """``<ModelCheckpoint dirpath>/last-finite.ckpt``, else under
-    ``<default_root_dir>/checkpoints``."""
-    callback = trainer.checkpoint_callback
-    folder = getattr(callback, "dirpath", None) if callback is not None else None
-    if not folder:
-        folder = Path(trainer.default_root_dir) / "checkpoints"
-    return Path(folder) / LAST_FINITE_NAME
-
-
-class NonFiniteGuard(Callback):
+class NonFiniteGuard(SkipOrStop, Callback):
     """Stop or skip on a non-finite loss, gradient, buffer or parameter (module docstring).
 
     The module's training step ends with::
@@ -125,16 +105,16 @@ class NonFiniteGuard(Callback):
     Modules without ``nonfinite_loss``, ``grad_norm_limit`` and ``last_step_skipped``
     (:class:`GuardedModule`) are left alone.
 
+    A ``skip`` run that skips every batch stops all the same
+    (:class:`~ncl_lightning.runtime.skips.SkipOrStop`).
+
     Attributes:
         skipped_total: Batches skipped over the run (saved in checkpoints, restored on
             resume).
     """
 
     def __init__(self) -> None:
-        self.skipped_total = 0
-        self._skipped_epoch = 0  # skipped batches in the current epoch
-        self._skipped_since_step = 0  # micro-batches since the last optimiser step, skipped ...
-        self._finite_since_step = 0  # ... and finite
+        SkipOrStop.__init__(self)
         self._buffer_copy: list[Tensor] | None = None
         # The deferred check (check_loss_later): this batch's code and effects, and the
         # verdict of the last batch, read at the start of the next one.
@@ -143,7 +123,7 @@ class NonFiniteGuard(Callback):
         self._effects: list[Callable[[], None]] = []
         self._pending: Verdict | None = None
         self._snapshot = StepSnapshot()
-        self._unlogged_skip = False
+        self._skips_before_batch = 0
 
     # -- buffers ----------------------------------------------------------------------
     def on_train_batch_start(
@@ -154,6 +134,7 @@ class NonFiniteGuard(Callback):
         if not isinstance(pl_module, GuardedModule):
             return
         self.resolve(trainer, pl_module)
+        self._skips_before_batch = self.skipped_total
         buffers = list(pl_module.buffers())  # no autograd history: copied as they are
         copy = self._buffer_copy
         if copy is not None and [(c.device, c.dtype, c.shape) for c in copy] == [
@@ -197,7 +178,7 @@ class NonFiniteGuard(Callback):
         params, buffers = checked_tensors(module)
         if flag == PARAMETER:
             raise nonfinite_parameter_error(params, _where(trainer))
-        what = describe_loss(flag, value, buffers)
+        what = describe_loss(flag, value, buffers, scale_hint(module))
         self._restore_buffers(module)
         return self._skip_or_stop(module, what)
 
@@ -244,6 +225,7 @@ class NonFiniteGuard(Callback):
             return False
         flag = verdict.read()
         if flag == 0:
+            self._finite_batch()
             for effect in verdict.effects:
                 effect()
             return False
@@ -258,7 +240,7 @@ class NonFiniteGuard(Callback):
         if flag >= LOSS_SCALE and flag / LOSS_SCALE == PARAMETER:
             raise nonfinite_parameter_error(params, verdict.where)
         if flag >= LOSS_SCALE:
-            what = describe_loss(flag / LOSS_SCALE, verdict.loss, buffers)
+            what = describe_loss(flag / LOSS_SCALE, verdict.loss, buffers, scale_hint(module))
         else:
             what = describe_gradients(flag, module)
         self._restore_buffers(module)
@@ -320,42 +302,13 @@ class NonFiniteGuard(Callback):
         (gradient accumulation), and log a skip found at the start of this batch."""
         if self._code is not None:
             self._publish(trainer, self._code, stepped=False)
+        deferred = self._pending is not None  # judged at the start of the next batch
+        if isinstance(pl_module, GuardedModule):
+            self._batch_ran()
+            if not deferred and self.skipped_total == self._skips_before_batch:
+                self._finite_batch()
         if self._unlogged_skip:
             self._log_skips(pl_module)
-
-    # -- stop or skip -----------------------------------------------------------------
-    def _log_skips(self, module: L.LightningModule) -> None:
-        self._unlogged_skip = False
-        module.log(
-            "train/skipped_nonfinite",
-            float(self.skipped_total),
-            on_step=False,
-            on_epoch=True,
-            reduce_fx="max",
-            sync_dist=True,
-        )
-
-    def _skip_or_stop(
-        self, module: L.LightningModule, what: str, where: str | None = None, log: bool = True
-    ) -> bool:
-        """Count a skip and return ``False`` (``nonfinite_loss: skip``), or save the last
-        finite state and raise ``NonFiniteLossError("<what> at step ...")``."""
-        if module.nonfinite_loss == "skip":  # type: ignore[attr-defined]
-            self._skipped_since_step += 1
-            self.skipped_total += 1
-            self._skipped_epoch += 1
-            if log:
-                self._log_skips(module)
-            return False
-        trainer = module._trainer
-        if trainer is None:
-            raise NonFiniteLossError(f"{what} in training_step; {HINT}")
-        path = last_finite_path(trainer)
-        trainer.save_checkpoint(path)  # collective: every rank calls it, rank 0 writes
-        raise NonFiniteLossError(
-            f"{what} at {where or _where(trainer)}; training stopped; last finite state "
-            f"saved to {path}; {HINT}"
-        )
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Judge the last deferred batch before validation reads the kNN bank."""
@@ -367,17 +320,12 @@ class NonFiniteGuard(Callback):
             self.resolve(trainer, pl_module)  # before the epoch's metrics are computed
             if self._unlogged_skip:
                 self._log_skips(pl_module)
-        if self._skipped_epoch:
-            rank_zero_warn(
-                f"epoch {trainer.current_epoch}: skipped {self._skipped_epoch} batch(es) with "
-                f"a non-finite loss, buffer or gradient ({self.skipped_total} in all; "
-                "nonfinite_loss: skip)"
-            )
-        self._skipped_epoch = 0
+        self._end_epoch(trainer, pl_module)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if isinstance(pl_module, GuardedModule):
             self.resolve(trainer, pl_module)
+            self._end_training(pl_module)
 
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
@@ -398,3 +346,16 @@ class NonFiniteGuard(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         self.skipped_total = int(checkpoint.get(CHECKPOINT_KEY, 0))
+
+
+__all__ = [
+    "CHECKPOINT_KEY",
+    "HINT",
+    "LAST_FINITE_NAME",
+    "NONFINITE_CHOICES",
+    "GuardedModule",
+    "NonFiniteGuard",
+    "NonFiniteLoss",
+    "check_grad_norm_limit",
+    "last_finite_path",
+]

@@ -4,7 +4,8 @@
 zero batch shaped like the data through the model (eval mode, no gradient) to catch a
 backbone that does not fit the images or whose ``out_dim`` is wrong; with a training batch
 size below the example's, it also runs one training-mode forward pass of that size
-(BatchNorm refuses a batch of one). ``ncl-cli`` calls it before ``trainer.fit`` (and
+(BatchNorm refuses a batch of one). :func:`check_batch_negatives` refuses a batch
+without negatives for a contrastive loss. ``ncl-cli`` calls them before ``trainer.fit`` (and
 before test/validate/predict); the :class:`Preflight` callback runs it at the ``setup`` of
 a fit for a plain ``Trainer`` (``ncl_lightning.default_callbacks()``, or the module's
 ``configure_callbacks``).
@@ -20,6 +21,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 
+from ncl_lightning.data.batch_scope import per_device_batch
 from ncl_lightning.data.protocol import ImageShape
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.internals import MESSAGE_FORMATS
@@ -68,6 +70,7 @@ def preflight(module: nn.Module, example: Tensor | None = None) -> None:
     """
     if not isinstance(module, CheckedModule):
         return
+    check_temperature(module)
     _check_learning_rates(module)
     if example is not None:
         _check_forward(module, example)
@@ -104,9 +107,103 @@ class Preflight(Callback):
         if stage != "fit" or self.done:
             return
         preflight(pl_module, example_batch(trainer.datamodule))
+        check_batch_negatives(pl_module, trainer.datamodule, trainer.world_size)
         check_trainer = getattr(pl_module, "check_trainer", None)
         if callable(check_trainer):
             check_trainer(trainer)
+
+
+# -- negatives in the batch ----------------------------------------------------------
+
+
+def needs_negatives(module: nn.Module) -> bool:
+    """Whether ``module``'s loss contrasts each sample with the other samples of the batch
+    (InfoNCE, the spectral loss, SupCon): a loss module with ``gather_distributed``, or one
+    that says so with ``needs_negatives``."""
+    loss = getattr(module, "loss_fn", None)
+    declared = getattr(loss, "needs_negatives", None)
+    if isinstance(declared, bool):
+        return declared
+    return isinstance(loss, nn.Module) and hasattr(loss, "gather_distributed")
+
+
+def check_batch_negatives(module: nn.Module, datamodule: Any, world_size: int) -> None:
+    """A contrastive loss gets other images of the batch to contrast with: at least 2
+    images in every training batch the loss sees.
+
+    The loss sees this process' batch, or with ``gather_distributed`` under DDP the
+    batches of all ``world_size`` processes. With ``drop_last: false`` the last batch of
+    an epoch holds the remainder of the split (each process gets ``ceil(n / world_size)``
+    samples, as ``DistributedSampler`` pads).
+
+    Args:
+        module: The method (left alone unless :func:`needs_negatives`).
+        datamodule: The DataModule (``batch_size``, ``batch_scope``, ``drop_last``,
+            ``split_size``); left alone without ``batch_size``.
+        world_size: Training processes (``trainer.world_size``).
+
+    Raises:
+        ConfigError: Naming ``data.init_args.batch_size`` (or ``drop_last``) and the method.
+    """
+    batch_size = getattr(datamodule, "batch_size", None)
+    if not needs_negatives(module) or not isinstance(batch_size, int):
+        return
+    world = max(1, world_size)
+    scope = getattr(datamodule, "batch_scope", "device")
+    per_device = per_device_batch(batch_size, scope, world)
+    gathered = world > 1 and bool(getattr(module.loss_fn, "gather_distributed", False))
+    seen = world if gathered else 1
+    name = type(module).__name__
+    why = f"{name}'s loss contrasts each image with the other images of its batch"
+    if per_device * seen < 2:
+        where = f" ({per_device} per process x {world} processes)" if world > 1 else ""
+        fix = "" if gathered or world == 1 else " or model.init_args.gather_distributed: true"
+        raise ConfigError(
+            f"data.init_args.batch_size={batch_size}: {why}, and a batch of "
+            f"{per_device * seen}{where} has none; set data.init_args.batch_size >= 2{fix}",
+            key="data.init_args.batch_size",
+        )
+    size = getattr(datamodule, "split_size", None)
+    if getattr(datamodule, "drop_last", True) or not callable(size):
+        return
+    samples = int(size("train"))
+    last = math.ceil(samples / world) % per_device
+    if last and last * seen < 2:
+        raise ConfigError(
+            f"data.init_args.drop_last: false leaves a last training batch of {last * seen} "
+            f"image(s) ({samples} samples, batch_size={batch_size}): {why}, and that batch "
+            "has none; set data.init_args.drop_last: true, or a batch_size that leaves 2 or "
+            "more images in the last batch",
+            key="data.init_args.drop_last",
+        )
+
+
+# -- temperature --------------------------------------------------------------------
+TEMPERATURE_KEY = "model.init_args.temperature"
+MIN_TEMPERATURE = 1 / math.sqrt(torch.finfo(torch.float32).max)
+"""About 5.4e-20: the loss and its gradients scale as 1/temperature, and below this the
+squared norm of a gradient (what the guard and gradient clipping compute) overflows
+float32 on the first step."""
+
+
+def check_temperature(module: nn.Module) -> None:
+    """A contrastive loss's ``temperature`` whose scale float32 can hold.
+
+    Raises:
+        ConfigError: ``temperature`` below :data:`MIN_TEMPERATURE`, naming the key.
+    """
+    loss = getattr(module, "loss_fn", None)
+    temperature = getattr(loss, "temperature", None)
+    if not isinstance(temperature, int | float) or isinstance(temperature, bool):
+        return
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise ConfigError(
+            f"{TEMPERATURE_KEY}={temperature:g} is too small: the loss and its gradients "
+            f"scale as 1/temperature = {1 / temperature:.3g}, and below {MIN_TEMPERATURE:.2g} "
+            "their squared norm overflows float32 at the first step; the papers train at "
+            "0.05 to 0.5",
+            key=TEMPERATURE_KEY,
+        )
 
 
 # -- learning rates -------------------------------------------------------------------

@@ -3,8 +3,10 @@
 On every save it writes ``checkpoint["ncl_lightning"]``: the module's class path, how to
 build its backbone (``{"class_path", "init_args"}``, so
 :func:`~ncl_lightning.runtime.checkpoint.load_backbone` rebuilds the encoder from the file
-alone) and the run's logger versions (so a resume continues them,
-:mod:`ncl_lightning.runtime.resume`); and it flushes the loggers, so a kill after this
+alone), the run's logger versions (so a resume continues them,
+:mod:`ncl_lightning.runtime.resume`) and the run's identity (``{"id", "folder"}``, so a
+resume into another run's folder is refused, :func:`~ncl_lightning.runtime.runs.check_same_run`);
+and it flushes the loggers, so a kill after this
 checkpoint loses no row that the resumed run will not log again.
 
 ``ncl-cli`` installs it; a plain ``Trainer`` gets it from the module's
@@ -23,6 +25,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 from ncl_lightning.runtime.resume import logger_versions
+from ncl_lightning.runtime.runs import run_identity
 
 RECORD_KEY = "ncl_lightning"
 RECORD_FORMAT = 1
@@ -77,6 +80,7 @@ class CheckpointRecord(Callback):
     ) -> None:
         record = make_record(pl_module, backbone_spec(pl_module))
         record["loggers"] = logger_versions(trainer.loggers)
+        record["run"] = run_identity(trainer)
         for logger in trainer.loggers:
             logger.save()
         checkpoint[RECORD_KEY] = record

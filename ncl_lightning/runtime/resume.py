@@ -20,13 +20,13 @@ from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger, Logger
 
-from ncl_lightning.runtime.runs import run_checkpoints
+from ncl_lightning.runtime.run_search import run_checkpoints
 
 
 def find_last_checkpoint(roots: Iterable[str | Path | None]) -> Path | None:
     """The newest ``last.ckpt`` (or ``last-vN.ckpt``) of any run under ``roots``.
 
-    Resuming picks among runs with :func:`~ncl_lightning.runtime.runs.select_checkpoint`
+    Resuming picks among runs with :func:`~ncl_lightning.runtime.run_search.select_checkpoint`
     (never the newest of several runs); this is for callers that know the roots hold one.
 
     Args:

@@ -19,11 +19,13 @@ own run config in ``config.yaml``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.metadata
 import os
 import platform
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,10 +34,12 @@ from typing import Any
 
 import lightning as L
 import yaml
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from ncl_lightning.runtime.lock import lock_path
 from ncl_lightning.runtime.loggers import save_run_file
 from ncl_lightning.runtime.runs import logger_folder
 
@@ -166,4 +170,56 @@ class RunConfig(SaveConfigCallback):
                     save_run_file(logger, config_path, WANDB_CONFIG_FILE)
 
 
-__all__ = ["RunConfig", "git_state", "package_versions", "run_environment", "run_folder"]
+class NewRunFolders(Callback):
+    """Remove what a fit created when it fails before its first training batch completes.
+
+    Some inputs can only be refused once training starts (an image that cannot be
+    decoded, a cache folder that cannot be written); by then the loggers have made the
+    run's folder and written ``hparams.yaml``, and :class:`RunConfig` its ``config.yaml``
+    and ``run.yaml``, so the next run would become ``version_N+1``. Built before the
+    run writes anything (``ncl-cli`` makes it just before the run lock), it notes which
+    of the run's folders, their ancestors and lock files do not exist yet; on an exception
+    before the first training batch has ended, with no checkpoint written (a
+    ``last-finite.ckpt`` is kept with its folder), it removes the folders it noted, the
+    lock files it noted, then each noted ancestor that is left empty, and the config files
+    :class:`RunConfig` wrote into a folder that existed before. Nothing that existed
+    before the run is removed.
+
+    Args:
+        folders: The run's folders (:func:`~ncl_lightning.runtime.lock.run_folders`).
+    """
+
+    def __init__(self, folders: list[Path]) -> None:
+        self.new = [f for f in folders if not f.exists()]
+        self.locks = [lock_path(f) for f in folders if not lock_path(f).exists()]
+        self.ancestors: list[Path] = []
+        for folder in self.new:
+            parent = folder.parent
+            while not parent.exists() and parent not in self.ancestors:
+                self.ancestors.append(parent)
+                parent = parent.parent
+        self.trained = False
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.trained = True
+
+    def on_exception(self, trainer: L.Trainer, pl_module: Any, exception: BaseException) -> None:
+        if self.trained or any(any(f.rglob("*.ckpt")) for f in self.new if f.is_dir()):
+            return
+        for folder in self.new:
+            shutil.rmtree(folder, ignore_errors=True)
+        for lock in self.locks:
+            lock.unlink(missing_ok=True)
+        for callback in trainer.callbacks:
+            if isinstance(callback, RunConfig):
+                for path in callback.written:
+                    path.unlink(missing_ok=True)
+        for parent in sorted(self.ancestors, key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only when empty: another run may have started there
+
+
+__all__ = [
+    "NewRunFolders", "RunConfig", "git_state", "package_versions", "run_environment",
+    "run_folder",
+]  # fmt: skip

@@ -29,7 +29,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ncl_lightning.runtime.checkpoint_io import is_partial
 from ncl_lightning.runtime.errors import ConfigError
 
 RUN_ID_ENV = "NCL_RUN_ID"
@@ -94,6 +93,12 @@ def new_run_id() -> str:
     return f"run-{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
+def short_path(path: Path | str) -> str:
+    """``path`` relative to the working directory when it lies below it, else as given."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
 def run_folder_of(checkpoint: Path) -> Path:
     """The run folder of a checkpoint file: the parent of its ``checkpoints`` folder, else
     the folder holding it."""
@@ -116,90 +121,6 @@ def checkpoint_folder(root: Path, run_id: str | None, resumed: str | Path | None
         folder = run_folder_of(Path(resumed).resolve())
         run_id = folder.name if folder.parent == root.resolve() else None
     return root / (run_id or new_run_id()) / CHECKPOINT_FOLDER
-
-
-def run_checkpoints(roots: Iterable[str | Path | None]) -> dict[Path, Path]:
-    """``{run folder: its newest last checkpoint}`` of every run under ``roots``.
-
-    Args:
-        roots: Folders of the runs (``default_root_dir``, logger ``save_dir`` s,
-            ``ModelCheckpoint`` ``dirpath`` s); missing ones are skipped.
-
-    Returns:
-        One entry per run folder holding a ``last.ckpt`` (or ``last-vN.ckpt``); temporary
-        files of an interrupted atomic write are never returned.
-    """
-    found: dict[Path, Path] = {}
-    for root in roots:
-        if root is None or not Path(root).is_dir():
-            continue
-        for path in Path(root).rglob("last*.ckpt"):
-            if not LAST_NAME.match(path.name) or is_partial(path):
-                continue
-            folder = run_folder_of(path.resolve())
-            best = found.get(folder)
-            if best is None or path.stat().st_mtime > best.stat().st_mtime:
-                found[folder] = path
-    return found
-
-
-def _describe(candidates: Mapping[Path, Path]) -> str:
-    def when(path: Path) -> str:
-        return dt.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M")
-
-    ordered = sorted(candidates.items(), key=lambda item: item[0].name)
-    return "; ".join(f"{folder.name} ({_short(last)}, {when(last)})" for folder, last in ordered)
-
-
-def _short(path: Path) -> str:
-    relative = os.path.relpath(path)
-    return str(path) if relative.startswith("..") else relative
-
-
-def select_checkpoint(
-    candidates: Mapping[Path, Path], run_id: str | None, required: bool, where: str
-) -> Path | None:
-    """The last checkpoint to resume from, among the runs of :func:`run_checkpoints`.
-
-    Args:
-        candidates: ``{run folder: newest last checkpoint}``.
-        run_id: The run to resume (its folder's name), or ``None``: the only run there is.
-        required: ``--ckpt_path last`` (no checkpoint is an error) rather than
-            ``--auto_resume`` (no checkpoint starts a new run).
-        where: The searched roots, for the messages.
-
-    Returns:
-        The checkpoint, or ``None`` (start a new run).
-
-    Raises:
-        ConfigError: Several runs and no id to choose one (every candidate is named), or
-            ``required`` and nothing to resume.
-    """
-    if run_id is not None:
-        mine = {folder: last for folder, last in candidates.items() if folder.name == run_id}
-        if mine:
-            return max(mine.values(), key=lambda p: p.stat().st_mtime)
-        if required:
-            others = f"; runs with one: {_describe(candidates)}" if candidates else ""
-            raise ConfigError(
-                f"ckpt_path: 'last' but run {run_id} has no last.ckpt under {where}{others}",
-                key="ckpt_path",
-            )
-        return None
-    if len(candidates) > 1:
-        raise ConfigError(
-            f"ckpt_path: {len(candidates)} runs under {where} have a last.ckpt, so 'last' is "
-            f"ambiguous: {_describe(candidates)}; choose one with --run_id <id> or "
-            "--ckpt_path <file>",
-            key="ckpt_path",
-        )
-    if not candidates and required:
-        raise ConfigError(
-            f"ckpt_path: 'last' but no last.ckpt under {where}; drop --ckpt_path to start a "
-            "new run, or use --auto_resume true",
-            key="ckpt_path",
-        )
-    return next(iter(candidates.values()), None)
 
 
 def logger_folder(logger: Any, default_root_dir: str | Path) -> Path | None:
@@ -258,24 +179,82 @@ def check_new_run_folders(folders: Iterable[Path], run_id: str) -> None:
     for folder in folders:
         if folder.is_dir() and any(folder.iterdir()):
             raise ConfigError(
-                f"run_id: run {run_id} already exists ({_short(folder)}); resume it with "
+                f"run_id: run {run_id} already exists ({short_path(folder)}); resume it with "
                 "--auto_resume true or --ckpt_path last, or give a new --run_id",
                 key="run_id",
             )
+
+
+def run_folder(trainer: Any) -> Path:
+    """The folder of ``trainer``'s run (module docstring): its first logger's folder, else
+    the one holding its ``ModelCheckpoint`` folder, else ``default_root_dir``; resolved."""
+    for logger in trainer.loggers:
+        folder = logger_folder(logger, trainer.default_root_dir)
+        if folder is not None:
+            return Path(folder).expanduser().resolve()
+    for callback in trainer.checkpoint_callbacks:
+        if getattr(callback, "dirpath", None):
+            return run_folder_of(Path(callback.dirpath).expanduser().resolve() / "last.ckpt")
+    return Path(trainer.default_root_dir).expanduser().resolve()
+
+
+def run_identity(trainer: Any) -> dict[str, str]:
+    """``{"id", "folder"}`` of ``trainer``'s run, written into every checkpoint's record
+    (plain strings: tensor-only loading reads them)."""
+    folder = run_folder(trainer)
+    return {"id": folder.name, "folder": str(folder)}
+
+
+def check_same_run(
+    recorded: Mapping[str, str] | None, checkpoint: str | Path, folder: Path
+) -> None:
+    """Refuse to continue a run from a checkpoint of another run.
+
+    A checkpoint belongs to the run its record names (``{"id", "folder"}``, see
+    :func:`run_identity`) and to the run folder holding the file (a run folder moved or
+    copied whole stays one run). A resume that would write into any other folder would
+    mix two runs: the loggers would continue the checkpoint's versions there.
+
+    Args:
+        recorded: The checkpoint's run record, ``None`` for checkpoints written before it.
+        checkpoint: The checkpoint file.
+        folder: The folder this run would write to (:func:`run_folder`).
+
+    Raises:
+        ConfigError: Naming the checkpoint's run, its folder, this run's folder and the
+            two ways on.
+    """
+    file_run = run_folder_of(Path(checkpoint).expanduser().resolve())
+    own = {file_run}
+    if recorded is not None:
+        own.add(Path(recorded["folder"]).expanduser().resolve())
+    if folder.resolve() in own:
+        return
+    run_id = recorded["id"] if recorded is not None else file_run.name
+    home = Path(recorded["folder"]) if recorded is not None else file_run
+    raise ConfigError(
+        f"ckpt_path: {short_path(checkpoint)} belongs to run {run_id} ({short_path(home)}), "
+        f"but this run would write to {short_path(folder)}; resume it with that run's "
+        "trainer.default_root_dir and logger save_dir, or pass --new_run true to start a new "
+        f"run from its state (nothing of run {run_id} is touched)",
+        key="ckpt_path",
+    )
 
 
 __all__ = [
     "RUN_ID_ENV",
     "check_new_run_folders",
     "check_run_id",
+    "check_same_run",
     "checkpoint_folder",
     "default_run_id",
     "logger_folder",
     "new_run_id",
-    "run_checkpoints",
+    "run_folder",
     "run_folder_of",
-    "select_checkpoint",
+    "run_identity",
     "set_logger_versions",
+    "short_path",
     "slurm_job",
     "slurm_run_id",
 ]

@@ -19,10 +19,20 @@ resume it): it saves ``last.ckpt`` in the run's own folder, requeues the job wit
 ``scontrol requeue <job>`` (rank zero) and exits 138. The requeued job keeps its job id,
 hence its run id (``slurm-<job>``), and ``--auto_resume true`` resumes exactly that run.
 A second signal while saving is ignored.
+
+When no batch boundary comes within a grace period after the signal (a loader worker
+hangs, a step or a validation hook runs for minutes, a collective waits for a rank that
+is gone), :class:`~ncl_lightning.runtime.watchdog.StopWatchdog` ends the run anyway:
+nothing is saved at that point (it would mix two steps), the line names the checkpoint
+already on disk and the command that resumes it, the loader workers are terminated and
+the exit status is ``128 + signal`` all the same. The grace period is
+``NCL_STOP_GRACE_S`` seconds (default 10).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 import signal
 import subprocess
@@ -31,11 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from ncl_lightning.runtime.disk import remove_stale
 from ncl_lightning.runtime.runs import run_folder_of, slurm_job
+from ncl_lightning.runtime.watchdog import StopWatchdog, end_children, flush_output, grace_from_env
 
 REQUEUE_TIMEOUT_S = 60
 
@@ -106,21 +119,48 @@ def requeue(job: str) -> str:
     return f"requeued SLURM job {job} (scontrol requeue {job})"
 
 
+def checkpoint_step(path: Path) -> int | None:
+    """The ``global_step`` recorded in checkpoint ``path`` (memory-mapped: the tensors are
+    not read), or ``None`` when it cannot be read."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        return int(ckpt["global_step"])
+    except Exception:
+        return None
+
+
 class Preemption(Callback):
     """Save ``last.ckpt`` and exit ``128 + signum`` on SIGTERM, SIGUSR1 or SIGINT.
 
     The checkpoint is written at the batch boundary where Lightning stops (the end of the
-    running batch); resuming it with ``--ckpt_path last`` continues from that step.
+    running batch); resuming it with ``--ckpt_path last`` continues from that step. When
+    no boundary comes within ``grace_s`` seconds the run ends without saving (see the
+    module docstring).
+
+    Args:
+        grace_s: Seconds a batch boundary may take after the signal; ``None``:
+            ``NCL_STOP_GRACE_S`` or 10.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, grace_s: float | None = None) -> None:
         self.signum: int | None = None
         self.stop: PreemptedError | None = None
         self._previous: dict[int, Any] = {}
+        self.grace_s = grace_s
+        self._trainer: L.Trainer | None = None
+        self._watchdog: StopWatchdog | None = None
 
     # -- signal handlers ------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.signum, self.stop = None, None
+        self.signum, self.stop, self._trainer = None, None, trainer
+        grace = self.grace_s if self.grace_s is not None else grace_from_env()
+        self._watchdog = StopWatchdog(grace, self._stuck)
+        self._watchdog.start()
+        if trainer.is_global_zero:  # temporary files of a writer killed in an earlier run
+            folders = {last_checkpoint_path(trainer).parent}
+            folders |= {Path(c.dirpath) for c in trainer.checkpoint_callbacks if c.dirpath}
+            for folder in folders:
+                remove_stale(folder)
         # Lightning has installed its SIGTERM handler (it stops at the batch end); note
         # which signal arrived, and let SIGUSR1 stop the run the same way.
         self._hook(signal.SIGTERM)
@@ -132,6 +172,8 @@ class Preemption(Callback):
 
         def handler(num: int, frame: Any) -> None:
             self.signum = self.signum or num
+            if self._watchdog is not None:
+                self._watchdog.signal(num)
             if callable(previous):
                 previous(num, frame)
 
@@ -139,6 +181,8 @@ class Preemption(Callback):
 
     def _as_sigterm(self, num: int, frame: Any) -> None:
         self.signum = self.signum or num
+        if self._watchdog is not None:
+            self._watchdog.signal(num)
         handler = signal.getsignal(signal.SIGTERM)  # Lightning's, wrapped by _hook
         if callable(handler):
             handler(signal.SIGTERM, frame)
@@ -152,8 +196,29 @@ class Preemption(Callback):
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self._previous.clear()
 
+    def _stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
+
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._stop_watchdog()
         self._restore()
+
+    # -- no boundary within the grace period ----------------------------------------
+    def _stuck(self, signum: int) -> None:
+        """The watchdog's end (its thread): say what is on disk, end the loader workers,
+        exit ``128 + signum`` without saving (the main thread may be mid-step)."""
+        trainer, name = self._trainer, signal.Signals(signum).name
+        grace = self._watchdog.grace_s if self._watchdog is not None else 0.0
+        with contextlib.suppress(Exception):
+            if trainer is not None and trainer.is_global_zero:
+                message = stuck_message(trainer, name, grace)
+                flush_output()
+                os.write(2, f"ncl-cli: {message}\n".encode())
+        end_children()
+        flush_output()
+        os._exit(128 + signum)
 
     # -- the stop -------------------------------------------------------------------
     def on_exception(
@@ -161,6 +226,7 @@ class Preemption(Callback):
     ) -> None:
         """Save ``last.ckpt`` when Lightning stops on a signal; the error is kept in
         :attr:`stop` (Lightning finishes its teardown, then ``ncl-cli`` raises it)."""
+        self._stop_watchdog()  # the main thread is back: the save below may take its time
         if isinstance(exception, SIGTERMException):
             signum = self.signum or signal.SIGTERM
         elif isinstance(exception, KeyboardInterrupt):
@@ -193,4 +259,28 @@ class Preemption(Callback):
         self.stop = PreemptedError(message, int(signum))
 
 
-__all__ = ["PreemptedError", "Preemption", "last_checkpoint_path", "resume_command"]
+def stuck_message(trainer: L.Trainer, name: str, grace_s: float) -> str:
+    """The line for a run ended by the watchdog: where it was, that nothing was saved
+    now, and the checkpoint on disk with the command that resumes it."""
+    where = f"at step {trainer.global_step} (epoch {trainer.current_epoch})"
+    text = (
+        f"stopped by {name} {where}: no batch boundary within {grace_s:g} s (a training "
+        "step, a validation hook or a data loader worker is stuck), so nothing was saved now"
+    )
+    path = last_checkpoint_path(trainer)
+    if not path.is_file():
+        return f"{text}; no checkpoint was written yet (a new run starts over)"
+    step = checkpoint_step(path)
+    at = f" (step {step})" if step is not None else ""
+    resume = resume_command(run_id=run_folder_of(path).name)
+    return f"{text}; the last checkpoint is {path}{at}; resume with: {resume}"
+
+
+__all__ = [
+    "PreemptedError",
+    "Preemption",
+    "checkpoint_step",
+    "last_checkpoint_path",
+    "resume_command",
+    "stuck_message",
+]

@@ -11,7 +11,6 @@ raises one :class:`~ncl_lightning.runtime.errors.ConfigError` naming ``trainer.<
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -24,6 +23,13 @@ from lightning.pytorch.strategies import StrategyRegistry
 
 from ncl_lightning.runtime.errors import ConfigError, closest
 from ncl_lightning.runtime.internals import layer_sync
+from ncl_lightning.runtime.trainer_values import (
+    check_numbers,
+    check_precision,
+    count_or_fraction_types,
+    duration_seconds,
+    is_int,
+)
 
 _AUTO = "auto"
 
@@ -32,66 +38,6 @@ def _get(cfg: Any, key: str) -> Any:
     """``cfg[key]`` for a dict or a jsonargparse ``Namespace``; ``None`` when absent."""
     getter = getattr(cfg, "get", None)
     return getter(key) if callable(getter) else None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_int(key: str, value: Any, low: int, none_ok: bool = True) -> None:
-    if value is None and none_ok:
-        return
-    if not _is_int(value) or value < low:
-        raise ConfigError(
-            f"trainer.{key} must be an integer >= {low}, got {value!r}", key=f"trainer.{key}"
-        )
-
-
-def _check_count_or_fraction(key: str, value: Any, int_low: int, allow_zero: bool) -> None:
-    """An integer ``>= int_low`` (a count) or a float in [0, 1] / (0, 1] (a fraction)."""
-    if value is None:
-        return
-    if isinstance(value, float) and value > 1.0 and value.is_integer():
-        value = int(value)  # jsonargparse reads `3` as 3.0 here; Lightning counts it as 3
-    if _is_int(value):
-        if value < int_low:
-            raise ConfigError(
-                f"trainer.{key} must be an integer >= {int_low}, got {value!r}",
-                key=f"trainer.{key}",
-            )
-        return
-    low = "[0.0" if allow_zero else "(0.0"
-    ok = isinstance(value, float) and (0.0 <= value <= 1.0 if allow_zero else 0.0 < value <= 1.0)
-    if not ok:
-        raise ConfigError(
-            f"trainer.{key} must be an integer >= {int_low} (batches) or a fraction in "
-            f"{low}, 1.0], got {value!r}",
-            key=f"trainer.{key}",
-        )
-
-
-def check_numbers(trainer: Any) -> None:
-    """Counts, limits and intervals of the ``trainer`` section."""
-    _check_int("max_epochs", _get(trainer, "max_epochs"), -1)
-    _check_int("min_epochs", _get(trainer, "min_epochs"), 0)
-    _check_int("max_steps", _get(trainer, "max_steps"), -1)
-    _check_int("min_steps", _get(trainer, "min_steps"), 0)
-    _check_int("check_val_every_n_epoch", _get(trainer, "check_val_every_n_epoch"), 1)
-    _check_int("log_every_n_steps", _get(trainer, "log_every_n_steps"), 0)
-    _check_int("accumulate_grad_batches", _get(trainer, "accumulate_grad_batches"), 1)
-    _check_int("num_nodes", _get(trainer, "num_nodes"), 1)
-    _check_int("num_sanity_val_steps", _get(trainer, "num_sanity_val_steps"), -1)
-    _check_count_or_fraction("val_check_interval", _get(trainer, "val_check_interval"), 1, False)
-    for split in ("train", "val", "test", "predict"):
-        key = f"limit_{split}_batches"
-        _check_count_or_fraction(key, _get(trainer, key), 0, True)
-    clip = _get(trainer, "gradient_clip_val")
-    finite = isinstance(clip, int | float) and math.isfinite(clip)
-    if clip is not None and not (finite and clip >= 0):
-        raise ConfigError(
-            f"trainer.gradient_clip_val must be a finite number >= 0, got {clip!r}",
-            key="trainer.gradient_clip_val",
-        )
 
 
 def _accelerator_class(name: str) -> type:
@@ -157,6 +103,8 @@ def check_hardware(trainer: Any) -> None:
                 key="trainer.accelerator",
             )
         _check_devices(_get(trainer, "devices"), name, cls)
+        resolved = _accelerator_class(name).__name__.lower().removesuffix("accelerator")
+        check_precision(_get(trainer, "precision"), resolved)
     strategy = _get(trainer, "strategy")
     if isinstance(strategy, str) and strategy.lower() != _AUTO:
         valid = StrategyRegistry.available_strategies()
@@ -234,7 +182,7 @@ def check_seed(seed: Any) -> None:
     """``seed_everything``: a bool (true draws a seed) or an integer numpy accepts."""
     if seed is None or isinstance(seed, bool):
         return
-    if not _is_int(seed) or not 0 <= seed <= SEED_MAX:
+    if not is_int(seed) or not 0 <= seed <= SEED_MAX:
         raise ConfigError(
             f"seed_everything must be true, false or an integer in [0, {SEED_MAX}], got {seed!r}",
             key="seed_everything",
@@ -262,8 +210,11 @@ __all__ = [
     "check_hardware",
     "check_numbers",
     "check_output_dir",
+    "check_precision",
     "check_seed",
     "check_trainer",
+    "count_or_fraction_types",
+    "duration_seconds",
     "output_dirs",
 ]
 

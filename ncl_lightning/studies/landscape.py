@@ -16,7 +16,8 @@ writes ``results.json`` (every run), ``table.md`` (mean ± std over seeds, the p
 figures beside ours) and ``min_max_cosine.png`` / ``loss.png`` (mean ± std curves).
 Runs already in ``--out`` are reused, so an interrupted study resumes. Each run uses one
 CPU thread (the model is 50 x 50; threads only add overhead) and ``--workers`` runs go
-in parallel.
+in parallel. Every argument is checked before any run starts; bad input is one line,
+exit status 2.
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ from pathlib import Path
 
 from ncl_lightning.plot.metrics_csv import read_metrics
 from ncl_lightning.resources import config_path
-from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
+from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
+from ncl_lightning.studies.checks import check_landscape_study
+
+PROG = "python -m ncl_lightning.studies.landscape"
 
 
 @dataclass(frozen=True)
@@ -310,18 +314,7 @@ def run_study(
     parallel workers, as they end); runs already in ``out`` are reported as reused.
     ``verbose`` keeps Lightning's per-run banners.
     """
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise ConfigError(
-            f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}", key="variants"
-        )
-    if seeds < 1:
-        raise ConfigError(f"seeds must be >= 1, got {seeds}", key="seeds")
-    if workers < 1:
-        raise ConfigError(f"workers must be >= 1, got {workers}", key="workers")
-    for sparsity in sparsities:
-        if not 0.0 < sparsity <= 1.0:
-            raise ConfigError(f"sparsity must be in (0, 1], got {sparsity}", key="sparsity")
+    check_landscape_study(out, variants, list(VARIANTS), sparsities, seeds, workers, extra)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [
         (v, s, seed, str(out), tuple(extra))
@@ -339,7 +332,8 @@ def run_study(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """The command line: one line and exit status 2 for a bad argument, before any run."""
+    parser = ToolArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/landscape"))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), metavar="NAME",
                         help=f"any of {list(VARIANTS)}")  # fmt: skip
@@ -357,6 +351,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--verbose", action="store_true", help="keep Lightning's per-run banners and bars"
     )
     args = parser.parse_args(argv)
+    run_tool(PROG, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> None:
     records = run_study(
         args.out,
         args.variants,

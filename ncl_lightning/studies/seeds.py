@@ -13,7 +13,9 @@ writes ``<out>/results.json`` (the final validation metrics of every cell),
 exceed the spread) and, for studies with curves, ``<out>/curves.png`` (mean ± std of a
 validation metric over training). Cells already finished in ``--out`` are reused, so an
 interrupted study resumes. Each cell runs with ``--threads`` torch threads and ``--workers``
-cells run at once.
+cells run at once. Every argument is checked before any cell starts
+(:func:`~ncl_lightning.studies.checks.check_seeds_study`); bad input is one line, exit
+status 2.
 
 A difference between two rows *exceeds the spread* when their means differ by more than the
 sum of their standard deviations (the mean ± std intervals do not overlap).
@@ -21,13 +23,13 @@ sum of their standard deviations (the mean ± std intervals do not overlap).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,9 +38,13 @@ from pathlib import Path
 
 from ncl_lightning.plot.metrics_csv import read_metrics
 from ncl_lightning.resources import config_path
-from ncl_lightning.runtime.errors import ConfigError, RunFailedError
+from ncl_lightning.runtime.errors import RunFailedError
 from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress
+from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
+from ncl_lightning.studies.checks import check_seeds_study
 from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Study
+
+PROG = "python -m ncl_lightning.studies.seeds"
 
 
 @dataclass(frozen=True)
@@ -108,9 +114,11 @@ def run_cell(cell: Cell, study: Study, threads: int) -> dict:
     with (cell.root / "fit.log").open("w") as log:
         done = subprocess.run(cell.command, stdout=log, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0:
+        last = _last_line(cell.root / "fit.log")
         raise RunFailedError(
-            f"{cell.row} seed {cell.seed} failed (exit {done.returncode}); "
-            f"see {cell.root / 'fit.log'}"
+            f"{cell.row} seed {cell.seed} failed (exit {done.returncode})"
+            + (f": {last}" if last else "")
+            + f"; see {cell.root / 'fit.log'}"
         )
     metrics_csv = cell.root / "logs" / "version_0" / "metrics.csv"
     record = {
@@ -123,6 +131,13 @@ def run_cell(cell: Cell, study: Study, threads: int) -> dict:
     }
     cell.result_file.write_text(json.dumps(record))
     return record
+
+
+def _last_line(log: Path) -> str:
+    """The last non-empty line of a cell's log (``ncl-cli: error: ...`` for bad input)."""
+    with log.open(errors="replace") as handle:
+        lines = deque((line.strip() for line in handle if line.strip()), maxlen=1)
+    return lines[0][:300] if lines else ""
 
 
 def run_cells(cells: Sequence[Cell], study: Study, workers: int, threads: int) -> list[dict]:
@@ -293,16 +308,8 @@ def run_study(
     some rows).
     """
     study = name if isinstance(name, Study) else STUDIES.get(name, config_key="study")()
-    names = [row.name for row in study.rows]
-    unknown = [r for r in rows or () if r not in names]
-    if unknown:
-        raise ConfigError(f"unknown row(s) {unknown} of {name!r}; rows: {names}", key="rows")
-    if not seeds:
-        raise ConfigError("give at least one seed", key="seeds")
-    for key, value in (("workers", workers), ("threads", threads)):
-        if value < 1:
-            raise ConfigError(f"{key} must be >= 1, got {value}", key=key)
     out = out or Path("runs/studies") / (name if isinstance(name, str) else _slug(study.title))
+    check_seeds_study(study, out, seeds, workers, threads, extra, rows)
     out.mkdir(parents=True, exist_ok=True)
     cells = [c for c in cells_of(study, seeds, out, extra) if rows is None or c.row in rows]
     run_cells(cells, study, workers, threads)
@@ -320,7 +327,9 @@ def run_study(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """The command line: one line and exit status 2 for a bad argument (before any cell
+    starts), 1 for a cell that failed (finished cells are kept; a rerun resumes)."""
+    parser = ToolArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("study", nargs="?", help="the study to run (--list shows them)")
     parser.add_argument("--list", action="store_true", help="list the studies and exit")
     parser.add_argument("--out", type=Path, default=None, help="default: runs/studies/<study>")
@@ -341,14 +350,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             study = STUDIES.get(key)()
             print(f"{key:18s} {study.title} ({len(study.rows)} rows)")
         return
-    try:
-        run_study(
+    run_tool(
+        PROG,
+        lambda: run_study(
             args.study, args.out, args.seeds, args.workers, args.threads, args.run_arg, args.rows
-        )
-    except ConfigError as error:  # a bad argument: one line, before any run starts
-        parser.error(str(error))
-    except RunFailedError as error:  # finished cells are kept; a rerun resumes from them
-        sys.exit(f"{parser.prog}: error: {error}")
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ def test_a_model_with_every_dimension_dead_says_so(tmp_path: Path) -> None:
     ("text", "match"),
     [
         ("trainer: {max_epochs: 1}\n", r"bad\.yaml: no data section"),
-        ("data: {class_path: DigitsDataModul}\n", r"bad\.yaml: data: "),
+        ("data: {class_path: DigitsDataModul}\n", r"bad\.yaml: data\.class_path: unknown "),
         ("data: {class_path: SparseCodingDataModule}\n", "has no class labels"),
     ],
 )

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from ncl_lightning.plot import find_metrics, load_runs, plot_curves, read_metrics
-from ncl_lightning.plot.__main__ import default_out, main
+from ncl_lightning.plot.__main__ import PROG, default_out, main
+from ncl_lightning.plot.curves import IMAGE_FORMATS
 from ncl_lightning.runtime.errors import ConfigError, DataError, DataNotFoundError
+from tests.helpers.tools import refused
 
 GOOD = "epoch,step,train/loss,val/online_acc\n0,0,2.0,\n0,0,,0.5\n"
 
@@ -120,3 +123,86 @@ def test_default_output_next_to_the_runs(tmp_path: Path, capsys: pytest.CaptureF
     main([str(first)])
     assert (first / "curves.png").is_file()
     assert "digits_cl" in capsys.readouterr().out
+
+
+# -- every input through the command, before anything is written ----------------------------
+def plot_refused(argv: list[str], folder: Path, capsys: pytest.CaptureFixture) -> str:
+    return refused(main, argv, PROG, folder, capsys)
+
+
+@pytest.mark.parametrize(
+    ("out", "expected"),
+    [
+        ("curves.xyz", "--out: unknown image format '.xyz' of {tmp}/curves.xyz; valid: "),
+        ("curves", "--out: {tmp}/curves has no file extension; give e.g. {tmp}/curves.png"),
+        ("run", "--out: {tmp}/run is a folder; give the image file, e.g. {tmp}/run/curves.png"),
+        ("afile/c.png", "--out: {tmp}/afile is a file, not a folder"),
+        ("afile/sub/c.png", "--out: {tmp}/afile/sub: {tmp}/afile is a file, not a folder"),
+    ],
+)
+def test_output_file_format_and_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture, out: str, expected: str
+) -> None:
+    root = run_root(tmp_path, "version_0")
+    (tmp_path / "afile").write_text("not a folder")
+    message = plot_refused([str(root), "--out", str(tmp_path / out)], tmp_path, capsys)
+    assert message.startswith(expected.format(tmp=tmp_path)), message
+
+
+def test_output_folder_that_cannot_be_made(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    if not Path("/proc").is_dir():
+        pytest.skip("needs /proc, a folder no one can create entries in (even root)")
+    root = run_root(tmp_path, "version_0")
+    message = plot_refused([str(root), "--out", "/proc/ncl-plot/c.png"], tmp_path, capsys)
+    assert message.startswith("--out: /proc/ncl-plot: cannot create folders in /proc")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files and folders")
+def test_output_in_a_read_only_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    root = run_root(tmp_path, "version_0")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        message = plot_refused([str(root), "--out", str(locked / "c.png")], tmp_path, capsys)
+    finally:
+        locked.chmod(0o755)
+    assert message.startswith(f"--out: {locked}: cannot create folders in {locked}")
+
+
+def test_common_formats_are_written(tmp_path: Path) -> None:
+    """Common formats --out accepts are written by matplotlib."""
+    root = run_root(tmp_path, "version_0")
+    for suffix in ("png", "pdf", "svg", "jpg"):
+        assert suffix in IMAGE_FORMATS
+        main([str(root), "--out", str(tmp_path / f"c.{suffix}")])
+        assert (tmp_path / f"c.{suffix}").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--x", "time"], "--x: invalid choice: 'time' (choose from 'step', 'epoch')"),
+        (["--metrics", "val/onlin_acc"], "did you mean 'val/online_acc'"),
+        (["--labels", "a", "b"], "labels: 2 given for 1 CSV runs"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], expected: str
+) -> None:
+    root = run_root(tmp_path, "version_0")
+    assert expected in plot_refused([str(root), *args], tmp_path, capsys)
+
+
+def test_missing_run_and_default_output_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert plot_refused([str(tmp_path / "nope")], tmp_path, capsys) == (
+        f"{tmp_path / 'nope'}: no such file or folder"
+    )
+    # the default output goes into the run folder; a file there is named, nothing written
+    root = run_root(tmp_path, "version_0")
+    (root / "curves.png").mkdir()
+    message = plot_refused([str(root)], tmp_path, capsys)
+    assert message.startswith(f"--out: {root / 'curves.png'} is a folder")

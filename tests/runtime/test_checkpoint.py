@@ -143,15 +143,20 @@ def _tampered(checkpoints, tmp_path: Path, edit) -> Path:
     ("edit", "match"),
     [
         (lambda c: c[RECORD_KEY]["backbone"].update(class_path="os.system"),
-         r"backbone 'os\.system' is not a Module subclass"),
-        (lambda c: c[RECORD_KEY]["backbone"].update(class_path="nowhere.Net"),
-         r"backbone class 'nowhere\.Net' cannot be imported"),
+         r"names class 'os\.system' from a module that is not trusted"),
+        (lambda c: c[RECORD_KEY]["backbone"].update(class_path="torch.Tensor"),
+         r"backbone 'torch\.Tensor' is not a Module subclass"),
+        (lambda c: c[RECORD_KEY]["backbone"].update(class_path="ncl_lightning.nn.Nowhere"),
+         r"backbone class 'ncl_lightning\.nn\.Nowhere' cannot be imported"),
         (lambda c: c["state_dict"].pop("backbone.fc.weight"),
          r"weights do not fit SmallCNN: missing keys \['fc\.weight'\]"),
         (lambda c: c["state_dict"].update({"backbone.extra": torch.zeros(1)}),
          r"unexpected keys \['extra'\]"),
         (lambda c: c[RECORD_KEY].update(method="subprocess.Popen"),
-         r"method 'subprocess\.Popen' is not a LightningModule subclass"),
+         r"'ncl_lightning\.method' names class 'subprocess\.Popen' from a module that is not "
+         r"trusted"),
+        (lambda c: c[RECORD_KEY].update(method="ncl_lightning.nn.SmallCNN"),
+         r"method 'ncl_lightning\.nn\.SmallCNN' is not a LightningModule subclass"),
     ],
 )  # fmt: skip
 def test_tampered_checkpoint_is_a_clear_error(checkpoints, tmp_path: Path, edit, match) -> None:

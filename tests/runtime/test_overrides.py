@@ -1,6 +1,7 @@
-"""Resuming with a fix: the values given on the command line (or in the config files)
-win over a checkpoint's hyper-parameters, also in the restored optimiser, said once; and
-evaluating untrained weights needs to be asked for."""
+"""Resuming with a fix: the values typed on the command line win over a checkpoint's
+hyper-parameters, also in the restored optimiser, said once; a config file's differing
+values do not (kept from the checkpoint, said once); and evaluating untrained weights
+needs to be asked for."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_overlay_puts_back_given_values_and_reports_differences() -> None:
     assert merged.init_args.opt.as_dict() == {"class_path": "LARS", "init_args": {"eta": 0.02}}
 
 
-def _fit(tmp_path: Path, *extra: str):
+def _fit(tmp_path: Path, *extra: str, command: str = "fit"):
     path = tmp_path / "run.yaml"
     config = digits_config(tmp_path / "run", max_epochs=1)
     config["trainer"]["callbacks"] = config["trainer"]["callbacks"][:1]
@@ -48,8 +49,10 @@ def _fit(tmp_path: Path, *extra: str):
         "class_path": "ncl_lightning.optim.LARS",
         "init_args": {"lr": 0.4, "momentum": 0.9, "weight_decay": 1e-4},
     }
+    config["trainer"]["limit_test_batches"] = 1
+    config["model"]["init_args"]["temperature"] = 0.2
     path.write_text(yaml.safe_dump(config))
-    return cli_main(["fit", "--config", str(path), *extra])
+    return cli_main([command, "--config", str(path), *extra])
 
 
 @pytest.mark.slow
@@ -57,7 +60,7 @@ def test_resume_with_a_fix_trains_with_the_fix(tmp_path: Path, caplog) -> None:
     # the notice goes through Lightning's logger (which another test may have quietened)
     caplog.set_level(logging.INFO, logger="lightning.pytorch")
     _fit(tmp_path)
-    assert "this run's values" not in caplog.text
+    assert "the command line's values" not in caplog.text
     caplog.clear()
     cli = _fit(
         tmp_path,
@@ -67,7 +70,7 @@ def test_resume_with_a_fix_trains_with_the_fix(tmp_path: Path, caplog) -> None:
         "--model.init_args.optimizer.init_args.lr", "0.8",
         "--model.init_args.optimizer.init_args.weight_decay", "0.002",
     )  # fmt: skip
-    said = [line for line in caplog.text.splitlines() if "this run's values" in line]
+    said = [line for line in caplog.text.splitlines() if "the command line's values" in line]
     assert len(said) == 1, caplog.text
     for key in ("nonfinite_loss='skip' (checkpoint: 'stop')", "temperature=0.3",
                 "optimizer.init_args.lr=0.8", "weight_decay=0.002"):  # fmt: skip
@@ -83,11 +86,34 @@ def test_resume_with_a_fix_trains_with_the_fix(tmp_path: Path, caplog) -> None:
 
 
 @pytest.mark.slow
+def test_config_file_values_never_replace_the_checkpoints(tmp_path: Path, caplog) -> None:
+    """Trained with ``--model.init_args.temperature 0.5`` over the file's 0.2: resuming or
+    testing with the same file keeps 0.5 (said once), and ``test`` never says it resumes."""
+    caplog.set_level(logging.INFO, logger="lightning.pytorch")
+    _fit(tmp_path, "--model.init_args.temperature", "0.5")
+    for command, verb in (("fit", "Resuming"), ("test", "Testing")):
+        caplog.clear()
+        cli = _fit(tmp_path, "--ckpt_path", "last", "--trainer.max_epochs", "2", command=command)
+        assert cli.model.hparams.temperature == 0.5
+        said = [line for line in caplog.text.splitlines() if "config file's" in line]
+        assert len(said) == 1, caplog.text
+        assert f"{verb} " in said[0]
+        assert "model.init_args.temperature=0.5 (config file: 0.2)" in said[0]
+        assert "command line" in said[0]
+        assert command == "fit" or "Resuming" not in caplog.text
+    folder = tmp_path / "run" / "digits" / "version_0"
+    assert yaml.safe_load((folder / "config.1.yaml").read_text())["model"]["init_args"][
+        "temperature"
+    ] == 0.5
+
+
+@pytest.mark.slow
 def test_test_without_a_checkpoint_is_refused_unless_asked(tmp_path: Path, capsys) -> None:
     path = tmp_path / "run.yaml"
     config = digits_config(tmp_path / "run", max_epochs=1)
     config["trainer"]["callbacks"] = []
     config["trainer"]["limit_test_batches"] = 1
+    config["model"]["init_args"]["temperature"] = 0.2
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(SystemExit) as exit_info:
         main(["test", "--config", str(path)])

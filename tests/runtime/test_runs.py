@@ -14,15 +14,14 @@ from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.run_config import free_name, git_state
+from ncl_lightning.runtime.run_search import run_checkpoints, select_checkpoint
 from ncl_lightning.runtime.runs import (
     check_new_run_folders,
     check_run_id,
     checkpoint_folder,
     default_run_id,
     logger_folder,
-    run_checkpoints,
     run_folder_of,
-    select_checkpoint,
     set_logger_versions,
     slurm_job,
     slurm_run_id,

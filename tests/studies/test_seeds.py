@@ -12,8 +12,9 @@ import pytest
 from ncl_lightning.atlas import read_atlas
 from ncl_lightning.resources import config_path
 from ncl_lightning.runtime.errors import ConfigError, RunFailedError
-from ncl_lightning.studies import seeds
+from ncl_lightning.studies import landscape, seeds
 from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Row, Study, grids_and_atlas
+from tests.helpers.tools import refused
 
 TINY = (
     "--trainer.max_epochs=1",
@@ -134,17 +135,85 @@ def test_every_registered_study_names_existing_configs_and_known_columns() -> No
 def test_bad_arguments_fail_in_one_line_before_any_run(tmp_path: Path, capsys) -> None:
     with pytest.raises(ConfigError, match="unknown study 'demos'"):
         seeds.run_study("demos", tmp_path)
-    with pytest.raises(ConfigError, match="workers must be >= 1"):
+    with pytest.raises(ConfigError, match="--workers must be an integer >= 1"):
         seeds.run_study("demo", tmp_path, workers=0)
     with pytest.raises(ConfigError, match="at least one seed"):
         seeds.run_study("demo", tmp_path, seeds=[])
     with pytest.raises(ConfigError, match=r"unknown row\(s\) \['SimCLR'\]"):
         seeds.run_study("demo", tmp_path, rows=["NCL", "SimCLR"])
-    with pytest.raises(SystemExit):
-        seeds.main(["nope", "--out", str(tmp_path)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert "unknown study 'nope'" in err[-1]
+    assert "unknown study 'nope'" in refused(
+        seeds.main, ["nope", "--out", str(tmp_path)], seeds.PROG, tmp_path, capsys
+    )
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["nope"], "study: unknown study 'nope'; valid names: ablation-digits,"),
+        (["demo", "--rows", "NCL", "SimCLR"], "--rows: unknown row(s) ['SimCLR']"),
+        (["demo", "--seeds"], "--seeds: expected at least one argument"),
+        (["demo", "--seeds", "0", "1", "0"], "--seeds: seed(s) [0] given twice"),
+        (["demo", "--seeds", "-1"], "--seeds: each seed must be an integer in [0, 4294967295]"),
+        (["demo", "--seeds", "one"], "--seeds: invalid int value: 'one'"),
+        (["demo", "--workers", "0"], "--workers must be an integer >= 1, got 0"),
+        (["demo", "--threads", "-2"], "--threads must be an integer >= 1, got -2"),
+        (["demo", "--run-arg=2"], "--run-arg: '2' is not an option"),
+        (
+            ["demo", "--run-arg=--trainer.default_root_dir=/tmp/x"],
+            "--run-arg: --trainer.default_root_dir=/tmp/x would change "
+            "trainer.default_root_dir, which the study sets for each cell",
+        ),
+        (["demo", "--run-arg=--seed_everything=3"], "would change seed_everything"),
+        (
+            ["demo", "--run-arg=--trainer.logger.init_args.name=x"],
+            "would change trainer.logger, which the study sets for each cell (the CSV log",
+        ),
+        (["dsprites", "--run-arg=--data.init_args.seed=1"], "would change data.init_args.seed"),
+        (
+            ["demo", "--run-arg=--config", "--run-arg={tmp}/none.yaml"],
+            "--run-arg: {tmp}/none.yaml: config file not found",
+        ),
+        (["demo", "--out", "{tmp}/afile"], "--out: {tmp}/afile is a file, not a folder"),
+        (["demo", "--out", "{tmp}/afile/study"], "--out: {tmp}/afile/study: {tmp}/afile is"),
+    ],
+)
+def test_every_argument_is_checked_before_any_cell(
+    tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], expected: str
+) -> None:
+    (tmp_path / "afile").write_text("not a folder")
+    argv = [a.format(tmp=tmp_path) for a in args]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "study")]
+    message = refused(seeds.main, argv, seeds.PROG, tmp_path, capsys)
+    assert expected.format(tmp=tmp_path) in message
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--variants", "SimCLRR"], "--variants: unknown variant(s) ['SimCLRR']; choose from"),
+        (["--sparsity", "0"], "--sparsity must be in (0, 1], got 0.0"),
+        (["--sparsity", "nan"], "--sparsity must be in (0, 1], got nan"),
+        (["--seeds", "0"], "--seeds must be an integer >= 1, got 0"),
+        (["--workers", "0"], "--workers must be an integer >= 1, got 0"),
+        (
+            ["--run-arg=--data.init_args.nonzero_prob=0.5"],
+            "would change data.init_args.nonzero_prob",
+        ),
+        (["--out", "{tmp}/afile"], "--out: {tmp}/afile is a file, not a folder"),
+        (["--verbose=yes"], "--verbose: ignored explicit argument 'yes'"),
+    ],
+)
+def test_landscape_checks_every_argument_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], expected: str
+) -> None:
+    (tmp_path / "afile").write_text("not a folder")
+    argv = [a.format(tmp=tmp_path) for a in args]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "landscape")]
+    message = refused(landscape.main, argv, landscape.PROG, tmp_path, capsys)
+    assert expected.format(tmp=tmp_path) in message
 
 
 @pytest.mark.slow
@@ -189,7 +258,7 @@ def test_a_study_runs_its_cells_writes_the_table_and_resumes(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_a_failing_cell_names_its_row_seed_and_log(tmp_path: Path) -> None:
+def test_a_failing_cell_names_its_row_seed_and_log(tmp_path: Path, capsys) -> None:
     study = Study("one", STUDIES.get("demo")().rows[:1], COLUMNS_OF_DEMO)
     with pytest.raises(RunFailedError, match=r"CL seed 0 failed .*fit\.log"):
         seeds.run_study(study, tmp_path, seeds=[0], extra=("--trainer.max_epochs=-5",))
@@ -198,9 +267,11 @@ def test_a_failing_cell_names_its_row_seed_and_log(tmp_path: Path) -> None:
     argv = ["demo", "--rows", "CL", "--seeds", "0", "--out", str(tmp_path / "cli")]
     with pytest.raises(SystemExit) as exited:
         seeds.main([*argv, "--run-arg=--trainer.max_epochs=-5"])
-    message = str(exited.value.code)
-    assert "\n" not in message and message.endswith("fit.log")
-    assert "CL seed 0 failed" in message
+    assert exited.value.code == 1  # a fault while working, not bad input
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].endswith("fit.log"), err
+    assert err[0].startswith(f"{seeds.PROG}: error: CL seed 0 failed (exit 2): ncl-cli: error: ")
+    assert "trainer.max_epochs must be an integer >= -1, got -5" in err[0]
 
 
 def test_means_equal_at_the_shown_precision_are_not_a_difference() -> None:

@@ -1,0 +1,139 @@
+"""Every input of the atlas command, checked before any model runs or anything is written.
+
+:func:`check_atlas_inputs` raises the first problem as one line naming the argument or the
+file (:class:`~ncl_lightning.runtime.errors.ConfigError`, ``DataError`` or ``CheckpointError``);
+``python -m ncl_lightning.atlas`` prints it as ``python -m ncl_lightning.atlas: error:
+<key or path>: <problem>`` with exit status 2. In order: the labels, the output folder, the
+accelerator, the page's settings, the data config (it builds, has class labels, pictures
+and a readable test split), then each checkpoint (it loads through
+:func:`~ncl_lightning.runtime.checkpoint.load_method`, has features of the chosen space and
+fits the data's images: input channels and size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import lightning as L
+
+from ncl_lightning.atlas.callback import FeatureAtlas
+from ncl_lightning.atlas.collect import check_encoder, num_classes_of
+from ncl_lightning.data.protocol import ChecksInputs, CleanData, PictureData, require_extra
+from ncl_lightning.runtime.checkpoint import load_method
+from ncl_lightning.runtime.data_config import load_datamodule, run_config_of
+from ncl_lightning.runtime.errors import ConfigError, NCLError
+from ncl_lightning.runtime.preflight import example_batch, preflight
+from ncl_lightning.runtime.trainer_checks import check_hardware, check_output_dir
+
+
+class AtlasInputs(NamedTuple):
+    """What :func:`check_atlas_inputs` built while checking (the work reuses it)."""
+
+    checkpoints: list[Path]
+    out: Path
+    config: Path
+    datamodule: L.LightningDataModule
+    modules: list[L.LightningModule]
+    labels: list[str]
+
+
+def resolve_config(config: str | Path | None, checkpoints: Sequence[Path]) -> Path:
+    """``config``, else the ``config.yaml`` of the first checkpoint's run folder."""
+    if config is not None:
+        return Path(config)
+    found = run_config_of(checkpoints[0])
+    if found is None:
+        raise ConfigError(
+            f"--config: no config.yaml beside {checkpoints[0]} or in the folders above it; "
+            "give the data with --config <file>",
+            key="config",
+        )
+    return found
+
+
+def check_accelerator(accelerator: str) -> None:
+    """``accelerator`` is known and present here (the checks ``ncl-cli`` runs on
+    ``trainer.accelerator``, said for ``--accelerator``)."""
+    try:
+        check_hardware({"accelerator": accelerator, "devices": 1})
+    except ConfigError as err:
+        message = str(err).replace("trainer.accelerator", "--accelerator", 1)
+        raise ConfigError(message, key="accelerator") from None
+
+
+def check_data(config: Path) -> L.LightningDataModule:
+    """The DataModule of ``config``: built, with class labels, clean images and pictures,
+    and a test split it can read (``check_inputs("test")``: folders present, not empty)."""
+    datamodule = load_datamodule(config)
+    where = f"{config}: data"
+    num_classes_of(datamodule, str(config))
+    require_extra(datamodule, CleanData, where, "clean_dataloader()", "data")
+    require_extra(datamodule, PictureData, where, "augmentation", "data")
+    if isinstance(datamodule, ChecksInputs):
+        try:
+            datamodule.check_inputs("test")
+        except NCLError as err:
+            raise type(err)(f"{config}: {err}", key=err.key) from None
+    return datamodule
+
+
+def check_model(module: Any, path: Path, space: str, datamodule: Any, config: Path) -> None:
+    """``module`` has ``space`` features and fits the data: a batch of two zero images
+    shaped like the data's runs through it (:func:`~ncl_lightning.runtime.preflight.preflight`)."""
+    check_encoder(module, space, str(path))
+    example = example_batch(datamodule)
+    if example is None:
+        return
+    try:
+        preflight(module, example)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err} ({config})", key="checkpoints") from None
+
+
+def check_atlas_inputs(
+    checkpoints: Sequence[str | Path],
+    out: str | Path,
+    config: str | Path | None = None,
+    *,
+    names: Sequence[str] | None = None,
+    accelerator: str = "cpu",
+    **atlas: Any,
+) -> AtlasInputs:
+    """Check every argument of :func:`~ncl_lightning.atlas.build.build_atlas`; nothing
+    is written (the output folder is probed with a temporary folder, removed at once).
+
+    Raises:
+        ConfigError: A bad argument, data that does not fit a model, a model without the
+            features asked for.
+        DataError: The data config's folders are missing or empty.
+        CheckpointError: A checkpoint that is missing, unsafe, damaged or foreign.
+    """
+    paths = [Path(c) for c in checkpoints]
+    if not paths:
+        raise ConfigError("checkpoints: give at least one checkpoint", key="checkpoints")
+    if names is not None and len(names) != len(paths):
+        raise ConfigError(f"--names: {len(names)} names for {len(paths)} checkpoints", key="names")
+    out = Path(out)
+    check_output_dir("--out", out)
+    check_accelerator(accelerator)
+    FeatureAtlas(**atlas)  # its argument checks
+    config_file = resolve_config(config, paths)
+    datamodule = check_data(config_file)
+    modules = []
+    for path in paths:
+        module = load_method(path)
+        check_model(module, path, atlas.get("space", "z"), datamodule, config_file)
+        modules.append(module)
+    labels = list(names) if names is not None else default_names(modules)
+    return AtlasInputs(paths, out, config_file, datamodule, modules, labels)
+
+
+def default_names(modules: Sequence[L.LightningModule]) -> list[str]:
+    """Class names, numbered when two models share one (``NCL``, ``NCL (2)``)."""
+    names = [type(m).__name__ for m in modules]
+    return [
+        n if names.count(n) == 1 else f"{n} ({names[: i + 1].count(n)})"
+        for i, n in enumerate(names)
+    ]

@@ -1,0 +1,196 @@
+"""Reading the images of an image folder: the dataset of ``(path, label)`` pairs, the
+check that skips unreadable files, and :class:`DecodedCacheMixin` (scans, skipping, the
+decoded-once cache and the input checks of an image-folder DataModule)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from lightning.pytorch.utilities import rank_zero_warn
+from PIL import Image
+from torch.utils.data import Dataset
+
+from ncl_lightning.data.base import _STAGE_SPLITS as STAGE_SPLITS
+from ncl_lightning.data.base import Split
+from ncl_lightning.data.decode import read_image
+from ncl_lightning.data.memory import CacheMode, check_cache, decode_images
+from ncl_lightning.runtime.errors import CorruptImageError
+from ncl_lightning.runtime.trainer_checks import check_output_dir
+
+SHOWN = 5  # paths listed in a message before "and N more"
+
+
+def verify_images(
+    samples: Sequence[tuple[str, int]], threads: int | None = None
+) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
+    """Decode every image once and split off the unreadable ones.
+
+    A full decode (``Image.open(...).convert("RGB")``, what the loader does) of every
+    file, in a thread pool (PIL releases the GIL while decoding).
+
+    Args:
+        samples: ``(path, label)`` pairs.
+        threads: Decoding threads; ``None``: ``min(32, cores + 4)``.
+
+    Returns:
+        ``(readable samples, [(path, reason), ...] of the unreadable ones)``, in order.
+    """
+
+    def problem(sample: tuple[str, int]) -> str | None:
+        try:
+            read_image(sample[0])
+        except CorruptImageError as err:
+            return getattr(err, "reason", str(err))
+        return None
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        problems = list(pool.map(problem, samples, chunksize=64))
+    kept = [s for s, p in zip(samples, problems, strict=True) if p is None]
+    skipped = [(s[0], p) for s, p in zip(samples, problems, strict=True) if p is not None]
+    return kept, skipped
+
+
+def warn_skipped(skipped: Sequence[tuple[str, str]], total: int, folder: Path) -> None:
+    """One warning (rank zero) for the unreadable images left out of ``folder``."""
+    if not skipped:
+        return
+    shown = ", ".join(f"{path} ({reason})" for path, reason in skipped[:SHOWN])
+    more = f" and {len(skipped) - SHOWN} more" if len(skipped) > SHOWN else ""
+    rank_zero_warn(
+        f"skipped {len(skipped)} unreadable image(s) of {total} in {folder}: {shown}{more}"
+    )
+
+
+class ImageListDataset(Dataset):
+    """``(PIL RGB image, label)`` items from a list of ``(path, label)`` pairs.
+
+    Args:
+        samples: ``(path, label)`` pairs, e.g. from ``scan_class_folders``.
+        classes: Class names in label order.
+
+    Raises:
+        CorruptImageError: When an item's file cannot be decoded (names the path; in a
+            loader worker, DataLoader re-raises it with the path in its message).
+    """
+
+    def __init__(self, samples: list[tuple[str, int]], classes: Sequence[str]) -> None:
+        self.samples = samples
+        self.classes = list(classes)
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.targets = [label for _, label in samples]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        path, label = self.samples[index]
+        return read_image(path), label
+
+
+class DecodedCacheMixin:
+    """Folder scanning, unreadable-file skipping and the decoded-once cache of an
+    image-folder DataModule.
+
+    ``__init__`` calls :meth:`use_cache`; the DataModule implements :meth:`split_folder`
+    and :meth:`scan_split`, and ``build_split`` returns :meth:`image_dataset`. Scans are
+    cached per folder, so :meth:`check_inputs` (which scans) and ``setup`` list each
+    folder once. The DataModule has ``num_workers``, ``source_size`` and ``classes``.
+
+    Attributes:
+        skipped_images: ``split -> [(path, reason), ...]`` of the unreadable images left
+            out with ``skip_corrupt`` (a split is present once built).
+    """
+
+    cache: CacheMode
+    cache_dir: str | None
+    skip_corrupt: bool
+    num_workers: int
+    source_size: int
+    classes: list[str]
+    skipped_images: dict[str, list[tuple[str, str]]]
+    _base: dict[Split, Dataset]
+
+    def use_cache(
+        self, cache: CacheMode, cache_dir: str | None, skip_corrupt: bool = False
+    ) -> None:
+        """Check and keep the ``cache`` mode, ``cache_dir`` and ``skip_corrupt``."""
+        check_cache(cache, cache_dir)
+        self.cache, self.cache_dir, self.skip_corrupt = cache, cache_dir, skip_corrupt
+        self.skipped_images = {}
+        self._scans: dict[Path, list[tuple[str, int]]] = {}
+
+    @property
+    def reads_files(self) -> bool:
+        """With ``cache: none`` the loader workers decode an image file per item, so
+        ``augment_on: device`` needs as many automatic workers as ``cpu``
+        (:func:`~ncl_lightning.data.loader_defaults.default_workers`)."""
+        return getattr(self, "cache", "none") == "none"
+
+    def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
+        """The base checks (folders listed, batch size), then what ``setup`` or the first
+        batch would find only once the run has started, so that it fails before anything
+        is written: a disk ``cache_dir`` that cannot be a writable folder, and (without
+        ``skip_corrupt``) the first image of every class folder of the splits ``stage``
+        needs, decoded (a folder of files that are no images fails here).
+
+        Raises:
+            ConfigError: ``cache_dir`` is a file or cannot be created (names the key).
+            CorruptImageError: An image that cannot be decoded (names the path).
+        """
+        super().check_inputs(stage, world_size)  # type: ignore[misc]
+        if self.cache == "disk" and self.cache_dir:
+            check_output_dir("data.init_args.cache_dir", self.cache_dir)
+        if self.skip_corrupt:
+            return
+        for split in STAGE_SPLITS.get(stage, STAGE_SPLITS[None]):
+            first: dict[int, str] = {}
+            for path, label in self.samples(split):
+                first.setdefault(label, path)
+            for path in first.values():
+                read_image(path)
+
+    def split_folder(self, split: Split) -> Path:
+        """The folder of ``split``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement split_folder")
+
+    def scan_split(self, split: Split) -> list[tuple[str, int]]:
+        """List ``(path, label)`` of ``split`` with one-line errors (no image opened)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement scan_split")
+
+    def samples(self, split: Split) -> list[tuple[str, int]]:
+        """The scanned ``(path, label)`` pairs of ``split``, cached per folder."""
+        folder = self.split_folder(split)
+        if folder not in self._scans:
+            self._scans[folder] = self.scan_split(split)
+        return self._scans[folder]
+
+    def split_size(self, split: Split) -> int:
+        """Files of ``split`` (from the scan; after skipping, once built)."""
+        if split in self._base:
+            return len(self._base[split])  # type: ignore[arg-type]
+        return len(self.samples(split))
+
+    def image_dataset(self, split: Split) -> Dataset:
+        """The dataset of ``split``: its images read per item (``cache: none``) or
+        decoded once to uint8; with ``skip_corrupt``, without the unreadable files."""
+        samples = self.samples(split)
+        if self.cache == "none":
+            kept, skipped = verify_images(samples) if self.skip_corrupt else (samples, [])
+            dataset: Dataset = ImageListDataset(kept, self.classes)
+        else:
+            dataset = decode_images(
+                ImageListDataset(samples, self.classes),
+                samples,
+                self.source_size,
+                self.cache,
+                self.cache_dir,
+                num_workers=self.num_workers,
+                skip_corrupt=self.skip_corrupt,
+            )
+            skipped = dataset.skipped
+        if self.skip_corrupt:
+            self.skipped_images[split] = skipped
+            warn_skipped(skipped, len(samples), self.split_folder(split))
+        return dataset

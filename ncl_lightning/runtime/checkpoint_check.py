@@ -1,0 +1,262 @@
+"""One validator for every checkpoint reader: structure first, then the class paths.
+
+Every reader of the package (``ncl-cli fit/test --ckpt_path``,
+:func:`~ncl_lightning.runtime.checkpoint.load_backbone`,
+:func:`~ncl_lightning.runtime.checkpoint.load_method`, the evaluation modules, the atlas)
+goes through :func:`~ncl_lightning.runtime.checkpoint.read_checkpoint`, which calls
+:func:`check_structure` and :func:`check_class_paths` here before anything else looks at
+the file's contents:
+
+* **Structure**: a damaged file (a list where a mapping belongs, a string record, no
+  ``state_dict``, ``hyper_parameters: None``) is refused with one line naming the entry
+  and what it should be, never a ``TypeError`` three frames later.
+* **Class paths**: a checkpoint names classes (the method, its backbone, the loggers, any
+  ``class_path`` in its hyper-parameters) that are imported when the model is rebuilt.
+  Importing a module runs its code, so a class path read from a file is imported only if
+  its module is trusted: this package and the libraries it builds on
+  (:data:`TRUSTED_PACKAGES`), modules the user's own config names (``ncl-cli`` passes
+  them), and modules listed in ``$NCL_TRUSTED_MODULES`` (comma-separated, e.g.
+  ``mylab.models``). The check reads strings only: nothing is imported to make it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ncl_lightning.runtime.errors import NCLError
+from ncl_lightning.runtime.record import RECORD_KEY
+
+TRUSTED_ENV = "NCL_TRUSTED_MODULES"
+TRUSTED_PACKAGES = (
+    "ncl_lightning", "torch", "torchvision", "torchmetrics", "lightning", "lightning_fabric",
+    "pytorch_lightning", "timm",
+)  # fmt: skip
+DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+CLASS_KEYS = ("class_path", "_class_path")
+_TRUSTED_HERE: ContextVar[tuple[str, ...]] = ContextVar("ncl_trusted_modules", default=())
+
+
+class CheckpointError(NCLError, ValueError):
+    """A checkpoint that is unsafe, damaged, foreign or does not fit the module asked for."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No checkpoint file at the path given."""
+
+
+# What each entry of a checkpoint must be, where present: (type(s), how to say it).
+TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "state_dict": (dict, "a mapping of parameter names to tensors"),
+    RECORD_KEY: (dict, "a mapping (the ncl-lightning record)"),
+    "hyper_parameters": (dict, "a mapping of the module's arguments"),
+    "datamodule_hyper_parameters": (dict, "a mapping of the DataModule's arguments"),
+    "epoch": (int, "an integer"),
+    "global_step": (int, "an integer"),
+    "optimizer_states": (list, "a list"),
+    "lr_schedulers": (list, "a list"),
+    "loops": (dict, "a mapping"),
+    "callbacks": (dict, "a mapping"),
+}
+RECORD: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "method": (str, "a class path string"),
+    "backbone": ((dict, type(None)), "a {class_path, init_args} mapping or null"),
+    "loggers": (list, "a list of {class, version} mappings"),
+    "run": (dict, "a {id, folder} mapping"),
+    "format": (int, "an integer"),
+}
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+def _damaged(path: Path | str, where: str, value: Any, expected: str) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: damaged checkpoint: '{where}' is {_kind(value)}, expected {expected}",
+        key="ckpt_path",
+    )
+
+
+def _check_entries(
+    found: Mapping[str, Any], rules: Mapping[str, Any], path: Path | str, prefix: str
+) -> None:
+    for key, (types, expected) in rules.items():
+        if key in found and not isinstance(found[key], types):
+            raise _damaged(path, f"{prefix}{key}", found[key], expected)
+        if types is int and isinstance(found.get(key), bool):
+            raise _damaged(path, f"{prefix}{key}", found[key], expected)
+
+
+def check_structure(ckpt: Any, path: Path | str) -> dict[str, Any]:
+    """Refuse a checkpoint whose entries are not what ncl-lightning writes.
+
+    Args:
+        ckpt: What ``torch.load(path, weights_only=True)`` returned.
+        path: The file, for the message.
+
+    Returns:
+        ``ckpt``, known to be a mapping with a ``state_dict`` of tensors and a record.
+
+    Raises:
+        CheckpointError: Naming the first entry that is missing or of the wrong kind.
+    """
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(
+            f"{path}: damaged checkpoint: the file holds {_kind(ckpt)}, expected a mapping "
+            "with 'state_dict' and 'ncl_lightning' entries",
+            key="ckpt_path",
+        )
+    if RECORD_KEY not in ckpt:
+        keys = sorted(str(k) for k in ckpt)[:8]
+        raise CheckpointError(
+            f"{path} is not an ncl-lightning checkpoint (no '{RECORD_KEY}' record; found "
+            f"{keys}); train with ncl-cli or an ncl_lightning module (a weights-only save "
+            "has no record)",
+            key="ckpt_path",
+        )
+    if "state_dict" not in ckpt:
+        raise CheckpointError(
+            f"{path}: damaged checkpoint: no 'state_dict' entry (the weights); found "
+            f"{sorted(str(k) for k in ckpt)[:8]}",
+            key="ckpt_path",
+        )
+    _check_entries(ckpt, TOP_LEVEL, path, "")
+    for name, value in ckpt["state_dict"].items():
+        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+            raise _damaged(path, f"state_dict.{name}", value, "a tensor")
+    record = ckpt[RECORD_KEY]
+    _check_entries(record, RECORD, path, f"{RECORD_KEY}.")
+    backbone = record.get("backbone")
+    if isinstance(backbone, dict):
+        if not isinstance(backbone.get("class_path"), str):
+            raise _damaged(path, f"{RECORD_KEY}.backbone.class_path",
+                           backbone.get("class_path"), "a class path string")  # fmt: skip
+        if not isinstance(backbone.get("init_args") or {}, dict):
+            raise _damaged(path, f"{RECORD_KEY}.backbone.init_args",
+                           backbone["init_args"], "a mapping")  # fmt: skip
+    for i, entry in enumerate(record.get("loggers") or []):
+        if not (isinstance(entry, dict) and isinstance(entry.get("class"), str)
+                and isinstance(entry.get("version"), str | int)):  # fmt: skip
+            raise _damaged(path, f"{RECORD_KEY}.loggers[{i}]", entry,
+                           "a {class, version} mapping")  # fmt: skip
+    run = record.get("run")
+    if isinstance(run, dict) and not all(isinstance(run.get(k), str) for k in ("id", "folder")):
+        raise _damaged(path, f"{RECORD_KEY}.run", run, "a mapping of 'id' and 'folder' strings")
+    return ckpt
+
+
+def trusted_modules(extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """Module prefixes a checkpoint's class paths may name: :data:`TRUSTED_PACKAGES`,
+    ``$NCL_TRUSTED_MODULES``, those of an enclosing :func:`trusting` and ``extra``."""
+    env = [m.strip() for m in os.environ.get(TRUSTED_ENV, "").split(",") if m.strip()]
+    return tuple(dict.fromkeys([*TRUSTED_PACKAGES, *env, *_TRUSTED_HERE.get(), *extra]))
+
+
+@contextlib.contextmanager
+def trusting(modules: Iterable[str]) -> Iterator[None]:
+    """Trust ``modules`` too while the block runs: ``ncl-cli`` trusts the modules of the
+    classes its config names while it builds the model (an evaluation module reading a
+    pre-training checkpoint of the user's own backbone)."""
+    token = _TRUSTED_HERE.set((*_TRUSTED_HERE.get(), *modules))
+    try:
+        yield
+    finally:
+        _TRUSTED_HERE.reset(token)
+
+
+def modules_of(class_paths: Iterable[str]) -> list[str]:
+    """The module part of each dotted class path (``mylab.nets.Net`` -> ``mylab.nets``)."""
+    return [p.rpartition(".")[0] for p in class_paths if isinstance(p, str) and "." in p]
+
+
+def _is_trusted(class_path: str, trusted: Iterable[str]) -> bool:
+    return any(class_path == t or class_path.startswith(f"{t}.") for t in trusted)
+
+
+def class_paths_in(obj: Any, where: str = "") -> Iterator[tuple[str, Any]]:
+    """``(where, class path)`` of every ``class_path`` value nested in ``obj`` (mappings,
+    lists, jsonargparse namespaces)."""
+    if hasattr(obj, "items"):
+        for key, value in obj.items():
+            name = f"{where}.{key}" if where else str(key)
+            if key in CLASS_KEYS:
+                yield name, value
+            else:
+                yield from class_paths_in(value, name)
+    elif isinstance(obj, list | tuple):
+        for i, value in enumerate(obj):
+            yield from class_paths_in(value, f"{where}[{i}]")
+
+
+def recorded_class_paths(ckpt: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Every class path a checkpoint would have imported: the record's method, backbone
+    and loggers, and each ``class_path`` in its (and its DataModule's) hyper-parameters."""
+    record = ckpt.get(RECORD_KEY) or {}
+    found: list[tuple[str, Any]] = []
+    if "method" in record:
+        found.append((f"{RECORD_KEY}.method", record["method"]))
+    found += class_paths_in(record.get("backbone") or {}, f"{RECORD_KEY}.backbone")
+    for i, entry in enumerate(record.get("loggers") or []):
+        found.append((f"{RECORD_KEY}.loggers[{i}].class", entry.get("class")))
+    for key in ("hyper_parameters", "datamodule_hyper_parameters"):
+        found += class_paths_in(ckpt.get(key) or {}, key)
+    return found
+
+
+def check_class_paths(
+    ckpt: Mapping[str, Any], path: Path | str, trusted: Iterable[str] = ()
+) -> None:
+    """Refuse a checkpoint naming a class whose module is not trusted (module docstring).
+
+    Args:
+        ckpt: A checkpoint that passed :func:`check_structure`.
+        path: The file, for the message.
+        trusted: Module prefixes trusted besides :func:`trusted_modules`' (``ncl-cli``
+            passes the modules of the classes the user's config names).
+
+    Raises:
+        CheckpointError: Naming the entry, the class path and how to trust its module.
+    """
+    allowed = trusted_modules(trusted)
+    for where, value in recorded_class_paths(ckpt):
+        if not isinstance(value, str) or not DOTTED.match(value):
+            raise _damaged(path, where, value, "a dotted class path (module.Class)")
+        if not _is_trusted(value, allowed):
+            module = value.rpartition(".")[0]
+            raise CheckpointError(
+                f"{path}: '{where}' names class {value!r} from a module that is not trusted "
+                f"(not imported: importing runs its code); if you trust this checkpoint, "
+                f"set {TRUSTED_ENV}={module}",
+                key="ckpt_path",
+            )
+
+
+def run_record(ckpt: Mapping[str, Any]) -> dict[str, str] | None:
+    """The run identity a checkpoint carries (``{"id", "folder"}``), if it records one."""
+    run = (ckpt.get(RECORD_KEY) or {}).get("run")
+    return run if isinstance(run, dict) else None
+
+
+__all__ = [
+    "RECORD_KEY",
+    "TRUSTED_ENV",
+    "TRUSTED_PACKAGES",
+    "CheckpointError",
+    "CheckpointNotFoundError",
+    "check_class_paths",
+    "check_structure",
+    "class_paths_in",
+    "modules_of",
+    "recorded_class_paths",
+    "run_record",
+    "trusted_modules",
+    "trusting",
+]

@@ -1,0 +1,179 @@
+"""Argument checks of the studies, run before any cell starts (nothing is written).
+
+Each raises one :class:`~ncl_lightning.runtime.errors.ConfigError` naming the option
+(``--seeds``, ``--run-arg``...); ``python -m ncl_lightning.studies.<name>`` prints it as
+``<tool>: error: <option>: <problem>`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ncl_lightning.resources import config_path
+from ncl_lightning.runtime.config_files import check_config_file
+from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.runtime.trainer_checks import SEED_MAX, check_output_dir
+from ncl_lightning.studies.study_defs import Study
+
+RUN_ARG = "--run-arg"
+CONFIG_FLAGS = ("--config", "-c")
+
+
+def check_count(key: str, value: int, low: int = 1) -> None:
+    """``value`` is an integer ``>= low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{key} must be an integer >= {low}, got {value!r}", key=key)
+
+
+def check_seeds(key: str, seeds: Sequence[int]) -> None:
+    """At least one seed; each an integer in ``[0, 2**32 - 1]`` (what ``seed_everything``
+    takes), none twice (a cell's folder is named by its seed)."""
+    if not seeds:
+        raise ConfigError(f"{key}: give at least one seed", key=key)
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+            raise ConfigError(
+                f"{key}: each seed must be an integer in [0, {SEED_MAX}], got {seed!r}", key=key
+            )
+    repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
+    if repeated:
+        raise ConfigError(f"{key}: seed(s) {repeated} given twice", key=key)
+
+
+def check_out(key: str, out: Path) -> None:
+    """``out`` is, or can be made, a writable folder (probed, nothing left behind)."""
+    check_output_dir(key, out)
+
+
+def _option(arg: str) -> tuple[str, str | None]:
+    """``("trainer.max_epochs", "2")`` for ``--trainer.max_epochs=2``; value ``None``
+    when the value is the next argument."""
+    name, sep, value = arg.partition("=")
+    return name.lstrip("-"), value if sep else None
+
+
+def check_run_args(run_args: Sequence[str], owned: Mapping[str, str]) -> None:
+    """The extra ``ncl-cli`` arguments of every cell: options (``--key=value`` or
+    ``--key value``), none of the keys the study sets for each cell (``owned``: key ->
+    why), and every ``--config`` file they name readable.
+
+    Args:
+        run_args: The ``--run-arg`` values, in order.
+        owned: Config keys (``trainer.default_root_dir``) the study sets itself; a key
+            below one (``trainer.logger.init_args.name``) is refused too.
+    """
+    if run_args and not run_args[0].startswith("-"):
+        raise ConfigError(
+            f"{RUN_ARG}: {run_args[0]!r} is not an option; give ncl-cli options such as "
+            f"{RUN_ARG}=--trainer.max_epochs=2",
+            key=RUN_ARG,
+        )
+    for i, arg in enumerate(run_args):
+        if not arg.startswith("-") or _is_number(arg):
+            continue  # the value of the option before it
+        name, value = _option(arg)
+        for key, why in owned.items():
+            if name == key or name.startswith(f"{key}."):
+                raise ConfigError(
+                    f"{RUN_ARG}: {arg} would change {key}, which the study sets for each "
+                    f"cell ({why})",
+                    key=RUN_ARG,
+                )
+        if arg.partition("=")[0] in CONFIG_FLAGS:
+            if value is None:
+                value = run_args[i + 1] if i + 1 < len(run_args) else None
+            if value is None:
+                raise ConfigError(f"{RUN_ARG}: {arg} needs a config file", key=RUN_ARG)
+            try:
+                check_config_file(value)
+            except ConfigError as err:
+                raise ConfigError(f"{RUN_ARG}: {err}", key=RUN_ARG) from None
+
+
+def _is_number(arg: str) -> bool:
+    try:
+        float(arg)
+    except ValueError:
+        return False
+    return True
+
+
+def check_seeds_study(
+    study: Study,
+    out: Path,
+    seeds: Sequence[int],
+    workers: int,
+    threads: int,
+    extra: Sequence[str],
+    rows: Sequence[str] | None,
+) -> None:
+    """Every argument of :func:`~ncl_lightning.studies.seeds.run_study`, before any cell
+    starts; nothing is written.
+
+    Raises:
+        ConfigError: The first bad argument, naming its option.
+    """
+    names = [row.name for row in study.rows]
+    unknown = [r for r in rows or () if r not in names]
+    if unknown:
+        raise ConfigError(
+            f"--rows: unknown row(s) {unknown} of {study.title!r}; rows: {names}", key="rows"
+        )
+    check_seeds("--seeds", seeds)
+    check_count("--workers", workers)
+    check_count("--threads", threads)
+    owned = {
+        "seed_everything": "the cell's seed, from --seeds",
+        **{key.lstrip("-"): "the cell's seed, from --seeds" for key in study.seed_keys},
+        "trainer.default_root_dir": "<out>/runs/<row>/seed_<seed>; choose --out instead",
+        "trainer.logger": "the CSV log the study reads its metrics from",
+    }
+    check_run_args(extra, owned)
+    for row in study.rows:
+        for config in (row.config, *row.overlays) if rows is None or row.name in rows else ():
+            config_path(config)  # a packaged config of the row
+    check_out("--out", out)
+
+
+def check_landscape_study(
+    out: Path,
+    variants: Sequence[str],
+    known: Sequence[str],
+    sparsities: Sequence[float],
+    seeds: int,
+    workers: int,
+    extra: Sequence[str],
+) -> None:
+    """Every argument of :func:`~ncl_lightning.studies.landscape.run_study` (``known``: the
+    variant names), before any run starts; nothing is written.
+
+    Raises:
+        ConfigError: The first bad argument, naming its option.
+    """
+    unknown = [v for v in variants if v not in known]
+    if unknown:
+        raise ConfigError(
+            f"--variants: unknown variant(s) {unknown}; choose from {list(known)}",
+            key="variants",
+        )
+    if not variants:
+        raise ConfigError("--variants: give at least one variant", key="variants")
+    if not sparsities:
+        raise ConfigError("--sparsity: give at least one value", key="sparsity")
+    for sparsity in sparsities:
+        if not 0.0 < sparsity <= 1.0:  # NaN fails too
+            raise ConfigError(f"--sparsity must be in (0, 1], got {sparsity}", key="sparsity")
+    check_count("--seeds", seeds)
+    check_count("--workers", workers)
+    check_run_args(
+        extra,
+        {
+            "seed_everything": "the run's seed, from --seeds",
+            "data.init_args.seed": "the run's seed, from --seeds",
+            "data.init_args.nonzero_prob": "the sparsity, from --sparsity",
+            "trainer.default_root_dir": "<out>/runs/...; choose --out instead",
+            "trainer.logger": "the CSV log the study reads its curves from",
+        },
+    )
+    check_out("--out", out)
