@@ -67,7 +67,7 @@ def check_data(config: Path) -> L.LightningDataModule:
     """The DataModule of ``config``: built, with class labels, clean images and pictures,
     and a test split it can read (``check_inputs("test")``: folders present, not empty)."""
     datamodule = load_datamodule(config)
-    where = f"{config}: data"
+    where = f"{config}: the atlas"
     num_classes_of(datamodule, str(config))
     require_extra(datamodule, CleanData, where, "clean_dataloader()", "data")
     require_extra(datamodule, PictureData, where, "augmentation", "data")
@@ -75,8 +75,16 @@ def check_data(config: Path) -> L.LightningDataModule:
         try:
             datamodule.check_inputs("test")
         except NCLError as err:
-            raise type(err)(f"{config}: {err}", key=err.key) from None
+            raise _in_file(config, err) from None
     return datamodule
+
+
+def _in_file(config: Path, err: NCLError) -> NCLError:
+    """``err`` (same class when it can be rebuilt) with the config file named first."""
+    try:
+        return type(err)(f"{config}: {err}", key=err.key)
+    except TypeError:  # a subclass with other arguments
+        return ConfigError(f"{config}: {err}", key=err.key)
 
 
 def check_model(module: Any, path: Path, space: str, datamodule: Any, config: Path) -> None:

@@ -293,7 +293,8 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
             return batch
         images, labels = batch
         views = self.device_views(images, seed=self._batch_seed())
-        return trainer.precision_plugin.convert_input(views), labels  # 16-true, 64-true...
+        plugin = getattr(trainer, "precision_plugin", None)  # 16-true, 64-true: as CPU batches
+        return (plugin.convert_input(views) if plugin else views), labels
 
     def _train_view_transform(self) -> Callable[[Any], Any]:
         if self.train_transform == "crop_flip":

@@ -198,8 +198,7 @@ def npy_header(shape: tuple[int, ...]) -> bytes:
 #: ``<key>.<pid>.partial`` is of this host).
 PARTIAL = re.compile(r"^[0-9a-f]+(\.skipped)?\.((?P<host>[A-Za-z0-9-]+)-)?(?P<pid>\d+)\.partial$")
 CACHE_HINT = (
-    "free space there, or set data.init_args.cache_dir to another disk "
-    "(or data.init_args.cache: memory / none)"
+    "set data.init_args.cache_dir to another disk, or data.init_args.cache: memory (or none)"
 )
 
 
@@ -223,9 +222,7 @@ def _write_cache(
     header = npy_header(shape)
     size = len(header) + math.prod(shape)
     rank_zero_info(f"decoding {len(samples)} images once into {path} ({format_bytes(size)})")
-    with atomic_write(
-        path, size=size, preallocate=True, temp=_partial(path), hint=CACHE_HINT
-    ) as f:
+    with atomic_write(path, size=size, preallocate=True, temp=_partial(path), hint=CACHE_HINT) as f:
         f.write(header)
         written = []  # rows come in order (the loader does not shuffle)
 

@@ -26,6 +26,7 @@ image's extension is recorded and reported in one warning; a scan listing more t
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Sequence
@@ -60,8 +61,8 @@ def _special(path: str) -> str:
     except FileNotFoundError:
         return "a broken link"
     except OSError as err:
-        return f"a link that cannot be followed ({err.strerror or err})"
-    kinds = [(stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a device"),
+        return "a link loop" if err.errno == errno.ELOOP else f"unreadable: {err.strerror}"
+    kinds = [(stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"),
              (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")]  # fmt: skip
     return next((words for test, words in kinds if test(mode)), "not a regular file")
 

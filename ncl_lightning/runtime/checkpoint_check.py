@@ -75,7 +75,10 @@ RECORD: dict[str, tuple[type | tuple[type, ...], str]] = {
 
 
 def _kind(value: Any) -> str:
-    return "null" if value is None else f"a {type(value).__name__}"
+    if value is None:
+        return "null"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _damaged(path: Path | str, where: str, value: Any, expected: str) -> CheckpointError:

@@ -25,7 +25,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ncl_lightning.runtime.disk import TMP_MARK, atomic_write, remove_stale
 
-HINT = "free space there, or give the run a folder on another disk (trainer.default_root_dir)"
+HINT = "give the run a folder on another disk (trainer.default_root_dir)"
 
 
 def tensor_bytes(obj: Any) -> int:

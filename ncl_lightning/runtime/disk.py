@@ -42,7 +42,13 @@ from ncl_lightning.runtime.errors import DiskFullError
 DISK_FULL = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "disk quota exceeded",
-    errno.EFBIG: "file too large for the file size limit (`ulimit -f`) or the file system",
+    errno.EFBIG: "file too large for this process or file system",
+}
+#: errno -> the first thing to try (the caller's hint says where else to write).
+REMEDY = {
+    errno.ENOSPC: "free space there",
+    errno.EDQUOT: "free space within your quota",
+    errno.EFBIG: "raise the file size limit (`ulimit -f`)",
 }
 #: A temporary file of another host is stale once unmodified this long (its writer,
 #: alive, would be adding to it).
@@ -96,7 +102,7 @@ def disk_full_error(
         needed: Bytes the file needs, when known.
         estimate: ``needed`` is an estimate ("about").
         lower_bound: ``needed`` is what was written before the error ("more than").
-        hint: What to do, e.g. which setting moves the file elsewhere.
+        hint: Where else to write, e.g. which setting moves the file to another disk.
     """
     path = Path(path)
     free = free_bytes(path.parent)
@@ -107,7 +113,7 @@ def disk_full_error(
     if free is not None:
         parts.append(f"{format_bytes(free)} free in {path.parent}")
     detail = f" ({', '.join(parts)})" if parts else ""
-    todo = hint or "free space there, or write elsewhere"
+    todo = f"{REMEDY.get(code, 'free space there')}, or {hint or 'write elsewhere'}"
     reason = DISK_FULL.get(code, os.strerror(code))
     message = f"cannot write {path}: {reason}{detail}; {todo}; {_kept(path)}"
     err = DiskFullError(message, path=str(path), needed=needed, free=free)
@@ -200,7 +206,8 @@ def atomic_write(
             may still not fit; those fail on the write, as cleanly).
         preallocate: Reserve ``size`` bytes at once (exact sizes only).
         temp: The temporary file (default: :func:`temporary_path`).
-        hint: What the disk-full message tells the user to do.
+        hint: Where else to write (the disk-full message's last resort), e.g. which
+            setting moves the file to another disk.
 
     Yields:
         A binary file to write into.
@@ -210,11 +217,16 @@ def atomic_write(
             ``path`` untouched).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     temp = Path(temp) if temp is not None else temporary_path(path)
-    if size is not None:
-        check_free_space(path, size, estimate=estimate, hint=hint)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if size is not None:
+            check_free_space(path, size, estimate=estimate, hint=hint)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    except OSError as err:  # no room for the folder or the file's entry (inodes)
+        if isinstance(err, DiskFullError) or err.errno not in DISK_FULL:
+            raise
+        raise disk_full_error(path, err.errno, size, estimate=estimate, hint=hint) from None
     sink = _Sink(fd)
     try:
         if preallocate and size:

@@ -1,13 +1,14 @@
-"""Resuming with a fix: what this run's command line and config files say wins over the
-hyper-parameters stored in the checkpoint.
+"""Resuming with a fix: what this run's command line types wins over the hyper-parameters
+stored in the checkpoint.
 
 Lightning's CLI applies a ``--ckpt_path`` checkpoint's hyper-parameters over the parsed
 config, so a run resumed from ``last-finite.ckpt`` with the fix its error suggests
 (``--model.init_args.nonfinite_loss skip``, a lower learning rate) would train with the
 checkpoint's values again. ``ncl-cli`` keeps Lightning's merge for what the user did not
-give (a bare ``ncl-cli test --ckpt_path x.ckpt`` rebuilds the trained model) and puts
-back every value the user gave explicitly (:func:`overlay_explicit`), saying once which
-ones differ from the checkpoint's. Lightning then restores the optimiser's state, whose
+type (a bare ``ncl-cli test --ckpt_path x.ckpt`` rebuilds the trained model; a config
+file's differing values are kept from the checkpoint, see
+:mod:`~ncl_lightning.runtime.cli_resume`) and puts back every value typed on the command
+line (:func:`overlay_explicit`), saying once which ones differ from the checkpoint's. Lightning then restores the optimiser's state, whose
 parameter groups carry the checkpoint's learning rate, momentum and weight decay;
 :class:`ResumeOverrides` re-applies this run's values after that restore.
 """

@@ -207,6 +207,8 @@ class NewRunFolders(Callback):
         if self.trained or any(any(f.rglob("*.ckpt")) for f in self.new if f.is_dir()):
             return
         for folder in self.new:
+            if folder.exists():
+                rank_zero_info(f"Removed {folder}: the run failed before its first batch")
             shutil.rmtree(folder, ignore_errors=True)
         for lock in self.locks:
             lock.unlink(missing_ok=True)

@@ -17,6 +17,11 @@ take "the newest ``last.ckpt`` anywhere under the root":
 A run id also names the run's folders (each logger's ``version``, so the CSV folder and
 the W&B run id are the run id), and a new run is refused when a folder of its id already
 holds a run: nothing of an earlier run is overwritten.
+
+Every checkpoint records its run (:func:`run_identity`: id and folder), and a resume
+continues that run only (:func:`check_same_run`): into the recorded folder, or the run
+folder holding the file; ``--new_run true`` starts a new run from its state instead. The
+search for ``last`` is in :mod:`~ncl_lightning.runtime.run_search`.
 """
 
 from __future__ import annotations

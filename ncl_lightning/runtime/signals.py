@@ -47,6 +47,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ncl_lightning.runtime.disk import remove_stale
+from ncl_lightning.runtime.errors import DiskFullError
 from ncl_lightning.runtime.runs import run_folder_of, slurm_job
 from ncl_lightning.runtime.watchdog import StopWatchdog, end_children, flush_output, grace_from_env
 
@@ -241,9 +242,15 @@ class Preemption(Callback):
             self.stop = PreemptedError(f"stopped by {name} before any training step", signum)
             return
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        where = f"at step {trainer.global_step} (epoch {trainer.current_epoch})"
+        path = last_checkpoint_path(trainer)
         try:
-            path = last_checkpoint_path(trainer)
             trainer.save_checkpoint(path)  # collective: every rank calls it, rank 0 writes
+        except DiskFullError as err:  # still a pre-empted run: say what is on disk
+            message = f"stopped by {name} {where}; not saved: {err}; {on_disk(trainer)}"
+            rank_zero_info(f"ncl-cli: {message}")
+            self.stop = PreemptedError(message, int(signum))
+            return
         finally:
             signal.signal(signal.SIGINT, previous)
         job = slurm_job()
@@ -251,29 +258,34 @@ class Preemption(Callback):
         if signum == signal.SIGUSR1 and job is not None and trainer.is_global_zero:
             requeued = f"{requeue(job)}; "
         message = (
-            f"stopped by {name} at step {trainer.global_step} (epoch {trainer.current_epoch}); "
-            f"saved {path}; {requeued}resume with: "
+            f"stopped by {name} {where}; saved {path}; {requeued}resume with: "
             f"{resume_command(run_id=run_folder_of(path).name)}"
         )
         rank_zero_info(f"ncl-cli: {message}")
         self.stop = PreemptedError(message, int(signum))
 
 
+def on_disk(trainer: L.Trainer) -> str:
+    """``the last checkpoint is <path> (step N); resume with: <command>``, or that none
+    was written yet."""
+    path = last_checkpoint_path(trainer)
+    if not path.is_file():
+        return "no checkpoint was written yet (a new run starts over)"
+    step = checkpoint_step(path)
+    at = f" (step {step})" if step is not None else ""
+    resume = resume_command(run_id=run_folder_of(path).name)
+    return f"the last checkpoint is {path}{at}; resume with: {resume}"
+
+
 def stuck_message(trainer: L.Trainer, name: str, grace_s: float) -> str:
     """The line for a run ended by the watchdog: where it was, that nothing was saved
     now, and the checkpoint on disk with the command that resumes it."""
     where = f"at step {trainer.global_step} (epoch {trainer.current_epoch})"
-    text = (
+    return (
         f"stopped by {name} {where}: no batch boundary within {grace_s:g} s (a training "
-        "step, a validation hook or a data loader worker is stuck), so nothing was saved now"
+        "step, a validation hook or a data loader worker is stuck), so nothing was saved "
+        f"now; {on_disk(trainer)}"
     )
-    path = last_checkpoint_path(trainer)
-    if not path.is_file():
-        return f"{text}; no checkpoint was written yet (a new run starts over)"
-    step = checkpoint_step(path)
-    at = f" (step {step})" if step is not None else ""
-    resume = resume_command(run_id=run_folder_of(path).name)
-    return f"{text}; the last checkpoint is {path}{at}; resume with: {resume}"
 
 
 __all__ = [
@@ -281,6 +293,7 @@ __all__ = [
     "Preemption",
     "checkpoint_step",
     "last_checkpoint_path",
+    "on_disk",
     "resume_command",
     "stuck_message",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -131,6 +132,22 @@ def test_bad_data_config_names_the_file_and_the_key(
     message = atlas_refused(argv, work, capsys)
     assert message.startswith(f"{config}: ") and expected.replace("{nowhere}", nowhere) in message
     assert "Union" not in message
+
+
+def test_a_test_split_the_data_cannot_read(work: Path, capsys: pytest.CaptureFixture) -> None:
+    """The atlas reads the test split: its folders are checked before any model runs."""
+    root = rgb_folder(work / "images", per_class=1)
+    shutil.rmtree(root / "test" / "b")
+    (root / "test" / "b").mkdir()  # an empty class folder
+    config = data_config(
+        work / "data.yaml",
+        f"data:\n  class_path: ImageFolderDataModule\n  init_args: {{root: {root}, "
+        "test_dir: test, batch_size: 1}\n",
+    )
+    argv = [str(work / "m.ckpt"), "--config", str(config), "--out", str(work / "atlas")]
+    message = atlas_refused(argv, work, capsys)
+    assert message.startswith(f"{config}: data.init_args.test_dir: empty class folder: ")
+    assert str(root / "test" / "b") in message
 
 
 def test_missing_config_and_missing_checkpoint(work: Path, capsys: pytest.CaptureFixture) -> None:

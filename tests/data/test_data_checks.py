@@ -95,7 +95,7 @@ def case_folder_no_class_folders(tmp: Path, tree: Path):
     root = _folder(tmp)
     shutil.rmtree(root / "train")
     (root / "train").mkdir()
-    fragments = [f"data.init_args.train_dir: no class folders in {root / 'train'}"]
+    fragments = [f"data.init_args.train_dir: no class folders and no images in {root / 'train'}"]
     return _fit(_image_folder_dm(root)), DataNotFoundError, fragments
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -18,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from lightning.pytorch import Callback
 from PIL import Image
 
 from ncl_lightning.data.folder import ImageListDataset, scan_class_folders
@@ -29,6 +32,7 @@ from ncl_lightning.runtime.disk import format_bytes, host_tag
 from ncl_lightning.runtime.errors import DiskFullError
 from tests.conftest import ROOT
 from tests.resume_helpers import digits_run_config
+from tests.runtime.test_signals import digits_config, digits_steps_per_epoch, start, wait_for
 
 Usage = namedtuple("Usage", "total used free")
 REAL_WRITE = os.write
@@ -52,7 +56,7 @@ def enospc_on(marker: str, code: int = errno.ENOSPC):
 def test_write_error_keeps_previous_and_names_the_space(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "last.ckpt"
     atomic_save({"version": 1, "w": torch.ones(1000)}, path)
-    efbig = "file too large for the file size limit (`ulimit -f`) or the file system"
+    efbig = "file too large for this process or file system"
     for code, words in [(errno.ENOSPC, "no space left on the device"),
                         (errno.EDQUOT, "disk quota exceeded"), (errno.EFBIG, efbig)]:  # fmt: skip
         monkeypatch.setattr(os, "write", enospc_on(".tmp-", code))
@@ -90,6 +94,21 @@ def test_other_errors_pass_through_and_leave_no_file(tmp_path: Path, monkeypatch
     with pytest.raises(OSError) as info:
         atomic_save({"w": torch.ones(10)}, path)
     assert not isinstance(info.value, DiskFullError)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_room_for_the_file_entry(tmp_path: Path, monkeypatch) -> None:
+    """ENOSPC when creating the file (no free inode): the same one error."""
+    real_open = os.open
+
+    def no_inode(path, flags, *args):
+        if ".tmp-" in str(path):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", no_inode)
+    with pytest.raises(DiskFullError, match=r"no space left on the device \(it needs about 40 "):
+        atomic_save({"w": torch.ones(10)}, tmp_path / "last.ckpt")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -227,7 +246,7 @@ def test_cache_that_does_not_fit_is_refused_before_decoding(tmp_path: Path, monk
     assert str(info.value) == (
         f"cannot write {path}: no space left on the device (it needs {format_bytes(size)}, "
         f"97.7 KiB free in {cache_dir}); free space there, or set data.init_args.cache_dir to "
-        "another disk (or data.init_args.cache: memory / none); nothing was written"
+        "another disk, or data.init_args.cache: memory (or none); nothing was written"
     )
     assert counting.calls == 0 and list(cache_dir.iterdir()) == []
 
@@ -319,3 +338,46 @@ def test_real_full_disk_on_a_small_tmpfs(tmp_path: Path) -> None:
         assert sorted(p.name for p in fs.rglob("*")) == ["cache", "last.ckpt"]
     finally:
         subprocess.run(["umount", str(fs)], check=False)
+
+
+class LimitFileSize(Callback):
+    """From epoch ``epoch`` on, no file of this process may grow past ``limit`` bytes
+    (``RLIMIT_FSIZE``: writes fail with EFBIG, as on a file system's size limit)."""
+
+    def __init__(self, epoch: int = 1, limit: int = 1 << 14) -> None:
+        self.epoch, self.limit = epoch, limit
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == self.epoch:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (self.limit, resource.RLIM_INFINITY))
+
+
+@pytest.mark.slow
+def test_preempted_run_whose_save_does_not_fit(tmp_path: Path) -> None:
+    """SIGTERM in epoch 1 whose checkpoint cannot be written: still exit 143, one line
+    saying it was not saved and which checkpoint (epoch 0's, kept) resumes the run."""
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    config = digits_config(run, str(marker))
+    config["trainer"]["callbacks"].append(
+        {"class_path": "tests.runtime.test_disk_full.LimitFileSize"}
+    )
+    proc = start(config, tmp_path / "run.yaml")
+    wait_for(marker, proc)  # in the second epoch, under the limit
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out[-3000:]
+    last = run / "digits" / "version_0" / "checkpoints" / "last.ckpt"
+    step = torch.load(last, weights_only=True)["global_step"]
+    assert step == digits_steps_per_epoch(batch_size=64)  # epoch 0's, kept
+    lines = [line for line in out.splitlines() if line.startswith("ncl-cli:")]
+    assert len(lines) == 1 and "Traceback" not in out, out[-3000:]
+    assert lines[0].startswith(
+        f"ncl-cli: stopped by SIGTERM at step {step + 4} (epoch 1); not saved: cannot write "
+        f"{last}: file too large for this process or file system (it needs about "
+    )
+    assert (
+        f"the previous last.ckpt is kept; the last checkpoint is {last} (step {step}); "
+        "resume with: " in lines[0]
+    )
+    assert lines[0].endswith(" --run_id version_0 --ckpt_path last")
+    assert not [p for p in last.parent.iterdir() if ".tmp-" in p.name]
