@@ -26,8 +26,14 @@ Reliability (``docs/reliability.md``):
   starts afresh otherwise. The loggers continue the checkpoint's versions (same CSV
   folder, same W&B run). ``config.yaml`` and ``run.yaml`` go into the run's folder, never
   overwritten (:class:`~ncl_lightning.runtime.run_config.RunConfig`).
-* Checkpoints are read tensor-only (``weights_only``); one written by another method is
-  refused with its missing and unexpected keys. Checkpoints are written atomically.
+* A checkpoint belongs to its run (its record names the run's id and folder): a resume
+  that would write into another run's folder is refused; ``--new_run true`` starts a new
+  run from its state. Only values typed on the command line override its
+  hyper-parameters (:mod:`~ncl_lightning.runtime.cli_resume`).
+* Checkpoints are read tensor-only (``weights_only``) and validated in one place
+  (:mod:`~ncl_lightning.runtime.checkpoint_check`: structure, and no class of an
+  untrusted module is imported); one written by another method is refused with its
+  missing and unexpected keys. Checkpoints are written atomically.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -55,15 +61,15 @@ from ncl_lightning.runtime import (
 from ncl_lightning.runtime.checkpoint import RECORD_KEY, check_state_fits, read_checkpoint
 from ncl_lightning.runtime.checkpoint_check import class_paths_in, modules_of, run_record, trusting
 from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO
-from ncl_lightning.runtime.cli_errors import summarize, user_error_message
+from ncl_lightning.runtime.cli_errors import user_error_message
 from ncl_lightning.runtime.cli_names import import_public_classes, parser_kwargs
+from ncl_lightning.runtime.cli_parser import TRACEBACK_ENV, NCLArgumentParser
 from ncl_lightning.runtime.cli_resume import (
     describe_kept,
     resolve_ckpt_path,
     split_explicit,
     typed_model_keys,
 )
-from ncl_lightning.runtime.config_files import check_config_args
 from ncl_lightning.runtime.defaults import default_callbacks, drop_shadowed
 from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.overrides import describe
@@ -85,49 +91,12 @@ from ncl_lightning.runtime.runs import (
     set_logger_versions,
 )
 from ncl_lightning.runtime.trainer_checks import (
-    check_seed,
-    check_trainer,
     count_or_fraction_types,
 )
 
 # Model arguments naming the files a model loads its weights from: a model given one is
 # trained (test/validate/predict need no --ckpt_path).
 PATH_ARGUMENTS = ("checkpoint", "pretrained")
-TRACEBACK_ENV = "NCL_TRACEBACK"
-
-
-def _option_keys(parser: Any) -> list[str]:
-    """Every dotted option key of ``parser`` and its subcommand parsers."""
-    keys = []
-    for action in getattr(parser, "_actions", []):
-        if isinstance(getattr(action, "choices", None), dict):
-            for sub in action.choices.values():
-                keys += _option_keys(sub)
-        elif action.dest not in ("help", "config"):
-            keys.append(action.dest)
-    return keys
-
-
-class NCLArgumentParser(LightningArgumentParser):
-    """LightningCLI's parser whose errors are one :class:`ConfigError` line."""
-
-    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        if not self.exit_on_error or os.environ.get(TRACEBACK_ENV):
-            super().error(message, ex)
-        raise ConfigError(summarize(message, _option_keys(self))) from None
-
-    def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
-        """Check the ``--config`` files before jsonargparse reads them (one line naming the
-        file, ``file:line:column`` for YAML errors) and the parsed ``trainer`` section
-        before Lightning builds anything from it (:func:`check_trainer`)."""
-        check_config_args(sys.argv[1:] if args is None else [str(a) for a in args])
-        cfg = super().parse_args(args, *rest, **kwargs)
-        sub = cfg.get("subcommand")
-        section = cfg.get(sub) if sub else cfg
-        if section is not None:
-            check_seed(section.get("seed_everything"))
-            check_trainer(section.get("trainer"))
-        return cfg
 
 
 class NCLCLI(LightningCLI):
