@@ -49,6 +49,7 @@ most useful options (after the subcommand; ncl-cli <subcommand> --help lists the
   --run_id ID             the run's id and folder name; resume takes this run's last.ckpt
   --auto_resume true      resume this run's last.ckpt when there is one, else start afresh
   --ckpt_path PATH|last   checkpoint to resume (fit) or to evaluate (validate/test/predict)
+  --new_run true          fit: start a new run (own folder) from --ckpt_path's state
   --allow_untrained true  validate/test/predict the initial weights without a checkpoint
   --print_config          print the complete resolved config and exit
 

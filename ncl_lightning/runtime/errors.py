@@ -62,10 +62,11 @@ class RunFailedError(NCLError, RuntimeError):
     """A child ``ncl-cli`` run (one cell of a study) exited non-zero; names its log file."""
 
 
-class DiskFullError(NCLError, OSError):
+class DiskFullError(NCLError, OSError, RuntimeError):
     """A file could not be written for lack of room (``ENOSPC``, ``EDQUOT``, ``EFBIG``):
     names the path and the space it needs against the space free; the previous file is
-    kept and nothing half-written is left (:mod:`ncl_lightning.runtime.disk`).
+    kept and nothing half-written is left (:mod:`ncl_lightning.runtime.disk`). A fault of
+    the machine, not of the input: also a ``RuntimeError`` (``ncl-cli`` exits 1).
 
     Attributes:
         path: The file that could not be written.

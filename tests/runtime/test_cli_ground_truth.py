@@ -122,7 +122,7 @@ def test_study_variants_name_existing_overlays_and_honest_labels() -> None:
 def test_study_rejects_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown variant"):
         landscape.run_study(tmp_path, ["SimCLR", "MoCo"])
-    with pytest.raises(ValueError, match="seeds must be >= 1"):
+    with pytest.raises(ValueError, match="seeds must be an integer >= 1"):
         landscape.run_study(tmp_path, ["SimCLR"], seeds=0)
     with pytest.raises(ValueError, match="sparsity must be in"):
         landscape.run_study(tmp_path, ["SimCLR"], sparsities=[0.0])

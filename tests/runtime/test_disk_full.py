@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import resource
 import shutil
 import signal
@@ -197,7 +198,7 @@ def test_full_disk_inside_fit_is_one_line(tmp_path: Path, monkeypatch, capsys) -
     monkeypatch.setattr(os, "write", write)
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(tmp_path / "run.yaml")])
-    assert exit_info.value.code == 2
+    assert exit_info.value.code == 1  # a fault of the machine, not of the input
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("ncl-cli: error:")]
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -371,9 +372,11 @@ def test_preempted_run_whose_save_does_not_fit(tmp_path: Path) -> None:
     assert step == digits_steps_per_epoch(batch_size=64)  # epoch 0's, kept
     lines = [line for line in out.splitlines() if line.startswith("ncl-cli:")]
     assert len(lines) == 1 and "Traceback" not in out, out[-3000:]
-    assert lines[0].startswith(
-        f"ncl-cli: stopped by SIGTERM at step {step + 4} (epoch 1); not saved: cannot write "
-        f"{last}: file too large for this process or file system (it needs about "
+    found = re.match(r"ncl-cli: stopped by SIGTERM at step (\d+) \(epoch 1\); ", lines[0])
+    assert found and step < int(found.group(1)) < 2 * step, lines[0]  # mid-epoch
+    assert lines[0][found.end() :].startswith(
+        f"not saved: cannot write {last}: file too large for this process or file system "
+        "(it needs about "
     )
     assert (
         f"the previous last.ckpt is kept; the last checkpoint is {last} (step {step}); "

@@ -8,6 +8,7 @@ hung ignored SIGTERM/SIGUSR1 until the scheduler's SIGKILL (no line, no status).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -103,10 +104,12 @@ def test_signal_ends_a_stuck_run(
     step = digits_steps_per_epoch(batch_size=64)
     assert torch.load(last, weights_only=True)["global_step"] == step  # saved after epoch 0
     name = signal.Signals(signum).name
-    assert lines[0].startswith(
-        f"ncl-cli: stopped by {name} at step {step} (epoch 1): no batch boundary within "
-        f"{GRACE_S} s (a training step, a validation hook or a data loader worker is stuck), "
-        f"so nothing was saved now; the last checkpoint is {last} (step {step}); resume with: "
+    found = re.match(rf"ncl-cli: stopped by {name} at step (\d+) \(epoch 1\): ", lines[0])
+    assert found and step <= int(found.group(1)) < 2 * step, lines[0]  # where it hung
+    assert lines[0][found.end() :].startswith(
+        f"no batch boundary within {GRACE_S} s (a training step, a validation hook or a data "
+        f"loader worker is stuck), so nothing was saved now; the last checkpoint is {last} "
+        f"(step {step}); resume with: "
     )
     assert lines[0].endswith("--ckpt_path last")
     deadline = time.monotonic() + 30
