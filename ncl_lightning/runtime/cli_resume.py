@@ -147,11 +147,30 @@ def split_explicit(explicit: Namespace, typed: Iterable[str] | None) -> tuple[Na
     if typed is None:
         return explicit, Namespace()
     cli, files = Namespace(), explicit.clone()
-    for key in typed:
-        if key in explicit:
+    for typed_key in typed:
+        key = _resolve_key(explicit, typed_key)
+        if key is not None:
             cli[key] = explicit[key]
             del files[key]
     return cli, files
+
+
+def _resolve_key(namespace: Namespace, key: str) -> str | None:
+    """``key`` as stored in ``namespace``: jsonargparse takes ``--model.checkpoint`` for
+    ``--model.init_args.checkpoint`` (and likewise at every nested class)."""
+    parts: list[str] = []
+    node: Any = namespace
+    for part in key.split("."):
+        if not isinstance(node, Namespace):
+            return None
+        if part not in node and isinstance(node.get("init_args"), Namespace):
+            parts.append("init_args")
+            node = node["init_args"]
+        if part not in node:
+            return None
+        parts.append(part)
+        node = node[part]
+    return ".".join(parts)
 
 
 def describe_kept(changes: Sequence[Change]) -> str:

@@ -14,6 +14,7 @@ from jsonargparse import Namespace
 
 from ncl_lightning.runtime import overlay_explicit
 from ncl_lightning.runtime.cli import cli_main, main
+from ncl_lightning.runtime.cli_resume import split_explicit, typed_model_keys
 from tests.runtime.test_signals import digits_config
 
 
@@ -123,3 +124,26 @@ def test_test_without_a_checkpoint_is_refused_unless_asked(tmp_path: Path, capsy
     assert not (tmp_path / "run").exists()
     cli = cli_main(["test", "--config", str(path), "--allow_untrained", "true"])
     assert "test/online_acc" in cli.trainer.callback_metrics
+
+
+def test_only_keys_typed_on_the_command_line_count_as_typed() -> None:
+    """``--model.checkpoint`` is jsonargparse's short form of ``--model.init_args.checkpoint``
+    (at every nested class too); config-file values stay on the file side."""
+    argv = ["fit", "--config", "c.yaml", "--model.checkpoint", "x.ckpt",
+            "--model.init_args.optimizer.lr=0.1", "--trainer.max_epochs", "2"]  # fmt: skip
+    typed = typed_model_keys(argv)
+    assert typed == ["checkpoint", "init_args.optimizer.lr"]
+    assert typed_model_keys(["fit", "--model", "NCL"]) is None  # the whole model
+    assert typed_model_keys({"model": {}}) is None  # from Python: everything is typed
+    given = Namespace(
+        class_path="P",
+        init_args=Namespace(
+            checkpoint="x.ckpt", temperature=0.2,
+            optimizer=Namespace(class_path="SGD", init_args=Namespace(lr=0.1, momentum=0.9)),
+        ),
+    )  # fmt: skip
+    cli, files = split_explicit(given, typed)
+    assert cli.as_dict() == {"init_args": {"checkpoint": "x.ckpt",
+                                           "optimizer": {"init_args": {"lr": 0.1}}}}  # fmt: skip
+    assert files.init_args.temperature == 0.2 and "checkpoint" not in files.init_args
+    assert files.init_args.optimizer.init_args.as_dict() == {"momentum": 0.9}
