@@ -35,12 +35,14 @@ _EXPECTED = MESSAGE_FORMATS["expected"]
 _EXPECTED_LITERAL = MESSAGE_FORMATS["expected_literal"]
 _GIVEN_VALUE = MESSAGE_FORMATS["given_value"]
 _NONE_EXPECTED = MESSAGE_FORMATS["none_expected"]
+_NOT_A_PATH = MESSAGE_FORMATS["not_a_path"]
 _NON_FINITE = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 _UNRECOGNIZED = MESSAGE_FORMATS["unrecognized"]
 _NOT_ACCEPTED = MESSAGE_FORMATS["not_accepted"]
 _GROUPS = {"LightningModule": "model", "LightningDataModule": "data"}
 _BASES: dict[str, type] = {"model": L.LightningModule, "data": L.LightningDataModule}
 _KINDS = {"model": "method", "data": "DataModule"}
+_SHORT_NAME_BASES = ("model", "data", "optimizer", "backbone")
 
 
 def init_arguments(cls: type) -> list[str]:
@@ -96,6 +98,29 @@ def _unknown_class(key: str, value: str, module_name: str, name: str) -> str:
     if choices:
         text += f"; valid in {module_name}: {', '.join(choices)}"
     return text
+
+
+def _loaded_subclasses(base: type) -> set[str]:
+    names, todo = set(), [base]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if not sub.__name__.startswith("_"):
+                names.add(sub.__name__)
+            todo.append(sub)
+    return names
+
+
+def _unknown_short_name(key: str, name: str) -> str:
+    """``--data DigitsDataModul``: jsonargparse reads a short name it does not know as a
+    path; say it is an unknown class and name the closest loaded one."""
+    import torch
+
+    bases = {"model": L.LightningModule, "data": L.LightningDataModule,
+             "optimizer": torch.optim.Optimizer, "backbone": nn.Module}  # fmt: skip
+    hint = closest(name, _loaded_subclasses(bases[key.rsplit(".", 1)[-1]]))
+    kind = _KINDS.get(key, key.rsplit(".", 1)[-1])
+    advice = f"did you mean {hint!r}?" if hint else "give a full class path (module.Class)"
+    return f"{key}: unknown {kind} {name!r}; {advice}"
 
 
 def _unknown_key(prefix: str, option: str, class_path: str | None) -> str:
@@ -226,6 +251,9 @@ def _leaf(line: str, path: list[tuple[int, str, str | None]]) -> str:
     expected = _EXPECTED.search(line)
     if expected:
         return _expected(".".join(segments), expected.group(1), expected.group(2))
+    short = _NOT_A_PATH.search(line)
+    if short and "." not in short.group(1) and segments and segments[-1] in _SHORT_NAME_BASES:
+        return _unknown_short_name(".".join(segments), short.group(1))
     prefix = ".".join(segments)
     return f"{prefix}: {line}" if prefix else line
 

@@ -35,7 +35,8 @@ line ``ncl-cli`` prints is read off these formats:
   in older versions).
 * jsonargparse's nested report: ``Parser key "key":``, ``Problem with given class_path
   'a.B':``, ``Type ... expects a function or a callable class: Parser key "key":``,
-  ``Expected a <type>. Got value: v``, ``Expected a typing.Literal[...]``, the Union report
+  ``Expected a <type>. Got value: v``, ``Expected a typing.Literal[...]``, ``Expected a
+  path but X either not accessible or invalid`` (an unknown short class name), the Union report
   (``Does not validate against any of the Union subtypes``, ``Subtypes: [...]``,
   ``Errors:``, ``Given value type:``, ``Given value: v``, ``Given value:
   Namespace(class_path='a.B', ...``) and the reprs in it (``<class 'a.B'>``,
@@ -197,6 +198,8 @@ MESSAGE_FORMATS: dict[str, re.Pattern[str]] = {
     "class_path_problem": re.compile(r"^-?\s*Problem with given class_path '([^']+)':$"),
     "expected": re.compile(r"Expected a (.+?)\. Got value: (.*?)(?:\. Got value: .*)?$"),
     "expected_literal": re.compile(r"^-?\s*Expected a typing\.Literal\[(.*)\]$"),
+    # a short class name that matches no loaded class is read as a path
+    "not_a_path": re.compile(r"Expected a path but (\S+) either not accessible or invalid"),
     "none_expected": re.compile(r"^-?\s*Expected a <class 'NoneType'>$"),
     "literal": re.compile(r"typing\.Literal\[(.*)\]$"),
     "class_repr": re.compile(r"<class '(?:[\w]+\.)*(\w+)'>"),

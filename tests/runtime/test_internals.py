@@ -205,6 +205,8 @@ CASES = [
      "trainer.precision: '7' is not valid; valid choices: 64, 32, 16, 'transformer-engine'"),
     ("unknown class", lambda t: ["--model.class_path", f"{HERE}.TinyModul"],
      ["class_path_problem", "no_attribute"], "model.class_path: unknown method"),
+    ("unknown short class name", lambda t: ["--model", "TinyModul"],
+     ["not_a_path"], "model: unknown method 'TinyModul'; did you mean 'TinyModule'?"),
     ("unknown module", lambda t: ["--model.class_path", "no_such_module_xyz.Tiny"],
      ["class_path_problem", "no_module"], "no module 'no_such_module_xyz'"),
     ("bad value of a callable's argument",
