@@ -98,8 +98,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
             in the loader workers) or ``device`` (batched tensor ops on the training
             device after the uint8 batch is transferred: the GPU when training on one).
         pin_memory: Pin host memory; only effective when CUDA is available.
-        persistent_workers: Keep workers alive between epochs; only when
-            ``num_workers > 0``.
+        persistent_workers: Keep workers alive between epochs (``num_workers > 0`` only).
         prefetch_factor: Batches each worker loads ahead; ``None`` keeps torch's default
             (2); only when ``num_workers > 0`` (ignored otherwise).
         drop_last: Drop the last incomplete training batch.
@@ -294,7 +293,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         images, labels = batch
         views = self.device_views(images, seed=self._batch_seed())
         plugin = getattr(trainer, "precision_plugin", None)  # 16-true, 64-true: as CPU batches
-        return (plugin.convert_input(views) if plugin else views), labels
+        return (views if plugin is None else plugin.convert_input(views)), labels
 
     def _train_view_transform(self) -> Callable[[Any], Any]:
         if self.train_transform == "crop_flip":
@@ -304,8 +303,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         return self.augmentation.build()
 
     def _check_augmentation(self) -> None:
-        # A config that sets one augmentation field gets the dataclass defaults (CIFAR)
-        # for the others; fail here rather than with a shape error deep in a transform.
+        # Unset augmentation fields get CIFAR defaults: fail here, not deep in a transform.
         aug, name = self.augmentation, type(self).__name__
         if aug.channels != self.in_channels:
             raise ConfigError(
