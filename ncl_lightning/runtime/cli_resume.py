@@ -151,7 +151,8 @@ def split_explicit(explicit: Namespace, typed: Iterable[str] | None) -> tuple[Na
         key = _resolve_key(explicit, typed_key)
         if key is not None:
             cli[key] = explicit[key]
-            del files[key]
+            if key in files:  # a key typed twice, or under a class typed whole
+                del files[key]
     return cli, files
 
 

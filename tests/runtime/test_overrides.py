@@ -147,3 +147,9 @@ def test_only_keys_typed_on_the_command_line_count_as_typed() -> None:
                                            "optimizer": {"init_args": {"lr": 0.1}}}}  # fmt: skip
     assert files.init_args.temperature == 0.2 and "checkpoint" not in files.init_args
     assert files.init_args.optimizer.init_args.as_dict() == {"momentum": 0.9}
+    # typed twice, and a class typed whole with one of its keys (--model.optimizer SGD
+    # --model.optimizer.lr 0.1): no key is lost, none is left on the file side
+    twice = ["checkpoint", "checkpoint", "optimizer", "optimizer.lr"]
+    cli, files = split_explicit(given, twice)
+    assert cli.init_args.optimizer.as_dict() == given.init_args.optimizer.as_dict()
+    assert "optimizer" not in files.init_args and "checkpoint" not in files.init_args
