@@ -87,7 +87,7 @@ from ncl_lightning.runtime.runs import (
     check_same_run,
     checkpoint_folder,
     default_run_id,
-    run_folder,
+    run_identity,
     set_logger_versions,
 )
 from ncl_lightning.runtime.trainer_checks import (
@@ -274,7 +274,8 @@ class NCLCLI(LightningCLI):
             for callback in trainer.checkpoint_callbacks:
                 callback.dirpath = callback.dirpath or str(folder)
         if continues:  # the checkpoint's run, in its own folder, or refused
-            check_same_run(run_record(ckpt), self._subconfig()["ckpt_path"], run_folder(trainer))
+            here = Path(run_identity(trainer)["folder"])
+            check_same_run(run_record(ckpt), self._subconfig()["ckpt_path"], here)
         elif run_id is not None:
             check_new_run_folders(run_folders(trainer), run_id)
         if rank_zero_only.rank == 0:

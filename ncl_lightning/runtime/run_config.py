@@ -4,7 +4,7 @@ folder and in W&B.
 :class:`RunConfig` replaces LightningCLI's ``SaveConfigCallback``, which writes
 ``config.yaml`` to ``trainer.log_dir`` (for a W&B logger: the shared ``save_dir``, so a
 second run replaced the first run's file). At the start of every ``ncl-cli`` command, on
-rank zero, it writes into the run's folder (:func:`~ncl_lightning.runtime.runs.logger_folder`):
+rank zero, it writes into the run's folder (:func:`~ncl_lightning.runtime.runs.run_folder`):
 
 * ``config.yaml``: the whole resolved config (trainer, callbacks, model, data, seed);
 * ``run.yaml``: run id and folder, command line, host, processes, SLURM job, versions of
@@ -41,7 +41,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from ncl_lightning.runtime.lock import lock_path
 from ncl_lightning.runtime.loggers import save_run_file
-from ncl_lightning.runtime.runs import logger_folder
+from ncl_lightning.runtime.runs import run_folder as folder_of_run
 
 PACKAGES = (
     "ncl-lightning", "torch", "torchvision", "lightning", "torchmetrics", "jsonargparse",
@@ -124,16 +124,13 @@ def free_name(folder: Path, stem: str) -> tuple[Path, int]:
 
 
 def run_folder(trainer: L.Trainer) -> Path | None:
-    """The run's folder: the first logger's (:func:`logger_folder`), else the parent of the
-    checkpoint folder, else ``None``."""
+    """The run's folder (:func:`~ncl_lightning.runtime.runs.run_folder`: the first
+    logger's, else the one holding the checkpoint folder, else ``None``), once a W&B run
+    has started (rank zero): its id names the folder."""
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger):
-            _ = logger.experiment  # starts the run (rank zero): its id names the folder
-        folder = logger_folder(logger, trainer.default_root_dir)
-        if folder is not None:
-            return folder
-    dirpath = getattr(trainer.checkpoint_callback, "dirpath", None)
-    return Path(dirpath).parent if dirpath else None
+            _ = logger.experiment
+    return folder_of_run(trainer)
 
 
 class RunConfig(SaveConfigCallback):

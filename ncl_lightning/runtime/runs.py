@@ -190,23 +190,24 @@ def check_new_run_folders(folders: Iterable[Path], run_id: str) -> None:
             )
 
 
-def run_folder(trainer: Any) -> Path:
+def run_folder(trainer: Any) -> Path | None:
     """The folder of ``trainer``'s run (module docstring): its first logger's folder, else
-    the one holding its ``ModelCheckpoint`` folder, else ``default_root_dir``; resolved."""
+    the one holding its ``ModelCheckpoint`` folder; ``None`` when it has neither (a W&B
+    run's id must be known: start its experiment first)."""
     for logger in trainer.loggers:
         folder = logger_folder(logger, trainer.default_root_dir)
         if folder is not None:
-            return Path(folder).expanduser().resolve()
+            return Path(folder)
     for callback in trainer.checkpoint_callbacks:
         if getattr(callback, "dirpath", None):
-            return run_folder_of(Path(callback.dirpath).expanduser().resolve() / "last.ckpt")
-    return Path(trainer.default_root_dir).expanduser().resolve()
+            return run_folder_of(Path(callback.dirpath) / "last.ckpt")
+    return None
 
 
 def run_identity(trainer: Any) -> dict[str, str]:
     """``{"id", "folder"}`` of ``trainer``'s run, written into every checkpoint's record
     (plain strings: tensor-only loading reads them)."""
-    folder = run_folder(trainer)
+    folder = (run_folder(trainer) or Path(trainer.default_root_dir)).expanduser().resolve()
     return {"id": folder.name, "folder": str(folder)}
 
 
@@ -223,7 +224,7 @@ def check_same_run(
     Args:
         recorded: The checkpoint's run record, ``None`` for checkpoints written before it.
         checkpoint: The checkpoint file.
-        folder: The folder this run would write to (:func:`run_folder`).
+        folder: The folder this run would write to (:func:`run_identity`'s).
 
     Raises:
         ConfigError: Naming the checkpoint's run, its folder, this run's folder and the
