@@ -29,7 +29,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -190,22 +190,25 @@ def warn_skipped_links(skipped: Sequence[SkippedLink], folder: Path, key: str) -
     and naming the first ones; one more for the entries that are not regular files."""
     links = [s for s in skipped if s.kind == LINK]
     if links:
-        shown = "; ".join(f"{s.path} -> {s.target} ({s.reason})" for s in links[:SHOWN])
-        more = f"; and {len(links) - SHOWN} more" if len(links) > SHOWN else ""
         rank_zero_warn(
             f"{key}: skipped {len(links)} directory link(s) under {folder} (links into the "
             f"dataset or loops are not followed; links to folders outside it are followed "
-            f"once): {shown}{more}"
+            f"once): {_first(links, lambda s: f'{s.path} -> {s.target} ({s.reason})')}"
         )
     files = [s for s in skipped if s.kind == FILE]
     if files:
-        shown = "; ".join(f"{s.path} ({s.reason})" for s in files[:SHOWN])
-        more = f"; and {len(files) - SHOWN} more" if len(files) > SHOWN else ""
+        one = len(files) == 1
         rank_zero_warn(
-            f"{key}: skipped {len(files)} entr{'y' if len(files) == 1 else 'ies'} under "
-            f"{folder} that {'is' if len(files) == 1 else 'are'} not a regular file (never "
-            f"opened: a named pipe would wait forever): {shown}{more}"
+            f"{key}: skipped {len(files)} entr{'y' if one else 'ies'} under {folder} that "
+            f"{'is' if one else 'are'} not a regular file (never opened: a named pipe would "
+            f"wait forever): {_first(files, lambda s: f'{s.path} ({s.reason})')}"
         )
+
+
+def _first(items: Sequence[SkippedLink], describe: Callable[[SkippedLink], str]) -> str:
+    """The first :data:`SHOWN` items described, then how many more."""
+    more = f"; and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
+    return "; ".join(describe(s) for s in items[:SHOWN]) + more
 
 
 __all__ = ["MAX_ENTRIES", "FolderScan", "SkippedLink", "warn_skipped_links"]

@@ -33,7 +33,7 @@ from ncl_lightning.runtime.checkpoint_check import (
     CheckpointNotFoundError,
     check_class_paths,
     check_structure,
-    trusted_modules,
+    is_trusted,
 )
 from ncl_lightning.runtime.internals import outside_cli
 from ncl_lightning.runtime.record import RECORD_KEY
@@ -91,7 +91,7 @@ def read_checkpoint(path: str | Path, trusted: Iterable[str] = ()) -> dict[str, 
 
 def _import_class(path: str, base: type, what: str, source: Path | str) -> type:
     module_name, _, name = str(path).rpartition(".")
-    if not any(module_name == t or module_name.startswith(f"{t}.") for t in trusted_modules()):
+    if not is_trusted(module_name):
         raise CheckpointError(f"{source}: {what} class {path!r} is not from a trusted module")
     try:
         obj = getattr(importlib.import_module(module_name), name)

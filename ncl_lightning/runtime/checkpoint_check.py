@@ -180,8 +180,10 @@ def modules_of(class_paths: Iterable[str]) -> list[str]:
     return [p.rpartition(".")[0] for p in class_paths if isinstance(p, str) and "." in p]
 
 
-def _is_trusted(class_path: str, trusted: Iterable[str]) -> bool:
-    return any(class_path == t or class_path.startswith(f"{t}.") for t in trusted)
+def is_trusted(class_path: str, extra: Iterable[str] = ()) -> bool:
+    """Whether ``class_path`` (or a module path) lies in a trusted module
+    (:func:`trusted_modules`, plus ``extra``)."""
+    return any(class_path == t or class_path.startswith(f"{t}.") for t in trusted_modules(extra))
 
 
 def class_paths_in(obj: Any, where: str = "") -> Iterator[tuple[str, Any]]:
@@ -228,11 +230,11 @@ def check_class_paths(
     Raises:
         CheckpointError: Naming the entry, the class path and how to trust its module.
     """
-    allowed = trusted_modules(trusted)
+    trusted = tuple(trusted)
     for where, value in recorded_class_paths(ckpt):
         if not isinstance(value, str) or not DOTTED.match(value):
             raise _damaged(path, where, value, "a dotted class path (module.Class)")
-        if not _is_trusted(value, allowed):
+        if not is_trusted(value, trusted):
             module = value.rpartition(".")[0]
             raise CheckpointError(
                 f"{path}: '{where}' names class {value!r} from a module that is not trusted "
@@ -257,6 +259,7 @@ __all__ = [
     "check_class_paths",
     "check_structure",
     "class_paths_in",
+    "is_trusted",
     "modules_of",
     "recorded_class_paths",
     "run_record",

@@ -193,8 +193,7 @@ class NCLCLI(LightningCLI):
         path = resolve_ckpt_path(cfg, sub, self._run_id)
         if path is None:
             return
-        self._trusted = modules_of(p for _, p in class_paths_in(cfg.as_dict()))
-        ckpt = read_checkpoint(path, trusted=self._trusted)
+        ckpt = read_checkpoint(path, trusted=self._config_modules())
         cfg["ckpt_path"] = str(path)
         if cfg.get("weights_only") is None:
             cfg["weights_only"] = True
@@ -228,10 +227,12 @@ class NCLCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         """Build the objects trusting the modules the config names (an evaluation module
         reading a checkpoint of the user's own backbone)."""
-        with trusting(getattr(self, "_trusted", None) or self._config_modules()):
+        with trusting(self._config_modules()):
             super().instantiate_classes()
 
     def _config_modules(self) -> list[str]:
+        """Modules of the classes the config names (the checkpoint's, once merged, have
+        passed :func:`read_checkpoint`'s check)."""
         sub = self.config.get("subcommand")
         section = self.config[sub] if sub else self.config
         return modules_of(p for _, p in class_paths_in(section.as_dict()))

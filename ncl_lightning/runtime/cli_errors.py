@@ -100,7 +100,9 @@ def _unknown_class(key: str, value: str, module_name: str, name: str) -> str:
     return text
 
 
-def _loaded_subclasses(base: type) -> set[str]:
+def loaded_subclasses(base: type) -> set[str]:
+    """Names of the public subclasses of ``base`` that Python has loaded (what
+    jsonargparse resolves a short class name among)."""
     names, todo = set(), [base]
     while todo:
         for sub in todo.pop().__subclasses__():
@@ -117,7 +119,7 @@ def _unknown_short_name(key: str, name: str) -> str:
 
     bases = {"model": L.LightningModule, "data": L.LightningDataModule,
              "optimizer": torch.optim.Optimizer, "backbone": nn.Module}  # fmt: skip
-    hint = closest(name, _loaded_subclasses(bases[key.rsplit(".", 1)[-1]]))
+    hint = closest(name, loaded_subclasses(bases[key.rsplit(".", 1)[-1]]))
     kind = _KINDS.get(key, key.rsplit(".", 1)[-1])
     advice = f"did you mean {hint!r}?" if hint else "give a full class path (module.Class)"
     return f"{key}: unknown {kind} {name!r}; {advice}"
@@ -331,6 +333,7 @@ def user_error_message(err: BaseException) -> str | None:
 __all__ = [
     "init_arguments",
     "instantiation_message",
+    "loaded_subclasses",
     "one_line",
     "os_message",
     "parser_error",

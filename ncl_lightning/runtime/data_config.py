@@ -14,7 +14,12 @@ import lightning as L
 import yaml
 from jsonargparse import ArgumentParser
 
-from ncl_lightning.runtime.cli_errors import one_line, summarize, user_error_message
+from ncl_lightning.runtime.cli_errors import (
+    loaded_subclasses,
+    one_line,
+    summarize,
+    user_error_message,
+)
 from ncl_lightning.runtime.cli_names import import_public_classes
 from ncl_lightning.runtime.config_files import check_config_file
 from ncl_lightning.runtime.errors import ConfigError, NCLError, closest
@@ -66,12 +71,7 @@ def _check_short_name(path: Path, name: Any) -> None:
     a typo is named with the closest one (jsonargparse would read it as a dotted path)."""
     if not isinstance(name, str) or "." in name:
         return  # a full class path: jsonargparse's report names the module and class
-    known, todo = set(), [L.LightningDataModule]
-    while todo:
-        for sub in todo.pop().__subclasses__():
-            if not sub.__name__.startswith("_"):
-                known.add(sub.__name__)
-            todo.append(sub)
+    known = loaded_subclasses(L.LightningDataModule)
     if name not in known:
         hint = closest(name, known)
         raise ConfigError(

@@ -26,18 +26,13 @@ from ncl_lightning.runtime.internals import layer_sync
 from ncl_lightning.runtime.trainer_values import (
     check_numbers,
     check_precision,
+    config_get,
     count_or_fraction_types,
     duration_seconds,
     is_int,
 )
 
 _AUTO = "auto"
-
-
-def _get(cfg: Any, key: str) -> Any:
-    """``cfg[key]`` for a dict or a jsonargparse ``Namespace``; ``None`` when absent."""
-    getter = getattr(cfg, "get", None)
-    return getter(key) if callable(getter) else None
 
 
 def _accelerator_class(name: str) -> type:
@@ -80,7 +75,7 @@ def check_hardware(trainer: Any) -> None:
     """``accelerator`` is known and present on this machine, ``devices`` is valid for it
     (Lightning's own parser of the accelerator, attributed to the key), ``strategy`` is a
     registered name."""
-    accelerator = _get(trainer, "accelerator")
+    accelerator = config_get(trainer, "accelerator")
     if isinstance(accelerator, str):
         name = accelerator.lower()
         known = sorted(AcceleratorRegistry.available_accelerators())
@@ -102,10 +97,10 @@ def check_hardware(trainer: Any) -> None:
                 f"available: {', '.join(_available_accelerators())}",
                 key="trainer.accelerator",
             )
-        _check_devices(_get(trainer, "devices"), name, cls)
+        _check_devices(config_get(trainer, "devices"), name, cls)
         resolved = _accelerator_class(name).__name__.lower().removesuffix("accelerator")
-        check_precision(_get(trainer, "precision"), resolved)
-    strategy = _get(trainer, "strategy")
+        check_precision(config_get(trainer, "precision"), resolved)
+    strategy = config_get(trainer, "strategy")
     if isinstance(strategy, str) and strategy.lower() != _AUTO:
         valid = StrategyRegistry.available_strategies()
         if strategy.lower() not in valid:
@@ -152,25 +147,25 @@ def check_output_dir(key: str, path: str | os.PathLike[str]) -> None:
 def output_dirs(trainer: Any) -> Iterator[tuple[str, str]]:
     """``(key, path)`` of every folder the trainer writes to: ``default_root_dir``, each
     logger's ``save_dir``/``root_dir`` and each callback's ``dirpath``."""
-    root = _get(trainer, "default_root_dir")
+    root = config_get(trainer, "default_root_dir")
     if root:
         yield "trainer.default_root_dir", str(root)
-    loggers = _get(trainer, "logger")
+    loggers = config_get(trainer, "logger")
     entries = loggers if isinstance(loggers, list) else [loggers]
     for i, entry in enumerate(entries):
-        args = _get(entry, "init_args") if entry is not None else None
+        args = config_get(entry, "init_args") if entry is not None else None
         prefix = "trainer.logger" + (f"[{i}]" if isinstance(loggers, list) else "")
         for name in ("save_dir", "root_dir"):
-            value = _get(args, name) if args is not None else None
+            value = config_get(args, name) if args is not None else None
             if value:
                 yield f"{prefix}.init_args.{name}", str(value)
-    for i, callback in enumerate(_get(trainer, "callbacks") or []):
+    for i, callback in enumerate(config_get(trainer, "callbacks") or []):
         args = (
-            _get(callback, "init_args")
+            config_get(callback, "init_args")
             if isinstance(callback, Mapping) or hasattr(callback, "get")
             else None
         )
-        value = _get(args, "dirpath") if args is not None else None
+        value = config_get(args, "dirpath") if args is not None else None
         if value:
             yield f"trainer.callbacks[{i}].init_args.dirpath", str(value)
 

@@ -21,7 +21,7 @@ from typing import Any, get_args
 from ncl_lightning.runtime.errors import ConfigError
 
 
-def _get(cfg: Any, key: str) -> Any:
+def config_get(cfg: Any, key: str) -> Any:
     """``cfg[key]`` for a dict or a jsonargparse ``Namespace``; ``None`` when absent."""
     getter = getattr(cfg, "get", None)
     return getter(key) if callable(getter) else None
@@ -138,21 +138,21 @@ def _is_duration(value: Any) -> bool:
 
 def check_numbers(trainer: Any) -> None:
     """Counts, limits, intervals and durations of the ``trainer`` section."""
-    _check_int("max_epochs", _get(trainer, "max_epochs"), -1)
-    _check_int("min_epochs", _get(trainer, "min_epochs"), 0)
-    _check_int("max_steps", _get(trainer, "max_steps"), -1)
-    _check_int("min_steps", _get(trainer, "min_steps"), 0)
-    _check_int("check_val_every_n_epoch", _get(trainer, "check_val_every_n_epoch"), 1)
-    _check_int("log_every_n_steps", _get(trainer, "log_every_n_steps"), 0)
-    _check_int("accumulate_grad_batches", _get(trainer, "accumulate_grad_batches"), 1)
-    _check_int("num_nodes", _get(trainer, "num_nodes"), 1)
-    _check_int("num_sanity_val_steps", _get(trainer, "num_sanity_val_steps"), -1)
-    interval = _get(trainer, "val_check_interval")
+    _check_int("max_epochs", config_get(trainer, "max_epochs"), -1)
+    _check_int("min_epochs", config_get(trainer, "min_epochs"), 0)
+    _check_int("max_steps", config_get(trainer, "max_steps"), -1)
+    _check_int("min_steps", config_get(trainer, "min_steps"), 0)
+    _check_int("check_val_every_n_epoch", config_get(trainer, "check_val_every_n_epoch"), 1)
+    _check_int("log_every_n_steps", config_get(trainer, "log_every_n_steps"), 0)
+    _check_int("accumulate_grad_batches", config_get(trainer, "accumulate_grad_batches"), 1)
+    _check_int("num_nodes", config_get(trainer, "num_nodes"), 1)
+    _check_int("num_sanity_val_steps", config_get(trainer, "num_sanity_val_steps"), -1)
+    interval = config_get(trainer, "val_check_interval")
     if _is_duration(interval):
         duration_seconds("val_check_interval", interval)
     else:
         _check_count_or_fraction("val_check_interval", interval, 1, False)
-        every = _get(trainer, "check_val_every_n_epoch")
+        every = config_get(trainer, "check_val_every_n_epoch")
         if every is None and isinstance(interval, float):
             raise ConfigError(
                 f"trainer.val_check_interval={interval} is a float (a fraction of an epoch), but "
@@ -161,18 +161,18 @@ def check_numbers(trainer: Any) -> None:
                 "duration, or set check_val_every_n_epoch",
                 key="trainer.val_check_interval",
             )
-    if _get(trainer, "max_time") is not None:
-        duration_seconds("max_time", _get(trainer, "max_time"))
+    if config_get(trainer, "max_time") is not None:
+        duration_seconds("max_time", config_get(trainer, "max_time"))
     for key in COUNT_OR_FRACTION_KEYS:
-        _check_count_or_fraction(key, _get(trainer, key), 0, True)
-    algorithm = _get(trainer, "gradient_clip_algorithm")
+        _check_count_or_fraction(key, config_get(trainer, key), 0, True)
+    algorithm = config_get(trainer, "gradient_clip_algorithm")
     if algorithm is not None and algorithm not in ("norm", "value"):
         raise ConfigError(
             f"trainer.gradient_clip_algorithm: {algorithm!r} is not valid; valid choices: "
             "'norm', 'value'",
             key="trainer.gradient_clip_algorithm",
         )
-    clip = _get(trainer, "gradient_clip_val")
+    clip = config_get(trainer, "gradient_clip_val")
     finite = isinstance(clip, int | float) and math.isfinite(clip)
     if clip is not None and not (finite and clip >= 0):
         raise ConfigError(
@@ -228,6 +228,7 @@ __all__ = [
     "COUNT_OR_FRACTION_KEYS",
     "check_numbers",
     "check_precision",
+    "config_get",
     "count_or_fraction_types",
     "duration_seconds",
     "is_int",
