@@ -52,7 +52,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "ncl_lightning.optim": ("LARS", "scale_lr", "warmup_cosine"),
     "ncl_lightning.runtime.checkpoint": ("CheckpointError", "load_backbone", "load_method"),
     "ncl_lightning.runtime.defaults": ("default_callbacks",),
-    "ncl_lightning.runtime.errors": ("ConfigError", "DataError", "NCLError"),
+    "ncl_lightning.foundation.errors": ("ConfigError", "DataError", "NCLError"),
 }  # fmt: skip
 
 _MODULE_OF: dict[str, str] = {name: module for module, names in _PUBLIC.items() for name in names}
@@ -177,6 +177,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a
         fit_linear_probe,
         probe_accuracy,
     )
+    from ncl_lightning.foundation.errors import ConfigError, DataError, NCLError
     from ncl_lightning.methods import (
         BYOL,
         CL,
@@ -216,4 +217,3 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a
     from ncl_lightning.optim import LARS, scale_lr, warmup_cosine
     from ncl_lightning.runtime.checkpoint import CheckpointError, load_backbone, load_method
     from ncl_lightning.runtime.defaults import default_callbacks
-    from ncl_lightning.runtime.errors import ConfigError, DataError, NCLError

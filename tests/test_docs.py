@@ -70,7 +70,7 @@ def test_api_reference_covers_every_subpackage(site: Path) -> None:
     import importlib
     import inspect
 
-    from ncl_lightning.registry import Registry
+    from ncl_lightning.foundation.registry import Registry
 
     documented = " ".join(p.read_text() for p in (ROOT / "docs" / "api").glob("*.md"))
     package = ROOT / "ncl_lightning"

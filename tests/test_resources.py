@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ncl_lightning.demo import label, resolve
-from ncl_lightning.resources import config_names, config_path, config_root
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.resources import config_names, config_path, config_root
 from ncl_lightning.studies.landscape import VARIANTS
 from tests.conftest import ROOT
 

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ncl_lightning.runtime.errors import UsageError
+from ncl_lightning.foundation.errors import UsageError
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = (

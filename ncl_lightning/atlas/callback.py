@@ -25,10 +25,10 @@ from ncl_lightning.atlas.images import IMAGE_FORMATS, ImageReader, write_strips
 from ncl_lightning.atlas.model import model_entry, strip_indices
 from ncl_lightning.atlas.site import single_file_page, write_page
 from ncl_lightning.callbacks.schedule import batch_limit, run_dir
-from ncl_lightning.data.protocol import CleanData, PictureData, require_extra
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.protocols import CleanData, PictureData, require_extra
+from ncl_lightning.foundation.validation import check_at_least, check_choice
 from ncl_lightning.runtime.loggers import log_site
-from ncl_lightning.runtime.validation import check_at_least, check_choice
 
 PANEL_DIMS = 64  # dimensions whose images the W&B HTML panel carries inline
 

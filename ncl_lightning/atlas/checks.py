@@ -1,7 +1,7 @@
 """Every input of the atlas command, checked before any model runs or anything is written.
 
 :func:`check_atlas_inputs` raises the first problem as one line naming the argument or the
-file (:class:`~ncl_lightning.runtime.errors.ConfigError`, ``DataError`` or ``CheckpointError``);
+file (:class:`~ncl_lightning.foundation.errors.ConfigError`, ``DataError`` or ``CheckpointError``);
 ``python -m ncl_lightning.atlas`` prints it as ``python -m ncl_lightning.atlas: error:
 <key or path>: <problem>`` with exit status 2. In order: the labels, the output folder, the
 accelerator, the page's settings, the data config (it builds, has class labels, pictures
@@ -20,10 +20,10 @@ import lightning as L
 
 from ncl_lightning.atlas.callback import FeatureAtlas
 from ncl_lightning.atlas.collect import check_encoder, num_classes_of
-from ncl_lightning.data.protocol import ChecksInputs, CleanData, PictureData, require_extra
+from ncl_lightning.foundation.errors import ConfigError, NCLError
+from ncl_lightning.foundation.protocols import ChecksInputs, CleanData, PictureData, require_extra
 from ncl_lightning.runtime.checkpoint import load_method
 from ncl_lightning.runtime.data_config import load_datamodule, run_config_of
-from ncl_lightning.runtime.errors import ConfigError, NCLError
 from ncl_lightning.runtime.preflight import example_batch, preflight
 from ncl_lightning.runtime.trainer_checks import check_hardware, check_output_dir
 

@@ -16,10 +16,10 @@ import torch
 from torch import Tensor, nn
 
 from ncl_lightning.callbacks.feature_statistics import sepin_on_views
-from ncl_lightning.data.protocol import ClassLabels, CleanData, ViewData, require_extra
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.protocols import ClassLabels, CleanData, ViewData, require_extra
 from ncl_lightning.metrics import FeatureProfile, OpenFrequency
 from ncl_lightning.metrics.functional.profile import DimensionProfile
-from ncl_lightning.runtime.errors import ConfigError
 
 
 class SplitProfile(NamedTuple):

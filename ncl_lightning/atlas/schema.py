@@ -66,7 +66,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ncl_lightning.runtime.errors import DataError
+from ncl_lightning.foundation.errors import DataError
 
 FORMAT = "ncl-atlas/1"
 DATA_ELEMENT_ID = "atlas-data"

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ncl_lightning.registry import Registry
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.registry import Registry
 
 
 @dataclass(frozen=True)

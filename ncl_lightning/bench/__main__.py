@@ -8,7 +8,7 @@ import datetime
 import sys
 
 from ncl_lightning.bench import BENCHMARKS, format_table, machine_info
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.runtime.progress import Progress, quiet_lightning
 
 

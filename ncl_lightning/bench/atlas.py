@@ -40,10 +40,10 @@ from ncl_lightning.atlas.browser import browser_missing
 from ncl_lightning.bench import Timing
 from ncl_lightning.bench.throughput import data_root
 from ncl_lightning.data import ImageFolderDataModule
+from ncl_lightning.foundation.validation import check_choice
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import ResNet, SmallCNN
 from ncl_lightning.runtime.progress import Progress, quiet_lightning
-from ncl_lightning.runtime.validation import check_choice
 
 NUM_FEATURES = 2048
 IMAGES_PER_DIM = 16

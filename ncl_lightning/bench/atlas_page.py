@@ -12,8 +12,8 @@ import statistics
 from pathlib import Path
 
 from ncl_lightning.atlas.browser import chromium
-from ncl_lightning.runtime.errors import DataNotFoundError
-from ncl_lightning.runtime.validation import check_at_least
+from ncl_lightning.foundation.errors import DataNotFoundError
+from ncl_lightning.foundation.validation import check_at_least
 
 FIRST_CARDS_MARK = "atlas-first-cards"
 _TIMES = f"""() => {{

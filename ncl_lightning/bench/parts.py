@@ -45,9 +45,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from ncl_lightning.bench.counting import OpCounter, Tally
-from ncl_lightning.runtime.errors import UsageError
+from ncl_lightning.foundation.errors import UsageError
+from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.runtime.guard import NonFiniteGuard
-from ncl_lightning.runtime.validation import check_at_least
 
 PARTS = (
     "data",

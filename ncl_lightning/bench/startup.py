@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ncl_lightning.bench import Timing
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.runtime.progress import Progress
 
 HELP_GOAL_S = 3.0

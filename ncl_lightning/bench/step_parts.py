@@ -59,8 +59,8 @@ from ncl_lightning.bench.throughput import (
     switches,
 )
 from ncl_lightning.bench.throughput import _flag as flag
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import CL
-from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.progress import Progress
 
 NETWORKS = ("resnet18", "tiny")

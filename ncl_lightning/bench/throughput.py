@@ -38,9 +38,9 @@ from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.bench import Timing
 from ncl_lightning.data import ImageFolderDataModule
+from ncl_lightning.foundation.errors import DataNotFoundError
 from ncl_lightning.methods import CL, NCL, BayesNCL
 from ncl_lightning.nn import ResNet
-from ncl_lightning.runtime.errors import DataNotFoundError
 from ncl_lightning.runtime.progress import Progress
 from ncl_lightning.runtime.switches import apply_speed_switches
 

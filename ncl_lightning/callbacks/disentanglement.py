@@ -28,11 +28,11 @@ from torch import Tensor
 from torchmetrics.utilities import dim_zero_cat
 
 from ncl_lightning.callbacks.schedule import check_spaces, epoch_due, missing_spaces
-from ncl_lightning.data.protocol import FactorData
+from ncl_lightning.foundation.errors import DataError
+from ncl_lightning.foundation.protocols import FactorData
+from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.metrics.functional.mig import mutual_information_gap_per_factor
 from ncl_lightning.metrics.mig import MutualInformationGap
-from ncl_lightning.runtime.errors import DataError
-from ncl_lightning.runtime.validation import check_at_least
 
 
 class _PerFactorMIG(MutualInformationGap):

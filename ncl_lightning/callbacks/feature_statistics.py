@@ -36,7 +36,9 @@ from ncl_lightning.callbacks.schedule import (
     epoch_due,
     missing_spaces,
 )
-from ncl_lightning.data.protocol import ClassLabels, ViewData, require_extra
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.protocols import ClassLabels, ViewData, require_extra
+from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.metrics import (
     SEPIN,
     ActiveDimensions,
@@ -49,8 +51,6 @@ from ncl_lightning.metrics import (
     Sparsity,
     TopKSemanticConsistency,
 )
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_at_least
 
 SPACES = ("z", "h")
 

@@ -17,8 +17,8 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from ncl_lightning.callbacks.schedule import run_dir
-from ncl_lightning.data.protocol import MultipleTestSets
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.protocols import MultipleTestSets
 
 IMAGENET_C = "imagenet_c"
 

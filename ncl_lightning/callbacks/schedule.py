@@ -7,7 +7,7 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 
 
 def check_spaces(spaces: list[str]) -> None:

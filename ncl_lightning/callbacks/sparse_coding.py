@@ -19,11 +19,11 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from ncl_lightning.data.protocol import GroundTruthDictionary, require_extra
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.protocols import GroundTruthDictionary, require_extra
+from ncl_lightning.foundation.validation import check_at_least, check_choice
 from ncl_lightning.metrics import DictionaryRecovery
 from ncl_lightning.nn.sparse_coding import normalize_weight_, warm_start_
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_at_least, check_choice
 
 
 def encoder_weight(pl_module: L.LightningModule, owner: str) -> Tensor:
@@ -42,7 +42,7 @@ def encoder_weight(pl_module: L.LightningModule, owner: str) -> Tensor:
 
 def ground_truth_dictionary(trainer: L.Trainer, owner: str) -> Tensor:
     """The DataModule's ground-truth ``dictionary`` ``[p, d]``
-    (:class:`~ncl_lightning.data.protocol.GroundTruthDictionary`); one-line
+    (:class:`~ncl_lightning.foundation.protocols.GroundTruthDictionary`); one-line
     :class:`ConfigError` if it has none."""
     what = "the ground-truth `dictionary` (e.g. ncl_lightning.data.SparseCodingDataModule)"
     return require_extra(trainer.datamodule, GroundTruthDictionary, owner, what, "data").dictionary

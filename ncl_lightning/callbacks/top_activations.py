@@ -20,13 +20,13 @@ from torch import Tensor
 
 from ncl_lightning.callbacks import pictures
 from ncl_lightning.callbacks.schedule import batch_limit, epoch_due, run_dir
-from ncl_lightning.data.protocol import PictureData, require_extra
+from ncl_lightning.foundation.protocols import PictureData, require_extra
+from ncl_lightning.foundation.validation import check_at_least, check_choice
 from ncl_lightning.metrics.functional import (
     expected_activation,
     l2_normalize_rows,
     select_by_expected_activation,
 )
-from ncl_lightning.runtime.validation import check_at_least, check_choice
 
 
 def _picture_data(trainer: L.Trainer) -> PictureData:

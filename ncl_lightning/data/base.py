@@ -50,8 +50,8 @@ from ncl_lightning.data.seeding import (
 )
 from ncl_lightning.data.transforms import SimCLRAugmentation
 from ncl_lightning.data.views import DeviceViews, cpu_views
-from ncl_lightning.runtime.errors import ConfigError, DataError, UsageError
-from ncl_lightning.runtime.validation import check_at_least, check_choice, check_positive
+from ncl_lightning.foundation.errors import ConfigError, DataError, UsageError
+from ncl_lightning.foundation.validation import check_at_least, check_choice, check_positive
 
 Split = Literal["train", "val", "test"]
 TrainTransform = Literal["simclr", "crop_flip", "none"]

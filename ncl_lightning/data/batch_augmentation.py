@@ -62,7 +62,7 @@ from ncl_lightning.data.view_params import (
     sample_crops,
     sample_view_params,
 )
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 
 
 # --------------------------------------------------------------------------- geometry

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-from ncl_lightning.runtime.errors import ConfigError, DataError
-from ncl_lightning.runtime.validation import check_choice
+from ncl_lightning.foundation.errors import ConfigError, DataError
+from ncl_lightning.foundation.validation import check_choice
 
 BatchScope = Literal["device", "global"]
 BATCH_SCOPES: tuple[str, ...] = get_args(BatchScope)

@@ -26,7 +26,7 @@ from ncl_lightning.data.transforms import (
     cifar100_augmentation,
     cifar_augmentation,
 )
-from ncl_lightning.runtime.errors import DataError, DataNotFoundError
+from ncl_lightning.foundation.errors import DataError, DataNotFoundError
 
 SAMPLES_PER_FILE = 10_000  # every CIFAR batch file (md5-checked) holds 10,000 images
 

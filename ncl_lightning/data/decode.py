@@ -34,7 +34,7 @@ from typing import Literal
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from ncl_lightning.runtime.errors import CorruptImageError
+from ncl_lightning.foundation.errors import CorruptImageError
 
 SKIP_HINT = "set data.init_args.skip_corrupt: true to skip unreadable images"
 ALPHA_MODES = frozenset({"LA", "La", "PA", "RGBA", "RGBa"})

@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 from ncl_lightning.data.base import MultiViewDataModule, Split
 from ncl_lightning.data.memory import TensorImageDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, digits_augmentation
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 
 
 class DigitsDataModule(MultiViewDataModule):

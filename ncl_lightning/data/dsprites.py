@@ -52,8 +52,8 @@ from ncl_lightning.data.sprite_render import (
     render_sprite,
     render_sprites,
 )
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_at_least, check_choice
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least, check_choice
 
 Key = int | tuple[int, int]
 

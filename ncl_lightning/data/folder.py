@@ -29,7 +29,7 @@ from ncl_lightning.data.folder_cache import (
 from ncl_lightning.data.memory import CacheMode
 from ncl_lightning.data.scan import FolderScan, warn_skipped_links
 from ncl_lightning.data.transforms import SimCLRAugmentation, scaled_augmentation
-from ncl_lightning.runtime.errors import ConfigError, DataError, DataNotFoundError
+from ncl_lightning.foundation.errors import ConfigError, DataError, DataNotFoundError
 
 SHOWN = 5  # paths or names listed in a message before "(+N more)"
 
@@ -161,7 +161,7 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
         cache_dir: Folder of the ``disk`` cache.
         skip_corrupt: Leave out the images that cannot be decoded (one warning per split
             naming them; listed in :attr:`skipped_images`) instead of failing with
-            :class:`~ncl_lightning.runtime.errors.CorruptImageError`. Cost: with ``cache: none``,
+            :class:`~ncl_lightning.foundation.errors.CorruptImageError`. Cost: with ``cache: none``,
             ``setup`` decodes every image of the splits it builds once more (a thread
             pool); with a cache, the check is the cache's decode pass (free).
         **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,

@@ -19,7 +19,7 @@ from ncl_lightning.data.folder import DecodedCacheMixin, require_dir, scan_class
 from ncl_lightning.data.memory import CacheMode
 from ncl_lightning.data.scan import FolderScan
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
-from ncl_lightning.runtime.errors import DataError, DataNotFoundError
+from ncl_lightning.foundation.errors import DataError, DataNotFoundError
 
 SHIPPED_CLASS_LIST = "ncl_lightning/data/resources/imagenet100_classes.txt"
 
@@ -74,7 +74,7 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
         cache_dir: Folder of the ``disk`` cache.
         skip_corrupt: Leave out the images that cannot be decoded (one warning per split
             naming them; listed in ``skipped_images``) instead of failing with
-            :class:`~ncl_lightning.runtime.errors.CorruptImageError`. Cost: with ``cache: none``,
+            :class:`~ncl_lightning.foundation.errors.CorruptImageError`. Cost: with ``cache: none``,
             ``setup`` decodes every image of the splits it builds once more (a thread
             pool; minutes for the 126k ImageNet-100 training images); with a cache, the
             check is the cache's decode pass (free).

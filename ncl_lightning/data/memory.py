@@ -6,8 +6,8 @@ the batched device augmentation (:class:`~ncl_lightning.data.batch_augmentation.
 BatchAugmentation`) wants. Image folders can be decoded once into the same form
 (:func:`decode_images`), in memory or in a memory-mapped ``.npy`` file that later runs
 (and the other DDP ranks of a node) reuse, so JPEG decoding leaves the training loop.
-The file is written by :func:`ncl_lightning.runtime.disk.atomic_write`: a full disk is
-one :class:`~ncl_lightning.runtime.errors.DiskFullError` before the decoding starts,
+The file is written by :func:`ncl_lightning.foundation.disk.atomic_write`: a full disk is
+one :class:`~ncl_lightning.foundation.errors.DiskFullError` before the decoding starts,
 never a SIGBUS or a half-written cache.
 """
 
@@ -33,8 +33,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import v2
 
 from ncl_lightning.data.decode import corrupt_image_error
-from ncl_lightning.runtime.disk import atomic_write, format_bytes, host_tag, remove_stale
-from ncl_lightning.runtime.errors import ConfigError, CorruptImageError, DataError, UsageError
+from ncl_lightning.foundation.disk import atomic_write, format_bytes, host_tag, remove_stale
+from ncl_lightning.foundation.errors import ConfigError, CorruptImageError, DataError, UsageError
 
 CacheMode = Literal["none", "memory", "disk"]
 

@@ -32,7 +32,7 @@ from ncl_lightning.data.imagenet100 import SHIPPED_CLASS_LIST, load_imagenet100_
 from ncl_lightning.data.scan import FolderScan
 from ncl_lightning.data.seeding import TransformedDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
-from ncl_lightning.runtime.errors import ConfigError, UsageError
+from ncl_lightning.foundation.errors import ConfigError, UsageError
 
 IMAGENET_C_CORRUPTIONS: tuple[str, ...] = (
     "gaussian_noise",
@@ -99,7 +99,7 @@ class ImageNetOODDataModule(MultiViewDataModule):
         severities: ImageNet-C severities to evaluate, among 1..5.
         skip_corrupt: Leave out the images that cannot be decoded (one warning per set
             naming them; listed in ``skipped_images``) instead of failing with
-            :class:`~ncl_lightning.runtime.errors.CorruptImageError`. Cost: ``setup`` decodes
+            :class:`~ncl_lightning.foundation.errors.CorruptImageError`. Cost: ``setup`` decodes
             every image once more (a thread pool).
         num_workers: DataLoader worker processes.
         **kwargs: Loader options of :class:`MultiViewDataModule` (``batch_size``,

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from lightning.pytorch.utilities import rank_zero_warn
 
-from ncl_lightning.runtime.errors import DataError
+from ncl_lightning.foundation.errors import DataError
 
 SHOWN = 3  # skipped links named in the warning before "and N more"
 #: Entries one scan lists at most (ImageNet-21k has 14 million files).

@@ -34,13 +34,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from ncl_lightning.data.batch_scope import ScopedBatch
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.internals import (
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.internals import (
     batches_fetched_total,
     batches_processed,
     epochs_processed,
 )
-from ncl_lightning.runtime.validation import check_positive
+from ncl_lightning.foundation.validation import check_positive
 
 _MASK = (1 << 64) - 1
 EVAL_KEY = -1

@@ -50,8 +50,8 @@ from ncl_lightning.data.sparse_latents import (
     fixed_count_latents,
     paper_nonzero_count,
 )
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_at_least, check_choice, check_range
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least, check_choice, check_range
 
 Latent = Literal["symmetric", "binary"]
 ViewScheme = Literal["independent", "dependent"]

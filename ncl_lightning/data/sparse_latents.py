@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ncl_lightning.runtime.validation import check_at_least, check_range
+from ncl_lightning.foundation.validation import check_at_least, check_range
 
 Support = Literal["bernoulli", "fixed_count"]
 

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_pair, check_range
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_pair, check_range
 
 # A shift this large would move the sprite by more than 5 position steps.
 _MAX_SHIFT = 8

@@ -22,9 +22,9 @@ import torch
 from torch import Tensor
 from torchvision.transforms import v2
 
-from ncl_lightning.registry import Registry
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import (
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.registry import Registry
+from ncl_lightning.foundation.validation import (
     check_at_least,
     check_finite,
     check_pair,

@@ -37,8 +37,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ncl_lightning.callbacks.pictures import accuracy_vs_k
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
 
 # Column -> (protocol, metric key); selection keys get the reported k filled in.

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ncl_lightning.foundation.errors import ConfigError, DataError
+from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.nn.gather import gather_uneven
-from ncl_lightning.runtime.errors import ConfigError, DataError
-from ncl_lightning.runtime.validation import check_at_least
 
 
 @torch.no_grad()

@@ -30,8 +30,10 @@ from torch import Tensor
 from ncl_lightning.callbacks.pictures import accuracy_vs_k
 from ncl_lightning.callbacks.schedule import run_dir
 from ncl_lightning.data.base import MultiViewDataModule
-from ncl_lightning.data.protocol import CleanData, require_extra
 from ncl_lightning.evaluation.features import extract_features, probe_accuracy
+from ncl_lightning.foundation.errors import ConfigError, UsageError
+from ncl_lightning.foundation.protocols import CleanData, require_extra
+from ncl_lightning.foundation.validation import check_at_least, check_choice, check_positive
 from ncl_lightning.methods.classifier import first_view
 from ncl_lightning.metrics.functional import (
     expected_activation,
@@ -41,9 +43,7 @@ from ncl_lightning.metrics.functional import (
 from ncl_lightning.nn.gather import gather_uneven
 from ncl_lightning.runtime.checkpoint import load_method
 from ncl_lightning.runtime.defaults import missing_callbacks
-from ncl_lightning.runtime.errors import ConfigError, UsageError
 from ncl_lightning.runtime.record import CheckpointRecord
-from ncl_lightning.runtime.validation import check_at_least, check_choice, check_positive
 
 RULES = ("ea", "random")
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from torch import nn
 
+from ncl_lightning.foundation.registry import Registry
 from ncl_lightning.losses.info_nce import InfoNCELoss, info_nce
 from ncl_lightning.losses.non_contrastive import negative_cosine, symmetric_negative_cosine
 from ncl_lightning.losses.pairs import ViewPairs, pair_indices, view_pairs
 from ncl_lightning.losses.spectral import SpectralContrastiveLoss, spectral_contrastive
 from ncl_lightning.losses.supcon import SupConLoss, supcon
-from ncl_lightning.registry import Registry
 
 OBJECTIVES: Registry[nn.Module] = Registry("objective")
 """Loss factories ``(temperature, gather_distributed) -> nn.Module`` by config name

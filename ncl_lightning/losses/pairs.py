@@ -29,8 +29,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.nn.gather import gather_no_grad, gather_with_grad, rank
-from ncl_lightning.runtime.errors import ConfigError
 
 
 def pair_indices(n: int, total: int, offset: int, device: torch.device) -> tuple[Tensor, Tensor]:

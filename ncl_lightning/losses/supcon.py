@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.validation import check_positive
 from ncl_lightning.losses.normalize import normalize_rows
 from ncl_lightning.losses.pairs import view_pairs
-from ncl_lightning.runtime.validation import check_positive
 
 
 def supcon(

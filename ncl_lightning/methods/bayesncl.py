@@ -6,17 +6,17 @@ from typing import Any, NamedTuple
 
 from torch import Tensor, nn
 
-from ncl_lightning.methods.ncl import NCL
-from ncl_lightning.metrics import OpenFrequency
-from ncl_lightning.nn.gates import GATES, bernoulli_kl
-from ncl_lightning.nn.heads import MLP
-from ncl_lightning.nn.protocols import Backbone, TorchModule
-from ncl_lightning.runtime.validation import (
+from ncl_lightning.foundation.validation import (
     check_at_least,
     check_choice,
     check_positive,
     check_range,
 )
+from ncl_lightning.methods.ncl import NCL
+from ncl_lightning.metrics import OpenFrequency
+from ncl_lightning.nn.gates import GATES, bernoulli_kl
+from ncl_lightning.nn.heads import MLP
+from ncl_lightning.nn.protocols import Backbone, TorchModule
 
 
 class GatedEncoded(NamedTuple):

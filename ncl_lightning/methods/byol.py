@@ -9,10 +9,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.validation import check_choice, check_range
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.simsiam import SimSiam
 from ncl_lightning.nn.protocols import Backbone
-from ncl_lightning.runtime.validation import check_choice, check_range
 
 EMASchedule = Literal["cosine", "constant"]
 

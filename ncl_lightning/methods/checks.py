@@ -1,5 +1,5 @@
 """Argument checks the methods share in ``__init__``: one-line
-:class:`~ncl_lightning.runtime.errors.ConfigError` messages of the form
+:class:`~ncl_lightning.foundation.errors.ConfigError` messages of the form
 ``<key> must be ..., got <value>`` naming the ``__init__`` argument (the key under
 ``model.init_args`` in a config). The checks that need the built model and the data are
 :func:`ncl_lightning.runtime.preflight.preflight`.
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_at_least
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least
 
 
 def check_backbone(backbone: nn.Module) -> None:

@@ -7,13 +7,13 @@ from typing import Any, ClassVar
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_positive
 from ncl_lightning.losses import OBJECTIVES
 from ncl_lightning.methods.base import Encoded, SSLMethod
 from ncl_lightning.methods.checks import check_projector
 from ncl_lightning.nn.heads import MLP
 from ncl_lightning.nn.protocols import Backbone, TorchModule
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_positive
 
 
 class CL(SSLMethod):

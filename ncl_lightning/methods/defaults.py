@@ -24,7 +24,7 @@ import functools
 import inspect
 import textwrap
 
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 
 LOSS_KEYS = ("loss", "objective")  # ``objective`` was the ``loss`` argument's old name
 

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least, check_choice
 from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.classifier import Classifier
@@ -22,8 +24,6 @@ from ncl_lightning.nn.heads import MLP, LinearClassifier
 from ncl_lightning.nn.nonneg import NONNEG
 from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.runtime.checkpoint import load_backbone
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_at_least, check_choice
 
 
 class NCEClassifier(Classifier):

@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ncl_lightning.foundation.validation import check_range
 from ncl_lightning.methods.cl import CL
 from ncl_lightning.nn.nonneg import NONNEG
 from ncl_lightning.nn.protocols import Backbone, TorchModule
-from ncl_lightning.runtime.validation import check_range
 
 
 class NCL(CL):

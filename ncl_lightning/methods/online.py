@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.knn import check_knn_arguments, weighted_knn_predict
 from ncl_lightning.nn.gather import gather_no_grad
-from ncl_lightning.runtime.errors import ConfigError
 
 
 class OnlineEvaluator(nn.Module):

@@ -6,13 +6,13 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.losses import symmetric_negative_cosine
 from ncl_lightning.methods.base import Encoded, SSLMethod
 from ncl_lightning.methods.checks import check_projector
 from ncl_lightning.nn.heads import MLP
 from ncl_lightning.nn.protocols import Backbone
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_at_least
 
 
 def optional_mlp(in_dim: int, hidden_dim: int, out_dim: int, num_layers: int) -> nn.Module:

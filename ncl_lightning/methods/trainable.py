@@ -27,12 +27,14 @@ from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from ncl_lightning.foundation.errors import ConfigError, UsageError
+from ncl_lightning.foundation.internals import build_train_loader, built_by_cli, record_hparams
+from ncl_lightning.foundation.validation import check_at_least, check_choice, check_range
 from ncl_lightning.methods.defaults import check_declared_defaults
 from ncl_lightning.optim import decay_param_groups, warmup_cosine, warmup_step
 from ncl_lightning.optim import scale_lr as scaled
 from ncl_lightning.optim.batch_report import batch_layout, describe_batch
 from ncl_lightning.runtime.defaults import missing_callbacks
-from ncl_lightning.runtime.errors import ConfigError, UsageError
 from ncl_lightning.runtime.finite_checks import zero_loss
 from ncl_lightning.runtime.guard import (
     NONFINITE_CHOICES,
@@ -40,11 +42,9 @@ from ncl_lightning.runtime.guard import (
     NonFiniteLoss,
     check_grad_norm_limit,
 )
-from ncl_lightning.runtime.internals import build_train_loader, built_by_cli, record_hparams
 from ncl_lightning.runtime.record import RECORD_KEY, make_record, spec_of
 from ncl_lightning.runtime.switches import CompileMode, check_compile_mode
 from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
-from ncl_lightning.runtime.validation import check_at_least, check_choice, check_range
 
 # Arguments every model takes from the DataModule attribute of the same name: ncl-cli
 # links them (``data.<name>`` -> ``model.init_args.<name>``), and a module built in
@@ -75,7 +75,7 @@ class TrainableModule(L.LightningModule):
         compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
             ``max-autotune``).
         nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
-            :class:`~ncl_lightning.runtime.errors.NonFiniteLossError`) or ``skip`` the batch; the
+            :class:`~ncl_lightning.foundation.errors.NonFiniteLossError`) or ``skip`` the batch; the
             same for non-finite gradients or BatchNorm statistics with a finite loss.
         grad_norm_limit: Treat a step whose gradient norm (over every parameter, before
             any clipping) exceeds this like a non-finite one (``nonfinite_loss``); None

@@ -12,11 +12,11 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ncl_lightning.foundation.errors import ConfigError, EmptyMetricError
 from ncl_lightning.metrics.functional.dictionary import (
     check_weight_dictionary,
     dictionary_recovery,
 )
-from ncl_lightning.runtime.errors import ConfigError, EmptyMetricError
 
 
 class DictionaryRecovery(Metric):

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.gate import open_frequency, open_frequency_summary
-from ncl_lightning.runtime.errors import ConfigError
 
 
 class OpenFrequency(Metric):

@@ -14,8 +14,8 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
+from ncl_lightning.foundation.errors import ConfigError, EmptyMetricError
 from ncl_lightning.metrics.functional.mig import check_codes_factors, mutual_information_gap
-from ncl_lightning.runtime.errors import ConfigError, EmptyMetricError
 
 
 class MutualInformationGap(Metric):

@@ -13,12 +13,12 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.orthogonality import (
     feature_gram,
     orthogonality_error_from_gram,
 )
 from ncl_lightning.metrics.functional.sparsity import activation_mask
-from ncl_lightning.runtime.errors import ConfigError
 
 
 def check_batch(z: Tensor, num_features: int) -> None:

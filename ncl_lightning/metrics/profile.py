@@ -8,6 +8,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.metrics.functional.profile import (
     EMPTY_INDEX,
     DimensionProfile,
@@ -17,8 +19,6 @@ from ncl_lightning.metrics.functional.profile import (
     profile_sums,
     top_activating,
 )
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.validation import check_at_least
 
 
 class FeatureProfile(Metric):

@@ -13,12 +13,12 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
+from ncl_lightning.foundation.errors import ConfigError, EmptyMetricError
 from ncl_lightning.metrics.functional.activation import (
     expected_activation,
     select_by_expected_activation,
 )
 from ncl_lightning.metrics.functional.retrieval import retrieval_precision
-from ncl_lightning.runtime.errors import ConfigError, EmptyMetricError
 
 
 class RetrievalPrecision(Metric):

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.semantic import (
     ENTROPY_WEIGHTINGS,
     EntropyWeighting,
@@ -26,7 +27,6 @@ from ncl_lightning.metrics.functional.semantic import (
 )
 from ncl_lightning.metrics.functional.sparsity import activation_mask, l2_normalize_rows
 from ncl_lightning.metrics.orthogonality import check_batch, check_num_features
-from ncl_lightning.runtime.errors import ConfigError
 
 
 def _check_args(num_features: int, num_classes: int, eps: float) -> None:

@@ -14,13 +14,13 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.sepin import (
     DEFAULT_KS,
     check_ks,
     sepin_at_k,
     sepin_per_dimension,
 )
-from ncl_lightning.runtime.errors import ConfigError
 
 
 class SEPIN(Metric):

@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.sparsity import activation_mask, zero_fraction
-from ncl_lightning.runtime.errors import ConfigError
 
 
 class Sparsity(Metric):

@@ -15,9 +15,9 @@ import torch
 import torchvision
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.registry import Registry
 from ncl_lightning.nn.protocols import Backbone
-from ncl_lightning.registry import Registry
-from ncl_lightning.runtime.errors import ConfigError
 
 _RESNETS: dict[int, tuple[Callable[..., torchvision.models.ResNet], int]] = {
     18: (torchvision.models.resnet18, 512),

@@ -25,8 +25,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.registry import Registry
-from ncl_lightning.runtime.validation import check_positive, check_range
+from ncl_lightning.foundation.registry import Registry
+from ncl_lightning.foundation.validation import check_positive, check_range
 
 GATES: Registry[nn.Module] = Registry("gate type")
 """BayesNCL gates by name (``model.init_args.gate``): ``"ste"``, ``"gumbel"``,

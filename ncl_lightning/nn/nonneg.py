@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.registry import Registry
+from ncl_lightning.foundation.registry import Registry
 
 NONNEG: Registry[nn.Module] = Registry("non-negative map")
 """Non-negative maps σ⁺ by name (``model.init_args.nonneg``).

@@ -20,9 +20,9 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.nn.backbones import BACKBONES, backbone_spec
 from ncl_lightning.nn.protocols import Backbone
-from ncl_lightning.runtime.errors import ConfigError
 
 Activation = Literal["srelu", "relu"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.nn.backbones import BACKBONES, backbone_spec
 from ncl_lightning.nn.protocols import Backbone
-from ncl_lightning.runtime.errors import ConfigError
 
 
 class SpriteEncoder(nn.Module, Backbone):

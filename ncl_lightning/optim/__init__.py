@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.registry import Registry
 from ncl_lightning.optim.lars import LARS
 from ncl_lightning.optim.param_groups import NORM_LAYERS, decay_param_groups, split_decay_params
 from ncl_lightning.optim.schedulers import warmup_cosine, warmup_step
-from ncl_lightning.registry import Registry
-from ncl_lightning.runtime.errors import ConfigError
 
 OPTIMIZERS: Registry[torch.optim.Optimizer] = Registry("optimizer")
 """Optimiser classes by name: ``"lars"`` ([LARS][ncl_lightning.optim.LARS]), ``"sgd"``,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 
 REFERENCE_BATCH = 256
 

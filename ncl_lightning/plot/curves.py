@@ -17,9 +17,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # files only, no di
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ncl_lightning.foundation.errors import ConfigError, DataError, did_you_mean
+from ncl_lightning.foundation.validation import check_choice
 from ncl_lightning.plot.metrics_csv import Point, RunCurves, load_runs
-from ncl_lightning.runtime.errors import ConfigError, DataError, did_you_mean
-from ncl_lightning.runtime.validation import check_choice
 
 # Drawn when logged, in this order. ``lr`` stands for LearningRateMonitor's ``lr-<Optimizer>``
 # columns (one panel each).

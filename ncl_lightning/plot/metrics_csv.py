@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ncl_lightning.runtime.errors import ConfigError, DataError, DataNotFoundError
+from ncl_lightning.foundation.errors import ConfigError, DataError, DataNotFoundError
 
 METRICS_FILE = "metrics.csv"
 INDEX_COLUMNS = ("epoch", "step")

@@ -28,6 +28,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from ncl_lightning.foundation.internals import outside_cli
 from ncl_lightning.runtime.checkpoint_check import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -35,7 +36,6 @@ from ncl_lightning.runtime.checkpoint_check import (
     check_structure,
     is_trusted,
 )
-from ncl_lightning.runtime.internals import outside_cli
 from ncl_lightning.runtime.record import RECORD_KEY
 from ncl_lightning.runtime.resume import same_class
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ncl_lightning.runtime.errors import NCLError
+from ncl_lightning.foundation.errors import NCLError
 from ncl_lightning.runtime.record import RECORD_KEY
 
 TRUSTED_ENV = "NCL_TRUSTED_MODULES"

@@ -7,8 +7,8 @@ nothing is synced to disk. :class:`AtomicCheckpointIO` writes a temporary file b
 the target, syncs it and renames it over the target (``os.replace``: atomic on POSIX
 and Windows), so a reader sees either the old complete file or the new complete one.
 
-A full disk while writing raises one :class:`~ncl_lightning.runtime.errors.DiskFullError`
-(the previous file kept, nothing half-written; see :mod:`ncl_lightning.runtime.disk`).
+A full disk while writing raises one :class:`~ncl_lightning.foundation.errors.DiskFullError`
+(the previous file kept, nothing half-written; see :mod:`ncl_lightning.foundation.disk`).
 ``ncl-cli`` installs it on every Trainer; from Python pass
 ``Trainer(plugins=[AtomicCheckpointIO()])``.
 """
@@ -23,7 +23,7 @@ import torch
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from ncl_lightning.runtime.disk import TMP_MARK, atomic_write, remove_stale
+from ncl_lightning.foundation.disk import TMP_MARK, atomic_write, remove_stale
 
 HINT = "give the run a folder on another disk (trainer.default_root_dir)"
 
@@ -51,9 +51,9 @@ def tensor_bytes(obj: Any) -> int:
 def atomic_save(obj: Any, path: str | Path) -> None:
     """``torch.save(obj, path)`` that replaces ``path`` only once the new file is complete.
 
-    Written by :func:`ncl_lightning.runtime.disk.atomic_write`: the free space is
+    Written by :func:`ncl_lightning.foundation.disk.atomic_write`: the free space is
     checked against the tensors' size first; a full disk (or quota, or file-size limit)
-    raises one :class:`~ncl_lightning.runtime.errors.DiskFullError` naming the path and
+    raises one :class:`~ncl_lightning.foundation.errors.DiskFullError` naming the path and
     the space needed, and leaves the previous file and no temporary file.
 
     Args:
@@ -73,7 +73,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` whose local writes are atomic (see the module docstring);
     remote URLs (``s3://``...) keep Lightning's behaviour. The first write into a folder
     removes the temporary files that killed writers left there
-    (:func:`~ncl_lightning.runtime.disk.remove_stale`)."""
+    (:func:`~ncl_lightning.foundation.disk.remove_stale`)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -49,7 +49,8 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from ncl_lightning.data.protocol import ChecksInputs, MultiViewData
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.protocols import ChecksInputs, MultiViewData
 from ncl_lightning.methods.trainable import DATA_LINKED
 from ncl_lightning.runtime import (
     Preemption,
@@ -71,7 +72,6 @@ from ncl_lightning.runtime.cli_resume import (
     typed_model_keys,
 )
 from ncl_lightning.runtime.defaults import default_callbacks, drop_shadowed
-from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.overrides import describe
 from ncl_lightning.runtime.preflight import (
     Preflight,

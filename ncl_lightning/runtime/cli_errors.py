@@ -19,8 +19,8 @@ import lightning as L
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 
-from ncl_lightning.runtime.errors import ConfigError, NCLError, closest
-from ncl_lightning.runtime.internals import MESSAGE_FORMATS, UNION_REPORT_NOISE
+from ncl_lightning.foundation.errors import ConfigError, NCLError, closest
+from ncl_lightning.foundation.internals import MESSAGE_FORMATS, UNION_REPORT_NOISE
 
 # Every third-party message format read here is defined (and tested) in runtime/internals.py.
 _NOISE = UNION_REPORT_NOISE
@@ -313,7 +313,7 @@ def os_message(err: OSError) -> str | None:
 def user_error_message(err: BaseException) -> str | None:
     """The one line ``ncl-cli`` prints for a user-caused error, or ``None`` for a bug.
 
-    User-caused: our own :class:`~ncl_lightning.runtime.errors.NCLError` (checks), a jsonargparse
+    User-caused: our own :class:`~ncl_lightning.foundation.errors.NCLError` (checks), a jsonargparse
     report (config keys, types, a class's ``__init__`` refusing a value), Lightning's
     ``MisconfigurationException`` and an ``OSError`` naming a path (the message is the
     path and the system's reason). Anything else is a bug and keeps its traceback.

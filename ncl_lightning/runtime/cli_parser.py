@@ -9,9 +9,9 @@ from typing import Any, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.runtime.cli_errors import summarize
 from ncl_lightning.runtime.config_files import check_config_args
-from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.trainer_checks import check_seed, check_trainer
 
 TRACEBACK_ENV = "NCL_TRACEBACK"

@@ -19,7 +19,7 @@ from typing import Any
 from jsonargparse import Namespace
 from lightning.pytorch.utilities import rank_zero_info
 
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.runtime.overrides import Change
 from ncl_lightning.runtime.run_search import run_checkpoints, select_checkpoint
 from ncl_lightning.runtime.runs import short_path

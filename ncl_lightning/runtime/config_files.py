@@ -3,7 +3,7 @@
 jsonargparse reports a broken config file without its name or location ("Problems
 parsing config: while parsing a flow sequence", "Unexpected config:"). :func:`check_config_args`
 finds every ``--config``/``-c`` file of a command line and :func:`check_config_file`
-refuses, in one :class:`~ncl_lightning.runtime.errors.ConfigError` naming the file, one that does
+refuses, in one :class:`~ncl_lightning.foundation.errors.ConfigError` naming the file, one that does
 not exist, is a folder or unreadable, is not YAML (``file:line:column``), is empty, or
 whose top level is not a mapping; a ``config:`` key inside a file (a nested config,
 which jsonargparse reads relative to the file's folder) is checked the same way.
@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 
 CONFIG_FLAGS = ("--config", "-c")
 CONFIG_KEY = "config"  # ``err.key`` of every error about a config file

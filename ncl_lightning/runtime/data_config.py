@@ -14,6 +14,7 @@ import lightning as L
 import yaml
 from jsonargparse import ArgumentParser
 
+from ncl_lightning.foundation.errors import ConfigError, NCLError, closest
 from ncl_lightning.runtime.cli_errors import (
     loaded_subclasses,
     one_line,
@@ -22,7 +23,6 @@ from ncl_lightning.runtime.cli_errors import (
 )
 from ncl_lightning.runtime.cli_names import import_public_classes
 from ncl_lightning.runtime.config_files import check_config_file
-from ncl_lightning.runtime.errors import ConfigError, NCLError, closest
 
 CONFIG_NAME = "config.yaml"  # what LightningCLI saves in a run's folder
 

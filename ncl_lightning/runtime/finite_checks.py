@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.runtime.errors import NonFiniteLossError
+from ncl_lightning.foundation.errors import NonFiniteLossError
 
 # Codes of the training-step check (max-reduced over ranks: the highest wins; a NaN loss
 # often comes with NaN running statistics, and the loss is what the user sees).

@@ -7,7 +7,7 @@ installs it; a plain ``Trainer`` gets it from the module's ``configure_callbacks
 
 * ``stop`` (default): the weights of the last finite state are saved to
   ``last-finite.ckpt`` beside the run's checkpoints and training stops with
-  :class:`~ncl_lightning.runtime.errors.NonFiniteLossError`, one line naming the step,
+  :class:`~ncl_lightning.foundation.errors.NonFiniteLossError`, one line naming the step,
   the epoch, the batch and the file.
 * ``skip``: the batch changes nothing (weights, optimiser state, buffers, probe metrics,
   kNN bank); ``train/skipped_nonfinite`` counts skipped batches, one warning per epoch.
@@ -42,6 +42,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.validation import check_positive
 from ncl_lightning.runtime.finite_checks import (
     LOSS_SCALE,
     PARAMETER,
@@ -56,7 +57,6 @@ from ncl_lightning.runtime.finite_checks import (
 from ncl_lightning.runtime.rollback import StepSnapshot, Verdict
 from ncl_lightning.runtime.skips import HINT, LAST_FINITE_NAME, SkipOrStop, last_finite_path
 from ncl_lightning.runtime.skips import where as _where
-from ncl_lightning.runtime.validation import check_positive
 
 NonFiniteLoss = Literal["stop", "skip"]
 NONFINITE_CHOICES: tuple[str, ...] = ("stop", "skip")

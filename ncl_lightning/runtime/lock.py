@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from lightning.pytorch.callbacks import Callback
 
-from ncl_lightning.runtime.errors import NCLError
+from ncl_lightning.foundation.errors import NCLError
 from ncl_lightning.runtime.runs import logger_folder
 
 LOCK_SUFFIX = ".ncl-run.lock"

@@ -22,7 +22,7 @@ from lightning.pytorch.loggers.logger import DummyExperiment, rank_zero_experime
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import Tensor, nn
 
-from ncl_lightning.runtime.internals import wandb_settings_and_key
+from ncl_lightning.foundation.internals import wandb_settings_and_key
 
 PROBE_TIMEOUT_S = 3.0
 ONLINE_MODES = ("online", "run", "shared")  # the others: offline, dryrun, disabled

@@ -22,9 +22,9 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 
 from ncl_lightning.data.batch_scope import per_device_batch
-from ncl_lightning.data.protocol import ImageShape
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.internals import MESSAGE_FORMATS
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.internals import MESSAGE_FORMATS
+from ncl_lightning.foundation.protocols import ImageShape
 
 OPTIMIZER_LR_KEY = "model.init_args.optimizer.init_args.lr"
 

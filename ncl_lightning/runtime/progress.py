@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from ncl_lightning.runtime.validation import check_at_least
+from ncl_lightning.foundation.validation import check_at_least
 
 # Lightning's loggers (the unified package and the standalone ones): every banner of a
 # run is an INFO record of one of them or of a child.

@@ -17,8 +17,8 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.runtime.checkpoint_io import is_partial
-from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.runs import LAST_NAME, run_folder_of, short_path
 
 SEARCH_DEPTH = 4  # <root>/<name>/<version>/checkpoints/last.ckpt

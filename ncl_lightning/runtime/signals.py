@@ -46,8 +46,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from ncl_lightning.runtime.disk import remove_stale
-from ncl_lightning.runtime.errors import DiskFullError
+from ncl_lightning.foundation.disk import remove_stale
+from ncl_lightning.foundation.errors import DiskFullError
 from ncl_lightning.runtime.runs import run_folder_of, slurm_job
 from ncl_lightning.runtime.watchdog import StopWatchdog, end_children, flush_output, grace_from_env
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_warn
 
-from ncl_lightning.runtime.errors import NonFiniteLossError
-from ncl_lightning.runtime.internals import batch_index
+from ncl_lightning.foundation.errors import NonFiniteLossError
+from ncl_lightning.foundation.internals import batch_index
 
 LAST_FINITE_NAME = "last-finite.ckpt"
 HINT = "set model.init_args.nonfinite_loss: skip to skip such batches"

@@ -34,7 +34,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 
-from ncl_lightning.runtime.validation import check_choice
+from ncl_lightning.foundation.validation import check_choice
 
 CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 _APPLIED = "_speed_switches_applied"

@@ -4,7 +4,7 @@ stderr, exit status 2, no traceback (``NCL_TRACEBACK=1`` shows it).
 
 :class:`ToolArgumentParser` says argparse's own errors (an unknown option, an invalid choice,
 a value of the wrong type) in that line; :func:`run_tool` says the errors the tool's input
-checks raise (:class:`~ncl_lightning.runtime.errors.NCLError`) and those
+checks raise (:class:`~ncl_lightning.foundation.errors.NCLError`) and those
 :func:`~ncl_lightning.runtime.cli_errors.user_error_message` recognises. A fault while the
 tool works (:class:`RuntimeError` kinds, such as a study cell that failed) exits with 1.
 Nothing heavy is imported here: Lightning only when an error is not one of ours.
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
-from ncl_lightning.runtime.errors import NCLError
+from ncl_lightning.foundation.errors import NCLError
 
 TRACEBACK_ENV = "NCL_TRACEBACK"  # the same switch as ncl-cli's
 INPUT_ERROR, RUN_ERROR = 2, 1

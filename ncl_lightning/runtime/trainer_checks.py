@@ -6,7 +6,7 @@ accelerator and the strategy, with messages that do not name the config key, and
 its exceptions are plain ``TypeError``/``ValueError`` (indistinguishable from a bug). An
 output folder that is a file or not writable is found only when the first log or
 checkpoint is written. :func:`check_trainer` checks each value where it is declared and
-raises one :class:`~ncl_lightning.runtime.errors.ConfigError` naming ``trainer.<key>``.
+raises one :class:`~ncl_lightning.foundation.errors.ConfigError` naming ``trainer.<key>``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.strategies import StrategyRegistry
 
-from ncl_lightning.runtime.errors import ConfigError, closest
-from ncl_lightning.runtime.internals import layer_sync
+from ncl_lightning.foundation.errors import ConfigError, closest
+from ncl_lightning.foundation.internals import layer_sync
 from ncl_lightning.runtime.trainer_values import (
     check_numbers,
     check_precision,

@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any, get_args
 
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 
 
 def config_get(cfg: Any, key: str) -> Any:

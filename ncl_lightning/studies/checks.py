@@ -1,6 +1,6 @@
 """Argument checks of the studies, run before any cell starts (nothing is written).
 
-Each raises one :class:`~ncl_lightning.runtime.errors.ConfigError` naming the option
+Each raises one :class:`~ncl_lightning.foundation.errors.ConfigError` naming the option
 (``--seeds``, ``--run-arg``...); ``python -m ncl_lightning.studies.<name>`` prints it as
 ``<tool>: error: <option>: <problem>`` with exit status 2.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ncl_lightning.resources import config_path
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.runtime.config_files import check_config_file
-from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.trainer_checks import SEED_MAX, check_output_dir
 from ncl_lightning.studies.study_defs import Study
 

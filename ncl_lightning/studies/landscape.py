@@ -31,8 +31,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.plot.metrics_csv import read_metrics
-from ncl_lightning.resources import config_path
 from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
 from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
 from ncl_lightning.studies.checks import check_landscape_study

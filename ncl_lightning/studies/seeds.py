@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
+from ncl_lightning.foundation.errors import RunFailedError
+from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.plot.metrics_csv import read_metrics
-from ncl_lightning.resources import config_path
-from ncl_lightning.runtime.errors import RunFailedError
 from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress
 from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
 from ncl_lightning.studies.checks import check_seeds_study

@@ -13,7 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
-from ncl_lightning.registry import Registry
+from ncl_lightning.foundation.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ncl_lightning.atlas import browser
-from ncl_lightning.runtime.errors import UsageError
+from ncl_lightning.foundation.errors import UsageError
 from tests.atlas.browser import require_browser
 
 

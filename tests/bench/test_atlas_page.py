@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ncl_lightning.bench.atlas_page import page_load_ms
-from ncl_lightning.runtime.errors import ConfigError, DataNotFoundError
+from ncl_lightning.foundation.errors import ConfigError, DataNotFoundError
 from tests.atlas.browser import require_browser
 from tests.atlas.fake_atlas import write_fake_atlas
 

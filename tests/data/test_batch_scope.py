@@ -9,7 +9,7 @@ import pytest
 
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.data.batch_scope import check_train_batches, per_device_batch
-from ncl_lightning.runtime.errors import ConfigError, DataError
+from ncl_lightning.foundation.errors import ConfigError, DataError
 
 
 def _fake_trainer(world: int, rank: int) -> SimpleNamespace:

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ncl_lightning.data import ImageFolderDataModule, ImageNetOODDataModule
-from ncl_lightning.runtime.errors import CorruptImageError
+from ncl_lightning.foundation.errors import CorruptImageError
 
 CLASSES = ("airplane", "automobile")
 N_TRAIN, N_VAL = 40, 10

@@ -26,7 +26,7 @@ from ncl_lightning.data import (
     SparseCodingDataModule,
     load_imagenet100_classes,
 )
-from ncl_lightning.runtime.errors import ConfigError, DataError, DataNotFoundError, NCLError
+from ncl_lightning.foundation.errors import ConfigError, DataError, DataNotFoundError, NCLError
 from tests.fakes import make_image_folder, write_images
 
 WNIDS = load_imagenet100_classes()

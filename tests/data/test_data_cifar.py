@@ -31,7 +31,7 @@ from ncl_lightning.data import (
     CIFAR10DataModule,
     CIFAR100DataModule,
 )
-from ncl_lightning.runtime.errors import DataNotFoundError
+from ncl_lightning.foundation.errors import DataNotFoundError
 from tests.fakes import N_PER_FILE, make_fake_cifar, md5
 
 

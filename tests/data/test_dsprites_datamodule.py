@@ -14,7 +14,7 @@ from ncl_lightning.data.dsprites import (
     render_sprite,
     render_sprites,
 )
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
 

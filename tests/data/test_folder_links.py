@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from ncl_lightning.data import ImageFolderDataModule, ImageNetOODDataModule
+from ncl_lightning.foundation.errors import DataError
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSES = ("airplane", "automobile", "bird")

@@ -22,7 +22,7 @@ from PIL import Image
 
 from ncl_lightning.data import ImageFolderDataModule
 from ncl_lightning.data.decode import read_image, to_8bit
-from ncl_lightning.runtime.errors import CorruptImageError
+from ncl_lightning.foundation.errors import CorruptImageError
 
 SIZE = 16
 RNG_SEED = 0

@@ -14,9 +14,9 @@ import torch
 
 from ncl_lightning.data import DigitsDataModule, DSpritesDataModule
 from ncl_lightning.data.loader_defaults import auto_workers, default_workers, describe_loader
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import SmallCNN
-from ncl_lightning.runtime.errors import ConfigError
 from tests.methods.test_batch_lr import fit_batch_lines
 
 

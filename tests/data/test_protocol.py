@@ -11,7 +11,8 @@ import torch
 from ncl_lightning.callbacks import FeatureStatistics
 from ncl_lightning.callbacks.top_activations import _picture_data
 from ncl_lightning.data import DigitsDataModule, DSpritesDataModule, SparseCodingDataModule
-from ncl_lightning.data.protocol import (
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.protocols import (
     ChecksInputs,
     ClassLabels,
     CleanData,
@@ -23,7 +24,6 @@ from ncl_lightning.data.protocol import (
     PictureData,
     ViewData,
 )
-from ncl_lightning.runtime.errors import ConfigError
 
 ALL = (ChecksInputs, ClassLabels, CleanData, FactorData, GroundTruthDictionary, ImageShape,
        MultipleTestSets, MultiViewData, PictureData, ViewData)  # fmt: skip

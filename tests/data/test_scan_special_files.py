@@ -21,7 +21,7 @@ from PIL import Image
 
 from ncl_lightning.data.decode import read_image
 from ncl_lightning.data.scan import FolderScan, warn_skipped_links
-from ncl_lightning.runtime.errors import CorruptImageError, DataError
+from ncl_lightning.foundation.errors import CorruptImageError, DataError
 from tests.conftest import ROOT
 
 EXTENSIONS = (".png", ".jpg")

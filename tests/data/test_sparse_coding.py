@@ -12,7 +12,7 @@ from ncl_lightning.data.sparse_coding import (
     SparseCodingModel,
     mask_views,
 )
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 
 
 def _gen(seed=0):

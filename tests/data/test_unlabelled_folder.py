@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ncl_lightning.data import ImageFolderDataModule
+from ncl_lightning.foundation.errors import DataNotFoundError
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.errors import DataNotFoundError
 from tests.helpers.cli import DEMO
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.losses import ViewPairs, pair_indices, view_pairs
-from ncl_lightning.runtime.errors import ConfigError
 
 
 def reference_layout(n: int, world: int, rank: int) -> dict[str, list]:

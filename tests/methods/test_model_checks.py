@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ncl_lightning.evaluation.knn import KNNClassifier
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import (
     BYOL,
     CL,
@@ -26,7 +27,6 @@ from ncl_lightning.methods import (
 from ncl_lightning.nn import SmallCNN, SparseCodingEncoder
 from ncl_lightning.nn.nonneg import NONNEG
 from ncl_lightning.optim import LARS, OPTIMIZERS
-from ncl_lightning.runtime.errors import ConfigError
 from ncl_lightning.runtime.preflight import preflight
 
 HEADS = {"proj_hidden_dim": 32, "proj_output_dim": 12}

@@ -17,9 +17,9 @@ from lightning.pytorch.strategies import DDPStrategy
 from torch import Tensor
 
 from ncl_lightning.data import DigitsDataModule
+from ncl_lightning.foundation.errors import NonFiniteLossError
 from ncl_lightning.methods import BYOL, NCL, Encoded, NCEClassifier
 from ncl_lightning.nn import SmallCNN
-from ncl_lightning.runtime.errors import NonFiniteLossError
 
 BAD_STEP = 3
 BATCHES = 6

@@ -16,10 +16,10 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 
 from ncl_lightning.data import DigitsDataModule
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import BayesNCL
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.cli import main
-from ncl_lightning.runtime.errors import ConfigError
 from tests.conftest import ROOT
 from tests.methods.grad_poison import Poison
 from tests.runtime.test_checkpoint import FACTORIES, _fit_and_save

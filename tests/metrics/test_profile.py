@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics import FeatureProfile
 from ncl_lightning.metrics.functional import semantic_consistency, semantic_entropy, sparsity
 from ncl_lightning.metrics.functional.profile import dimension_profile, merge_top_k
-from ncl_lightning.runtime.errors import ConfigError
 
 
 def _features(n: int = 90, d: int = 7, c: int = 4, seed: int = 0):

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.optim.batch_report import BatchLayout, batch_layout, describe_batch
-from ncl_lightning.runtime.errors import ConfigError
 
 
 def test_two_devices_global_scope() -> None:

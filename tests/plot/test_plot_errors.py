@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from ncl_lightning.foundation.errors import ConfigError, DataError, DataNotFoundError
 from ncl_lightning.plot import find_metrics, load_runs, plot_curves, read_metrics
 from ncl_lightning.plot.__main__ import PROG, default_out, main
 from ncl_lightning.plot.curves import IMAGE_FORMATS
-from ncl_lightning.runtime.errors import ConfigError, DataError, DataNotFoundError
 from tests.helpers.tools import refused
 
 GOOD = "epoch,step,train/loss,val/online_acc\n0,0,2.0,\n0,0,,0.5\n"

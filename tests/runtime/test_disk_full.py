@@ -26,11 +26,11 @@ from PIL import Image
 
 from ncl_lightning.data.folder import ImageListDataset, scan_class_folders
 from ncl_lightning.data.memory import decode_images
+from ncl_lightning.foundation.disk import format_bytes, host_tag
+from ncl_lightning.foundation.errors import DiskFullError
 from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO, atomic_save, tensor_bytes
 from ncl_lightning.runtime.cli import main
 from ncl_lightning.runtime.cli_errors import user_error_message
-from ncl_lightning.runtime.disk import format_bytes, host_tag
-from ncl_lightning.runtime.errors import DiskFullError
 from tests.conftest import ROOT
 from tests.resume_helpers import digits_run_config
 from tests.runtime.test_signals import digits_config, digits_steps_per_epoch, start, wait_for
@@ -157,7 +157,7 @@ def test_file_size_limit_in_a_real_process(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"ncl_lightning.runtime.errors.DiskFullError: cannot write {path}: "
+    assert last.startswith(f"ncl_lightning.foundation.errors.DiskFullError: cannot write {path}: "
                            "file too large")  # fmt: skip
     assert "(it needs about 256.0 KiB, " in last
     # without our writer this is a RuntimeError with the OSError only in its context
@@ -299,7 +299,7 @@ ON_TMPFS = textwrap.dedent(
     from pathlib import Path
     from ncl_lightning.data.memory import decode_images
     from ncl_lightning.runtime.checkpoint_io import atomic_save
-    from ncl_lightning.runtime.errors import DiskFullError
+    from ncl_lightning.foundation.errors import DiskFullError
     from tests.runtime.test_disk_full import image_folder
     fs, work = Path(sys.argv[1]), Path(sys.argv[2])
     atomic_save({"step": 1}, fs / "last.ckpt")

@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from ncl_lightning.foundation import validation
+from ncl_lightning.foundation.errors import ConfigError, EmptyMetricError, NCLError
+from ncl_lightning.foundation.registry import Registry
 from ncl_lightning.metrics.functional import mutual_information_gap, weighted_knn_predict
 from ncl_lightning.metrics.retrieval import RetrievalPrecision
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.optim.schedulers import warmup_cosine
-from ncl_lightning.registry import Registry
-from ncl_lightning.runtime import validation
 from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.runtime.cli_errors import parser_error
 from ncl_lightning.runtime.config_files import check_config_file
-from ncl_lightning.runtime.errors import ConfigError, EmptyMetricError, NCLError
 from ncl_lightning.runtime.trainer_checks import check_output_dir, check_seed, check_trainer
 from tests.helpers.cli import DEMO, refused_fit
 
@@ -75,7 +75,7 @@ def test_no_built_in_exception_is_raised_directly() -> None:
         if (path, owner) not in ALLOWED
     ]
     assert not offenders, (
-        "user errors must be NCLError subclasses (ncl_lightning/runtime/errors.py) carrying "
+        "user errors must be NCLError subclasses (ncl_lightning/foundation/errors.py) carrying "
         "key=; built-in exceptions raised directly:\n" + "\n".join(offenders)
     )
 

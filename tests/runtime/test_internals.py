@@ -15,14 +15,15 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, Optimiz
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from ncl_lightning.runtime import cli_errors, internals
-from ncl_lightning.runtime.validation import check_positive
+from ncl_lightning.foundation import internals
+from ncl_lightning.foundation.validation import check_positive
+from ncl_lightning.runtime import cli_errors
 
 
 def test_every_private_api_is_present() -> None:
     missing = internals.missing_private_apis()
     assert not missing, (
-        f"private APIs moved by an upgrade: {missing}; update ncl_lightning/runtime/internals.py"
+        f"private APIs moved by an upgrade: {missing}; update ncl_lightning/foundation/internals.py"
     )
 
 
@@ -235,7 +236,7 @@ def _check_formats(case: str, names: list[str], message: str) -> None:
         assert _matches(pattern, message), (
             f"message format {name!r} ({pattern.pattern!r}) no longer matches the {case!r} "
             f"error; observed message:\n{message}\nupdate MESSAGE_FORMATS in "
-            "ncl_lightning/runtime/internals.py"
+            "ncl_lightning/foundation/internals.py"
         )
 
 

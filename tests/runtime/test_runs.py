@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.runtime.run_config import free_name, git_state
 from ncl_lightning.runtime.run_search import run_checkpoints, select_checkpoint
 from ncl_lightning.runtime.runs import (

@@ -8,10 +8,10 @@ import pytest
 import torch
 from lightning.pytorch.plugins import TorchSyncBatchNorm
 
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.internals import layer_sync
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import ResNet, SmallCNN
-from ncl_lightning.runtime.errors import ConfigError
-from ncl_lightning.runtime.internals import layer_sync
 from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
 from tests.helpers.cli import refused_fit
 

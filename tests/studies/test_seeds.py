@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ncl_lightning.atlas import read_atlas
-from ncl_lightning.resources import config_path
-from ncl_lightning.runtime.errors import ConfigError, RunFailedError
+from ncl_lightning.foundation.errors import ConfigError, RunFailedError
+from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.studies import landscape, seeds
 from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Row, Study, grids_and_atlas
 from tests.helpers.tools import refused

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.sparsity import _check_features, l2_normalize_rows
-from ncl_lightning.runtime.errors import ConfigError
 
 
 def expected_activation(z: Tensor) -> Tensor:

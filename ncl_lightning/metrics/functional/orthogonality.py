@@ -14,12 +14,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.sparsity import (
     _check_features,
     activation_mask,
     l2_normalize_rows,
 )
-from ncl_lightning.runtime.errors import ConfigError
 
 
 def feature_gram(z: Tensor) -> Tensor:

@@ -16,13 +16,13 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.semantic import (
     check_features_labels,
     class_activation_counts,
     class_activation_mass,
 )
 from ncl_lightning.metrics.functional.sparsity import l2_normalize_rows
-from ncl_lightning.runtime.errors import ConfigError
 
 EMPTY_INDEX = -1  # a top-k slot that holds no sample yet
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.orthogonality import feature_gram
-from ncl_lightning.runtime.errors import ConfigError
 
 
 def effective_rank_from_gram(gram: Tensor) -> Tensor:

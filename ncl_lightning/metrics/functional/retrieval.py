@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.sparsity import _check_features, l2_normalize_rows
-from ncl_lightning.runtime.errors import ConfigError
 
 
 def retrieval_precision(

@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.sparsity import (
     _check_features,
     activation_mask,
     l2_normalize_rows,
 )
-from ncl_lightning.runtime.errors import ConfigError
 
 EntropyWeighting = Literal["activation", "frequency"]
 ENTROPY_WEIGHTINGS = ("activation", "frequency")

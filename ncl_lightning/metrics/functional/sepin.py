@@ -25,9 +25,9 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.losses.info_nce import info_nce
 from ncl_lightning.metrics.functional.sparsity import l2_normalize_rows
-from ncl_lightning.runtime.errors import ConfigError
 
 DEFAULT_KS: tuple[int | None, ...] = (1, 10, 100, None)
 

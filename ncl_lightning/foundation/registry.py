@@ -3,8 +3,8 @@
 A registry maps lower-case names to factories (classes or callables). ``build`` accepts a
 name, a class/callable, or an already-built object, so configs can name a built-in choice
 while researchers pass their own implementation. Unknown names raise one
-:class:`~ncl_lightning.runtime.errors.ConfigError` (a ``ValueError``) that lists the valid names and
-suggests the closest one, never a silent fallback.
+:class:`~ncl_lightning.foundation.errors.ConfigError` (a ``ValueError``) that lists the
+valid names and suggests the closest one, never a silent fallback.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from ncl_lightning.runtime.errors import ConfigError, did_you_mean
+from ncl_lightning.foundation.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ Checkpoints (:mod:`ncl_lightning.runtime.checkpoint_io`) and the decoded-image d
   (whose page faults on a full disk kill the process with SIGBUS);
 * a full disk, a quota or a file-size limit (``ENOSPC``, ``EDQUOT``, ``EFBIG``) met at any
   point (writing, syncing, renaming) removes the temporary file, leaves the target as it
-  was and raises one :class:`~ncl_lightning.runtime.errors.DiskFullError` naming the
+  was and raises one :class:`~ncl_lightning.foundation.errors.DiskFullError` naming the
   path and the space it needs against the space free (``ncl-cli`` prints it in one
   line); any other error or an interrupt removes the temporary file and is re-raised;
 * a process killed while writing leaves its temporary file; :func:`remove_stale` (run
@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ncl_lightning.runtime.errors import DiskFullError
+from ncl_lightning.foundation.errors import DiskFullError
 
 #: errno -> what the user is told.
 DISK_FULL = {

@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ncl_lightning.runtime.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError
 
 Extra = TypeVar("Extra")
 
@@ -65,7 +65,7 @@ class ChecksInputs(Protocol):
     """Checks, read-only, that a stage can get its data before anything is written."""
 
     def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
-        """Raise a :class:`~ncl_lightning.runtime.errors.DataError` (or a subclass) naming
+        """Raise a :class:`~ncl_lightning.foundation.errors.DataError` (or a subclass) naming
         the config key when ``stage`` (``fit``, ``validate``, ``test``, ``predict``,
         ``None``: all) cannot get its data with ``world_size`` ranks."""
 
