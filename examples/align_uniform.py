@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.losses import view_pairs
 from ncl_lightning.methods import NCL, Encoded
 from ncl_lightning.nn import NONNEG
-from ncl_lightning.runtime.validation import check_at_least
 
 
 @NONNEG.register("squared_relu")
