@@ -50,8 +50,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "MutualInformationGap", "SemanticConsistency", "Sparsity",
     ),
     "ncl_lightning.optim": ("LARS", "scale_lr", "warmup_cosine"),
-    "ncl_lightning.runtime.checkpoint": ("CheckpointError", "load_backbone", "load_method"),
-    "ncl_lightning.runtime.defaults": ("default_callbacks",),
+    "ncl_lightning.checkpoints.load": ("CheckpointError", "load_backbone", "load_method"),
+    "ncl_lightning.runtime.components": ("default_callbacks",),
     "ncl_lightning.foundation.errors": ("ConfigError", "DataError", "NCLError"),
 }  # fmt: skip
 
@@ -156,6 +156,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a
         TopActivations,
         WarmStart,
     )
+    from ncl_lightning.checkpoints.load import CheckpointError, load_backbone, load_method
     from ncl_lightning.data import (
         CIFAR10DataModule,
         CIFAR100DataModule,
@@ -215,5 +216,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a
     from ncl_lightning.nn.backbones import resnet18, resnet34, resnet50
     from ncl_lightning.nn.protocols import Backbone
     from ncl_lightning.optim import LARS, scale_lr, warmup_cosine
-    from ncl_lightning.runtime.checkpoint import CheckpointError, load_backbone, load_method
-    from ncl_lightning.runtime.defaults import default_callbacks
+    from ncl_lightning.runtime.components import default_callbacks

@@ -28,10 +28,10 @@ from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.atlas import build_atlas
 from ncl_lightning.callbacks import TopActivations
-from ncl_lightning.callbacks.pictures import side_by_side
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.resources import config_path, config_root
 from ncl_lightning.plot import plot_curves
+from ncl_lightning.plot.pictures import side_by_side
 from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.runtime.progress import Progress
 

@@ -6,7 +6,7 @@ file (:class:`~ncl_lightning.foundation.errors.ConfigError`, ``DataError`` or ``
 <key or path>: <problem>`` with exit status 2. In order: the labels, the output folder, the
 accelerator, the page's settings, the data config (it builds, has class labels, pictures
 and a readable test split), then each checkpoint (it loads through
-:func:`~ncl_lightning.runtime.checkpoint.load_method`, has features of the chosen space and
+:func:`~ncl_lightning.checkpoints.load.load_method`, has features of the chosen space and
 fits the data's images: input channels and size).
 """
 
@@ -20,12 +20,13 @@ import lightning as L
 
 from ncl_lightning.atlas.callback import FeatureAtlas
 from ncl_lightning.atlas.collect import check_encoder, num_classes_of
+from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.foundation.errors import ConfigError, NCLError
 from ncl_lightning.foundation.protocols import ChecksInputs, CleanData, PictureData, require_extra
-from ncl_lightning.runtime.checkpoint import load_method
+from ncl_lightning.foundation.validation import check_output_dir
 from ncl_lightning.runtime.data_config import load_datamodule, run_config_of
 from ncl_lightning.runtime.preflight import example_batch, preflight
-from ncl_lightning.runtime.trainer_checks import check_hardware, check_output_dir
+from ncl_lightning.runtime.trainer_checks import check_hardware
 
 
 class AtlasInputs(NamedTuple):

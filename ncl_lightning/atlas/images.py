@@ -17,8 +17,8 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ncl_lightning.atlas.schema import image_path
-from ncl_lightning.callbacks.pictures import to_uint8
 from ncl_lightning.foundation.validation import check_choice
+from ncl_lightning.plot.pictures import to_uint8
 
 # How each format is saved: PNG is lossless (small images, digits), JPEG and WebP lossy and
 # several times smaller on photographs (CIFAR, ImageNet).

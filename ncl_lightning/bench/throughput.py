@@ -42,7 +42,7 @@ from ncl_lightning.foundation.errors import DataNotFoundError
 from ncl_lightning.methods import CL, NCL, BayesNCL
 from ncl_lightning.nn import ResNet
 from ncl_lightning.runtime.progress import Progress
-from ncl_lightning.runtime.switches import apply_speed_switches
+from ncl_lightning.runtime.speed_switches import apply_speed_switches
 
 BATCH_SIZE = 256
 IMAGE_SIZE = 32

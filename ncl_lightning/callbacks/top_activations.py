@@ -18,7 +18,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ncl_lightning.callbacks import pictures
 from ncl_lightning.callbacks.schedule import batch_limit, epoch_due, run_dir
 from ncl_lightning.foundation.protocols import PictureData, require_extra
 from ncl_lightning.foundation.validation import check_at_least, check_choice
@@ -27,6 +26,7 @@ from ncl_lightning.metrics.functional import (
     l2_normalize_rows,
     select_by_expected_activation,
 )
+from ncl_lightning.plot import pictures
 
 
 def _picture_data(trainer: L.Trainer) -> PictureData:

@@ -17,7 +17,7 @@ from ncl_lightning.data.base import Split
 from ncl_lightning.data.decode import read_image
 from ncl_lightning.data.memory import CacheMode, check_cache, decode_images
 from ncl_lightning.foundation.errors import CorruptImageError
-from ncl_lightning.runtime.trainer_checks import check_output_dir
+from ncl_lightning.foundation.validation import check_output_dir
 
 SHOWN = 5  # paths listed in a message before "and N more"
 

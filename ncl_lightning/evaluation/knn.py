@@ -16,16 +16,16 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
+from ncl_lightning.checkpoints.load import load_backbone
 from ncl_lightning.evaluation.features import extract_features
 from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.foundation.protocols import CleanData, require_extra
 from ncl_lightning.foundation.validation import check_at_least, check_positive
-from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.classifier import accuracy_metrics, first_view
+from ncl_lightning.methods.ssl import Encoded
 from ncl_lightning.metrics.functional.knn import weighted_knn_predict
-from ncl_lightning.runtime.checkpoint import load_backbone
-from ncl_lightning.runtime.defaults import missing_callbacks
-from ncl_lightning.runtime.record import CheckpointRecord
+from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
+from ncl_lightning.runtime.components import missing_callbacks
 
 
 class KNNClassifier(L.LightningModule):

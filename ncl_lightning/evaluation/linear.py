@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ncl_lightning.methods.base import Encoded
+from ncl_lightning.checkpoints.load import load_backbone
 from ncl_lightning.methods.classifier import Classifier
+from ncl_lightning.methods.ssl import Encoded
 from ncl_lightning.nn.heads import LinearClassifier
-from ncl_lightning.runtime.checkpoint import load_backbone
 
 
 class LinearProbe(Classifier):

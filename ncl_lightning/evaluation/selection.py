@@ -27,8 +27,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
-from ncl_lightning.callbacks.pictures import accuracy_vs_k
 from ncl_lightning.callbacks.schedule import run_dir
+from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.data.base import MultiViewDataModule
 from ncl_lightning.evaluation.features import extract_features, probe_accuracy
 from ncl_lightning.foundation.errors import ConfigError, UsageError
@@ -41,9 +41,9 @@ from ncl_lightning.metrics.functional import (
     select_by_expected_activation,
 )
 from ncl_lightning.nn.gather import gather_uneven
-from ncl_lightning.runtime.checkpoint import load_method
-from ncl_lightning.runtime.defaults import missing_callbacks
-from ncl_lightning.runtime.record import CheckpointRecord
+from ncl_lightning.plot.pictures import accuracy_vs_k
+from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
+from ncl_lightning.runtime.components import missing_callbacks
 
 RULES = ("ea", "random")
 

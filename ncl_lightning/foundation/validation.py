@@ -8,7 +8,10 @@ These are the only copies: modules, DataModules, metrics and callbacks all call 
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ncl_lightning.foundation.errors import ConfigError
@@ -62,3 +65,29 @@ def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:
     if value not in choices:
         valid = ", ".join(repr(c) for c in choices)
         raise ConfigError(f"{key} must be one of {valid}, got {value!r}", key=key)
+
+
+def check_output_dir(key: str, path: str | os.PathLike[str]) -> None:
+    """``path`` is, or can be made, a writable folder: neither it nor an ancestor is a
+    file, and its nearest existing ancestor accepts a new entry (probed with a temporary
+    folder that is removed at once, so a read-only mount or an ACL is caught too).
+
+    Raises:
+        ConfigError: Naming ``key`` and the path.
+    """
+    target = Path(path).expanduser()
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"{key}: {target} is a file, not a folder", key=key)
+    parent = target
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{key}: {target}: {parent} is a file, not a folder", key=key)
+    try:
+        probe = tempfile.mkdtemp(prefix=".ncl-write-check-", dir=parent)
+    except OSError as err:
+        raise ConfigError(
+            f"{key}: {target}: cannot create folders in {parent} ({err.strerror or err})",
+            key=key,
+        ) from None
+    os.rmdir(probe)

@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from ncl_lightning.foundation.validation import check_choice, check_range
-from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.simsiam import SimSiam
+from ncl_lightning.methods.ssl import Encoded
 from ncl_lightning.nn.protocols import Backbone
 
 EMASchedule = Literal["cosine", "constant"]

@@ -10,8 +10,8 @@ from torch import Tensor, nn
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.validation import check_positive
 from ncl_lightning.losses import OBJECTIVES
-from ncl_lightning.methods.base import Encoded, SSLMethod
 from ncl_lightning.methods.checks import check_projector
+from ncl_lightning.methods.ssl import Encoded, SSLMethod
 from ncl_lightning.nn.heads import MLP
 from ncl_lightning.nn.protocols import Backbone, TorchModule
 
@@ -42,7 +42,7 @@ class CL(SSLMethod):
     Attributes:
         default_loss: Class value: the loss when ``loss`` is ``None``. A subclass changes
             its default loss here, never with ``kwargs.setdefault("loss", ...)``, which
-            ``ncl-cli`` would override (:mod:`ncl_lightning.methods.defaults`).
+            ``ncl-cli`` would override (:mod:`ncl_lightning.runtime.subclass_defaults`).
     """
 
     default_loss: ClassVar[str] = "info_nce"

@@ -15,15 +15,15 @@ from typing import Any, Literal
 
 from torch import Tensor, nn
 
+from ncl_lightning.checkpoints.load import load_backbone
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.validation import check_at_least, check_choice
-from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.classifier import Classifier
+from ncl_lightning.methods.ssl import Encoded
 from ncl_lightning.nn.heads import MLP, LinearClassifier
 from ncl_lightning.nn.nonneg import NONNEG
 from ncl_lightning.nn.protocols import Backbone
-from ncl_lightning.runtime.checkpoint import load_backbone
 
 
 class NCEClassifier(Classifier):

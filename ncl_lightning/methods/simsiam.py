@@ -9,8 +9,8 @@ from torch import Tensor, nn
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.losses import symmetric_negative_cosine
-from ncl_lightning.methods.base import Encoded, SSLMethod
 from ncl_lightning.methods.checks import check_projector
+from ncl_lightning.methods.ssl import Encoded, SSLMethod
 from ncl_lightning.nn.heads import MLP
 from ncl_lightning.nn.protocols import Backbone
 

@@ -13,9 +13,9 @@ from torch import Tensor
 
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.losses.supcon import SupConLoss
-from ncl_lightning.methods.base import Encoded
 from ncl_lightning.methods.cl import CL
 from ncl_lightning.methods.ncl import NCL
+from ncl_lightning.methods.ssl import Encoded
 from ncl_lightning.nn.protocols import Backbone
 
 

@@ -27,14 +27,14 @@ from lightning.pytorch.cli import OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
+from ncl_lightning.checkpoints.record import RECORD_KEY, make_record, spec_of
 from ncl_lightning.foundation.errors import ConfigError, UsageError
 from ncl_lightning.foundation.internals import build_train_loader, built_by_cli, record_hparams
 from ncl_lightning.foundation.validation import check_at_least, check_choice, check_range
-from ncl_lightning.methods.defaults import check_declared_defaults
 from ncl_lightning.optim import decay_param_groups, warmup_cosine, warmup_step
 from ncl_lightning.optim import scale_lr as scaled
 from ncl_lightning.optim.batch_report import batch_layout, describe_batch
-from ncl_lightning.runtime.defaults import missing_callbacks
+from ncl_lightning.runtime.components import missing_callbacks
 from ncl_lightning.runtime.finite_checks import zero_loss
 from ncl_lightning.runtime.guard import (
     NONFINITE_CHOICES,
@@ -42,8 +42,8 @@ from ncl_lightning.runtime.guard import (
     NonFiniteLoss,
     check_grad_norm_limit,
 )
-from ncl_lightning.runtime.record import RECORD_KEY, make_record, spec_of
-from ncl_lightning.runtime.switches import CompileMode, check_compile_mode
+from ncl_lightning.runtime.speed_switches import CompileMode, check_compile_mode
+from ncl_lightning.runtime.subclass_defaults import check_declared_defaults
 from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
 
 # Arguments every model takes from the DataModule attribute of the same name: ncl-cli
@@ -196,7 +196,7 @@ class TrainableModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The record's core (method class, backbone spec) for a save the
-        :class:`~ncl_lightning.runtime.record.CheckpointRecord` callback did not see:
+        :class:`~ncl_lightning.runtime.checkpoint_record.CheckpointRecord` callback did not see:
         Lightning calls no callback on a weights-only save, but calls this hook."""
         checkpoint.setdefault(RECORD_KEY, make_record(self, self.backbone_spec()))
 

@@ -54,7 +54,7 @@ def check_out(out: Path, key: str = "out") -> None:
     Raises:
         ConfigError: Naming ``key`` and the path.
     """
-    from ncl_lightning.runtime.trainer_checks import check_output_dir
+    from ncl_lightning.foundation.validation import check_output_dir
 
     out = Path(out)
     formats = ", ".join(IMAGE_FORMATS)

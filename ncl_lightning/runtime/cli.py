@@ -31,7 +31,7 @@ Reliability (``docs/reliability.md``):
   run from its state. Only values typed on the command line override its
   hyper-parameters (:mod:`~ncl_lightning.runtime.cli_resume`).
 * Checkpoints are read tensor-only (``weights_only``) and validated in one place
-  (:mod:`~ncl_lightning.runtime.checkpoint_check`: structure, and no class of an
+  (:mod:`~ncl_lightning.checkpoints.check`: structure, and no class of an
   untrusted module is imported); one written by another method is refused with its
   missing and unexpected keys. Checkpoints are written atomically.
 """
@@ -49,6 +49,9 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from ncl_lightning.checkpoints.check import class_paths_in, modules_of, run_record, trusting
+from ncl_lightning.checkpoints.load import RECORD_KEY, check_state_fits, read_checkpoint
+from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.protocols import ChecksInputs, MultiViewData
 from ncl_lightning.methods.trainable import DATA_LINKED
@@ -59,8 +62,6 @@ from ncl_lightning.runtime import (
     overlay_explicit,
     run_folders,
 )
-from ncl_lightning.runtime.checkpoint import RECORD_KEY, check_state_fits, read_checkpoint
-from ncl_lightning.runtime.checkpoint_check import class_paths_in, modules_of, run_record, trusting
 from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO
 from ncl_lightning.runtime.cli_errors import user_error_message
 from ncl_lightning.runtime.cli_names import import_public_classes, parser_kwargs
@@ -71,7 +72,7 @@ from ncl_lightning.runtime.cli_resume import (
     split_explicit,
     typed_model_keys,
 )
-from ncl_lightning.runtime.defaults import default_callbacks, drop_shadowed
+from ncl_lightning.runtime.components import default_callbacks, drop_shadowed
 from ncl_lightning.runtime.overrides import describe
 from ncl_lightning.runtime.preflight import (
     Preflight,
@@ -79,7 +80,7 @@ from ncl_lightning.runtime.preflight import (
     example_batch,
     preflight,
 )
-from ncl_lightning.runtime.resume import continue_loggers, restore_csv_rows, same_class
+from ncl_lightning.runtime.resume import continue_loggers, restore_csv_rows
 from ncl_lightning.runtime.run_config import NewRunFolders, RunConfig
 from ncl_lightning.runtime.runs import (
     check_new_run_folders,

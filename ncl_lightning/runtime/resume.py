@@ -1,7 +1,7 @@
 """Resuming a killed run: its last checkpoint, and its loggers continued, not duplicated.
 
 Checkpoints of the package record the version of every logger of the run (the CSV
-``version_N``, the W&B run id; see :mod:`ncl_lightning.runtime.checkpoint`). On resume
+``version_N``, the W&B run id; see :mod:`ncl_lightning.checkpoints.load`). On resume
 ``ncl-cli`` gives those versions back to the configured loggers, so checkpoints and logs
 go on in the same folders and the W&B run is resumed (``id`` + ``resume="allow"``). The
 CSV logger deletes its ``metrics.csv`` when it starts; the rows written before the
@@ -12,7 +12,6 @@ stopped (rows after the checkpoint, which the resumed run logs again, are droppe
 from __future__ import annotations
 
 import csv
-import importlib
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger, Logger
 
+from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.runtime.run_search import run_checkpoints
 
 
@@ -51,23 +51,6 @@ def logger_versions(loggers: Iterable[Logger]) -> list[dict[str, Any]]:
             cls = type(logger)
             out.append({"class": f"{cls.__module__}.{cls.__qualname__}", "version": version})
     return out
-
-
-def same_class(path_a: str | None, path_b: str) -> bool:
-    """Whether two dotted class paths name one class (``lightning.pytorch.loggers.CSVLogger``
-    and ``lightning.pytorch.loggers.csv_logs.CSVLogger`` do)."""
-    if not path_a:
-        return False
-    if path_a == path_b:
-        return True
-    try:
-        found = []
-        for path in (path_a, path_b):
-            module, _, name = path.rpartition(".")
-            found.append(getattr(importlib.import_module(module), name))
-    except (ImportError, AttributeError, ValueError):
-        return False
-    return found[0] is found[1]
 
 
 def _entries(logger_config: Any) -> list[Any]:
@@ -139,5 +122,4 @@ __all__ = [
     "find_last_checkpoint",
     "logger_versions",
     "restore_csv_rows",
-    "same_class",
 ]

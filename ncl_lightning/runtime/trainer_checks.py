@@ -11,10 +11,7 @@ raises one :class:`~ncl_lightning.foundation.errors.ConfigError` naming ``traine
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -23,6 +20,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 
 from ncl_lightning.foundation.errors import ConfigError, closest
 from ncl_lightning.foundation.internals import layer_sync
+from ncl_lightning.foundation.validation import check_output_dir
 from ncl_lightning.runtime.trainer_values import (
     check_numbers,
     check_precision,
@@ -116,32 +114,6 @@ def check_hardware(trainer: Any) -> None:
 
 def _variant(name: str) -> bool:
     return "_find_unused_parameters_" in name or "_stage_" in name
-
-
-def check_output_dir(key: str, path: str | os.PathLike[str]) -> None:
-    """``path`` is, or can be made, a writable folder: neither it nor an ancestor is a
-    file, and its nearest existing ancestor accepts a new entry (probed with a temporary
-    folder that is removed at once, so a read-only mount or an ACL is caught too).
-
-    Raises:
-        ConfigError: Naming ``key`` and the path.
-    """
-    target = Path(path).expanduser()
-    if target.exists() and not target.is_dir():
-        raise ConfigError(f"{key}: {target} is a file, not a folder", key=key)
-    parent = target
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(f"{key}: {target}: {parent} is a file, not a folder", key=key)
-    try:
-        probe = tempfile.mkdtemp(prefix=".ncl-write-check-", dir=parent)
-    except OSError as err:
-        raise ConfigError(
-            f"{key}: {target}: cannot create folders in {parent} ({err.strerror or err})",
-            key=key,
-        ) from None
-    os.rmdir(probe)
 
 
 def output_dirs(trainer: Any) -> Iterator[tuple[str, str]]:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.resources import config_path
+from ncl_lightning.foundation.validation import check_output_dir
 from ncl_lightning.runtime.config_files import check_config_file
-from ncl_lightning.runtime.trainer_checks import SEED_MAX, check_output_dir
+from ncl_lightning.runtime.trainer_checks import SEED_MAX
 from ncl_lightning.studies.study_defs import Study
 
 RUN_ARG = "--run-arg"

@@ -124,7 +124,7 @@ def grids_and_atlas(
     """The first seed of every row (of ``rows``, default all): the top-activation grids
     side by side and stacked, and the feature atlas of their last checkpoints."""
     from ncl_lightning.atlas import build_atlas
-    from ncl_lightning.callbacks.pictures import side_by_side
+    from ncl_lightning.plot.pictures import side_by_side
 
     first = sorted(records, key=lambda r: r["seed"])
     seed = first[0]["seed"]

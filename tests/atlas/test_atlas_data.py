@@ -15,11 +15,11 @@ from ncl_lightning.atlas.collect import SplitProfile
 from ncl_lightning.atlas.model import model_entry, strip_indices
 from ncl_lightning.atlas.site import write_page
 from ncl_lightning.callbacks import FeatureStatistics
+from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.evaluation import LinearProbe
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional import l2_normalize_rows
 from ncl_lightning.metrics.functional.profile import dimension_profile
-from ncl_lightning.runtime.checkpoint import load_method
 from ncl_lightning.runtime.data_config import load_datamodule
 from tests.conftest import ROOT
 

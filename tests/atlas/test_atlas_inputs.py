@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ncl_lightning.atlas.__main__ import PROG, main
-from ncl_lightning.runtime.record import RECORD_KEY
+from ncl_lightning.checkpoints.record import RECORD_KEY
 from tests.conftest import ROOT
 from tests.helpers.tools import listing, refused
 

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from ncl_lightning.callbacks import TopActivations
-from ncl_lightning.callbacks.pictures import DPI, FIGSIZE, grid_size
+from ncl_lightning.plot.pictures import DPI, FIGSIZE, grid_size
 from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ncl_lightning.callbacks.disentanglement import Disentanglement, _PerFactorMIG
 from ncl_lightning.data.dsprites import DSPRITES_FACTOR_NAMES, DSPRITES_FACTOR_SIZES
-from ncl_lightning.methods.base import Encoded
+from ncl_lightning.methods.ssl import Encoded
 from ncl_lightning.metrics.functional.mig import (
     mutual_information_gap,
     mutual_information_gap_per_factor,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ncl_lightning.callbacks.pictures import PAD, side_by_side
+from ncl_lightning.plot.pictures import PAD, side_by_side
 
 
 def _picture(path: Path, size: tuple[int, int], colour: tuple[int, int, int]) -> Path:

@@ -16,10 +16,10 @@ import pytest
 import torch
 from lightning.pytorch import Callback
 
+from ncl_lightning.checkpoints.load import read_checkpoint
 from ncl_lightning.data import DSpritesDataModule, SparseCodingDataModule
 from ncl_lightning.methods import CL
 from ncl_lightning.nn import SparseCodingEncoder
-from ncl_lightning.runtime.checkpoint import read_checkpoint
 
 STOP = (1, 1)  # (epoch, batch): the checkpoint holds batches 0 and 1 of epoch 1
 

@@ -15,15 +15,15 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import ncl_lightning
 from ncl_lightning import methods
+from ncl_lightning.checkpoints.load import read_checkpoint
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.methods import NCL, Classifier, NCEClassifier, SSLMethod, TrainableModule
 from ncl_lightning.nn import SmallCNN
-from ncl_lightning.runtime.checkpoint import read_checkpoint
+from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
 from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.runtime.guard import CHECKPOINT_KEY, NonFiniteGuard
 from ncl_lightning.runtime.preflight import Preflight
-from ncl_lightning.runtime.record import CheckpointRecord
-from ncl_lightning.runtime.switches import SpeedSwitches
+from ncl_lightning.runtime.speed_switches import SpeedSwitches
 from tests.conftest import ROOT
 
 DEFAULT_TYPES = (Preflight, SpeedSwitches, NonFiniteGuard, CheckpointRecord)

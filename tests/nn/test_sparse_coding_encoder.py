@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
+from ncl_lightning.checkpoints.load import build_backbone_from_spec
 from ncl_lightning.data.sparse_coding import random_dictionary
 from ncl_lightning.metrics.functional.dictionary import dictionary_recovery
 from ncl_lightning.nn import SparseCodingEncoder, ThresholdActivation
 from ncl_lightning.nn.sparse_coding import normalize_weight_, warm_start_
-from ncl_lightning.runtime.checkpoint import build_backbone_from_spec
 
 
 def _reference_srelu(u: float, b: float) -> float:

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from ncl_lightning import CheckpointError, load_backbone, load_method
+from ncl_lightning.checkpoints.load import RECORD_KEY
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.evaluation import LinearProbe
 from ncl_lightning.methods import CL, NCL, BayesNCL, NCEClassifier
 from ncl_lightning.nn import ResNet, SmallCNN
-from ncl_lightning.runtime.checkpoint import RECORD_KEY
 
 HEADS = {"proj_hidden_dim": 32, "proj_output_dim": 16}
 FACTORIES = {

@@ -18,6 +18,7 @@ import torch
 from ncl_lightning.foundation import validation
 from ncl_lightning.foundation.errors import ConfigError, EmptyMetricError, NCLError
 from ncl_lightning.foundation.registry import Registry
+from ncl_lightning.foundation.validation import check_output_dir
 from ncl_lightning.metrics.functional import mutual_information_gap, weighted_knn_predict
 from ncl_lightning.metrics.retrieval import RetrievalPrecision
 from ncl_lightning.nn import SmallCNN
@@ -25,7 +26,7 @@ from ncl_lightning.optim.schedulers import warmup_cosine
 from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.runtime.cli_errors import parser_error
 from ncl_lightning.runtime.config_files import check_config_file
-from ncl_lightning.runtime.trainer_checks import check_output_dir, check_seed, check_trainer
+from ncl_lightning.runtime.trainer_checks import check_seed, check_trainer
 from tests.helpers.cli import DEMO, refused_fit
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ncl_lightning"

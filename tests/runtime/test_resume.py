@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from ncl_lightning.runtime.checkpoint import read_checkpoint
+from ncl_lightning.checkpoints.load import read_checkpoint
 from tests.resume_helpers import digits_run_config
 
 ROOT = Path(__file__).resolve().parents[2]

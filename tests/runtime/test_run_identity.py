@@ -13,7 +13,7 @@ import pytest
 import wandb
 import yaml
 
-from ncl_lightning.runtime.checkpoint import read_checkpoint
+from ncl_lightning.checkpoints.load import read_checkpoint
 from ncl_lightning.runtime.cli import cli_main, main
 from tests.helpers.wandb_run import read_records
 from tests.resume_helpers import digits_run_config

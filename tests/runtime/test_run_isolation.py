@@ -13,8 +13,8 @@ import pytest
 import torch
 import yaml
 
+from ncl_lightning.checkpoints.load import RECORD_KEY
 from ncl_lightning.runtime import run_search
-from ncl_lightning.runtime.checkpoint import RECORD_KEY
 from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.runtime.run_search import run_checkpoints, select_checkpoint
 from tests.runtime.test_run_identity import _config, _refused

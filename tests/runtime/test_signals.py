@@ -15,8 +15,8 @@ import pytest
 import torch
 import yaml
 
+from ncl_lightning.checkpoints.load import read_checkpoint
 from ncl_lightning.data import DigitsDataModule
-from ncl_lightning.runtime.checkpoint import read_checkpoint
 from ncl_lightning.runtime.signals import resume_command
 from tests.conftest import ROOT
 from tests.resume_helpers import digits_run_config

@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 
-from ncl_lightning.runtime.checkpoint import read_checkpoint
+from ncl_lightning.checkpoints.load import read_checkpoint
 from tests.helpers.cluster import ROOT, digits_cluster_config, free_port, launch_env
 
 SBATCH = ROOT / "examples" / "slurm" / "pretrain.sbatch"

@@ -1,31 +1,18 @@
-"""The :class:`CheckpointRecord` callback: the record every checkpoint of the package carries.
+"""The record every checkpoint of the package carries, and what reads it back.
 
-On every save it writes ``checkpoint["ncl_lightning"]``: the module's class path, how to
-build its backbone (``{"class_path", "init_args"}``, so
-:func:`~ncl_lightning.runtime.checkpoint.load_backbone` rebuilds the encoder from the file
-alone), the run's logger versions (so a resume continues them,
-:mod:`ncl_lightning.runtime.resume`) and the run's identity (``{"id", "folder"}``, so a
-resume into another run's folder is refused, :func:`~ncl_lightning.runtime.runs.check_same_run`);
-and it flushes the loggers, so a kill after this
-checkpoint loses no row that the resumed run will not log again.
-
-``ncl-cli`` installs it; a plain ``Trainer`` gets it from the module's
-``configure_callbacks`` (every module of the package asks for it). Lightning calls no
-callback's ``on_save_checkpoint`` for a weights-only save (``save_weights_only=True``); for
-those, :class:`~ncl_lightning.methods.TrainableModule` writes the record's core itself (no
-logger versions: a weights-only file cannot resume a run anyway).
+``checkpoint["ncl_lightning"]`` holds the module's class path, how to build its backbone
+(``{"class_path", "init_args"}``, so :func:`~ncl_lightning.checkpoints.load.load_backbone`
+rebuilds the encoder from the file alone) and, written by the run-time callback
+:class:`~ncl_lightning.runtime.checkpoint_record.CheckpointRecord`, the run's logger
+versions and identity. This module has the record's core: pure functions of a module.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-import lightning as L
-from lightning.pytorch.callbacks import Callback
 from torch import nn
-
-from ncl_lightning.runtime.resume import logger_versions
-from ncl_lightning.runtime.runs import run_identity
 
 RECORD_KEY = "ncl_lightning"
 RECORD_FORMAT = 1
@@ -72,15 +59,18 @@ def make_record(module: nn.Module, spec: dict[str, Any] | None) -> dict[str, Any
     return {"format": RECORD_FORMAT, "method": class_path(type(module)), "backbone": spec}
 
 
-class CheckpointRecord(Callback):
-    """Write the record into every checkpoint and flush the loggers (module docstring)."""
-
-    def on_save_checkpoint(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        record = make_record(pl_module, backbone_spec(pl_module))
-        record["loggers"] = logger_versions(trainer.loggers)
-        record["run"] = run_identity(trainer)
-        for logger in trainer.loggers:
-            logger.save()
-        checkpoint[RECORD_KEY] = record
+def same_class(path_a: str | None, path_b: str) -> bool:
+    """Whether two dotted class paths name one class (``lightning.pytorch.loggers.CSVLogger``
+    and ``lightning.pytorch.loggers.csv_logs.CSVLogger`` do)."""
+    if not path_a:
+        return False
+    if path_a == path_b:
+        return True
+    try:
+        found = []
+        for path in (path_a, path_b):
+            module, _, name = path.rpartition(".")
+            found.append(getattr(importlib.import_module(module), name))
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return found[0] is found[1]

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
 from ncl_lightning.runtime.guard import NonFiniteGuard
 from ncl_lightning.runtime.preflight import Preflight
-from ncl_lightning.runtime.record import CheckpointRecord
-from ncl_lightning.runtime.switches import SpeedSwitches
+from ncl_lightning.runtime.speed_switches import SpeedSwitches
 
 
 def default_callbacks() -> list[Callback]:
@@ -25,11 +25,11 @@ def default_callbacks() -> list[Callback]:
 
     * :class:`~ncl_lightning.runtime.preflight.Preflight`: learning rates, model/data fit
       and the training batch size, checked at the start of a fit;
-    * :class:`~ncl_lightning.runtime.switches.SpeedSwitches`: ``channels_last`` and
+    * :class:`~ncl_lightning.runtime.speed_switches.SpeedSwitches`: ``channels_last`` and
       ``torch_compile``, applied before the strategy wraps the module;
     * :class:`~ncl_lightning.runtime.guard.NonFiniteGuard`: stop or skip on a NaN/Inf
       loss, gradient or buffer (``nonfinite_loss``, ``grad_norm_limit``);
-    * :class:`~ncl_lightning.runtime.record.CheckpointRecord`: the record every
+    * :class:`~ncl_lightning.runtime.checkpoint_record.CheckpointRecord`: the record every
       checkpoint carries (method, backbone, logger versions), loggers flushed on save.
 
     Returns:

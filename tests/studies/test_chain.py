@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ncl_lightning.evaluation import chain
-from ncl_lightning.evaluation.chain import markdown, run_chain, table_row
+from ncl_lightning.studies.chain import markdown, run_chain, table_row
 from tests.conftest import ROOT
 from tests.fakes import make_superclass_folder
 

@@ -37,7 +37,7 @@ from ncl_lightning.methods.trainable import TrainableModule, common_arguments
 from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.optim import LARS, decay_param_groups
 from ncl_lightning.runtime.guard import NonFiniteLoss
-from ncl_lightning.runtime.switches import CompileMode, autocast_off, float32
+from ncl_lightning.runtime.speed_switches import CompileMode, autocast_off, float32
 
 
 class Encoded(NamedTuple):

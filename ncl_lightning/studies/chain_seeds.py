@@ -1,6 +1,6 @@
 """The evaluation chain over several seeds: mean ± std of every table cell.
 
-``python -m ncl_lightning.evaluation.chain ... --seeds 0 1 2`` runs the whole chain once per
+``python -m ncl_lightning.studies.chain ... --seeds 0 1 2`` runs the whole chain once per
 seed into ``<out>/seed_<S>/`` (``--seed_everything S`` on every run) and then writes, from
 the seeds' results:
 
@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from itertools import combinations
 from pathlib import Path
 
-from ncl_lightning.callbacks.pictures import accuracy_vs_k
-from ncl_lightning.evaluation.chain import COLUMNS, cell_values, markdown, selection_curves
+from ncl_lightning.plot.pictures import accuracy_vs_k
+from ncl_lightning.studies.chain import COLUMNS, cell_values, markdown, selection_curves
 
 Results = dict[str, dict[str, dict[str, float]]]  # config stem -> protocol -> metrics
 

@@ -1,7 +1,7 @@
 """Safe checkpoint reading: backbones and whole methods from any checkpoint we write.
 
 Every checkpoint of the package carries a small record (``checkpoint["ncl_lightning"]``,
-written by the :class:`~ncl_lightning.runtime.record.CheckpointRecord` callback): the
+written by the :class:`~ncl_lightning.runtime.checkpoint_record.CheckpointRecord` callback): the
 method's class path and how to build its backbone (``{"class_path", "init_args"}``). With
 it, :func:`load_backbone` rebuilds the encoder of a CL, NCL, BayesNCL, NCE or probe
 checkpoint from the file alone.
@@ -10,7 +10,7 @@ Files are read with ``torch.load(weights_only=True)``: only tensors and plain co
 are unpickled, so a checkpoint carrying a pickled object that would run code is refused
 before anything in it executes. The structure is validated and every class path the file
 names must come from a trusted module before anything is imported
-(:mod:`ncl_lightning.runtime.checkpoint_check`); the classes must then be ``nn.Module``
+(:mod:`ncl_lightning.checkpoints.check`); the classes must then be ``nn.Module``
 (backbone) or ``LightningModule`` (method) subclasses.
 """
 
@@ -28,16 +28,15 @@ import lightning as L
 import torch
 from torch import nn
 
-from ncl_lightning.foundation.internals import outside_cli
-from ncl_lightning.runtime.checkpoint_check import (
+from ncl_lightning.checkpoints.check import (
     CheckpointError,
     CheckpointNotFoundError,
     check_class_paths,
     check_structure,
     is_trusted,
 )
-from ncl_lightning.runtime.record import RECORD_KEY
-from ncl_lightning.runtime.resume import same_class
+from ncl_lightning.checkpoints.record import RECORD_KEY, same_class
+from ncl_lightning.foundation.internals import outside_cli
 
 BACKBONE_PREFIX = "backbone."
 SHOWN_KEYS = 8
@@ -47,9 +46,9 @@ def read_checkpoint(path: str | Path, trusted: Iterable[str] = ()) -> dict[str, 
     """Read one of our checkpoints with tensor-only unpickling, and validate it.
 
     The one reader of every checkpoint of the package: the structure is checked
-    (:func:`~ncl_lightning.runtime.checkpoint_check.check_structure`) and every class path
+    (:func:`~ncl_lightning.checkpoints.check.check_structure`) and every class path
     it names must come from a trusted module
-    (:func:`~ncl_lightning.runtime.checkpoint_check.check_class_paths`), before anything
+    (:func:`~ncl_lightning.checkpoints.check.check_class_paths`), before anything
     in it is used or imported.
 
     Args:

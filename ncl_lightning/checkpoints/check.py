@@ -1,9 +1,9 @@
 """One validator for every checkpoint reader: structure first, then the class paths.
 
 Every reader of the package (``ncl-cli fit/test --ckpt_path``,
-:func:`~ncl_lightning.runtime.checkpoint.load_backbone`,
-:func:`~ncl_lightning.runtime.checkpoint.load_method`, the evaluation modules, the atlas)
-goes through :func:`~ncl_lightning.runtime.checkpoint.read_checkpoint`, which calls
+:func:`~ncl_lightning.checkpoints.load.load_backbone`,
+:func:`~ncl_lightning.checkpoints.load.load_method`, the evaluation modules, the atlas)
+goes through :func:`~ncl_lightning.checkpoints.load.read_checkpoint`, which calls
 :func:`check_structure` and :func:`check_class_paths` here before anything else looks at
 the file's contents:
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
+from ncl_lightning.checkpoints.record import RECORD_KEY
 from ncl_lightning.foundation.errors import NCLError
-from ncl_lightning.runtime.record import RECORD_KEY
 
 TRUSTED_ENV = "NCL_TRUSTED_MODULES"
 TRUSTED_PACKAGES = (

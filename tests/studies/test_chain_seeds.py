@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ncl_lightning.evaluation import chain
-from ncl_lightning.evaluation.chain_seeds import (
+from ncl_lightning.studies.chain_seeds import (
     aggregate,
     combined_rows,
     exceeding,

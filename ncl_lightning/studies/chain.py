@@ -5,7 +5,7 @@ linear probe (``fit``), the kNN classifier (``test``), feature selection (``test
 fine-tuning (``fit``), each from its own config; supervised CE/NCE configs are trained
 too. Prints (and writes) one markdown table::
 
-    python -m ncl_lightning.evaluation.chain \\
+    python -m ncl_lightning.studies.chain \\
         --pretrain configs/subset/cifar10_subset_cl.yaml configs/subset/cifar10_subset_ncl.yaml \\
         --linear configs/eval/cifar10_subset_linear.yaml \\
         --knn configs/eval/cifar10_subset_knn.yaml \\
@@ -25,7 +25,7 @@ own resumable ``results.json`` / ``results.md``; ``--seed_everything S`` is appe
 pre-training and evaluation run's arguments), then writes ``<out>/results.md`` with every
 cell as ``mean ± std`` over the seeds, the per-seed values and the differences beyond the
 spread, ``<out>/results_seeds.json`` and the mean accuracy-vs-k curves (see
-:mod:`ncl_lightning.evaluation.chain_seeds`). Without ``--seeds`` one chain runs into
+:mod:`ncl_lightning.studies.chain_seeds`). Without ``--seeds`` one chain runs into
 ``--out`` as before.
 """
 
@@ -36,8 +36,8 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ncl_lightning.callbacks.pictures import accuracy_vs_k
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.plot.pictures import accuracy_vs_k
 from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
 
@@ -254,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         all_results = run_all(args, args.out, args.pretrain_args, args.eval_args)
         print((args.out / "results.md").read_text(), end="")
         return all_results
-    from ncl_lightning.evaluation.chain_seeds import write_combined
+    from ncl_lightning.studies.chain_seeds import write_combined
 
     per_seed = {}
     for seed in dict.fromkeys(args.seeds):
