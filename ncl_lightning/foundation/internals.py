@@ -15,6 +15,8 @@ What is used, and why:
 * ``HyperparametersMixin._hparams_initial``: the copy of the hyper-parameters the loggers
   write; values a module fills in from the DataModule at ``setup`` (``batch_size``,
   ``num_classes``) are recorded there too (:func:`record_hparams`).
+* ``LightningModule._trainer``: the trainer a module is attached to, or ``None``
+  (:func:`attached_trainer`); the public ``module.trainer`` raises without one.
 * ``Trainer.fit_loop.setup_data``: builds the training loader a ``max_steps`` run has not
   built yet, so the schedule knows the steps of an epoch (:func:`build_train_loader`).
 * ``Trainer.fit_loop`` progress counters: the epoch and the batch a training epoch is at,
@@ -68,22 +70,38 @@ PRIVATE_APIS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop"),
     ("wandb.sdk.wandb_setup", "singleton"),
     ("wandb.sdk.lib.wbauth", "authenticate_session"),
+    ("lightning.pytorch.core.module", "LightningModule._trainer"),
 )
 
 
 def missing_private_apis() -> list[str]:
     """``module:attribute`` of each entry of :data:`PRIVATE_APIS` the installed versions lack.
 
-    The fit-loop counters are instance attributes; the test reads them off a real run."""
+    An attribute the class does not have is looked up on an instance built without
+    arguments (``LightningModule._trainer`` is set in ``__init__``). The fit-loop counters
+    need a running loop; the test reads them off a real run."""
     missing = []
     for module_name, dotted in PRIVATE_APIS:
         try:
-            obj: Any = importlib.import_module(module_name)
-            for part in dotted.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError):
+            owner: Any = importlib.import_module(module_name)
+            *path, last = dotted.split(".")
+            for part in path:
+                owner = getattr(owner, part)
+            if not hasattr(owner, last):
+                owner = owner() if isinstance(owner, type) else owner
+            getattr(owner, last)
+        except (ImportError, AttributeError, TypeError):
             missing.append(f"{module_name}:{dotted}")
     return missing
+
+
+# -- the module's trainer ------------------------------------------------------------------
+def attached_trainer(module: Any) -> Any | None:
+    """The trainer ``module`` is attached to, or ``None`` (a module used without one).
+
+    Lightning's public ``module.trainer`` raises when there is none; the attribute behind
+    it, ``LightningModule._trainer``, is ``None`` then."""
+    return module._trainer
 
 
 # -- the strategy's layer sync (Trainer(sync_batchnorm=True)) ---------------------------
