@@ -17,7 +17,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ncl_lightning.foundation.components import provide_defaults_from as _provide_defaults
+
 __version__ = "0.1.0"
+
+# The run-time callbacks a module's configure_callbacks asks for are registered by
+# runtime.components, imported the first time they are asked for: the methods and the
+# evaluation modules get them by injection, never importing the shell.
+_provide_defaults("ncl_lightning.runtime.components")
 
 # Module -> the public names it gives the top level.
 _PUBLIC: dict[str, tuple[str, ...]] = {
@@ -37,7 +44,6 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "ncl_lightning.atlas": ("FeatureAtlas", "build_atlas", "read_atlas"),
     "ncl_lightning.nn": (
         "MLP", "LinearClassifier", "ResNet", "SmallCNN", "SparseCodingEncoder", "SpriteEncoder",
-        "build_backbone",
     ),
     "ncl_lightning.nn.backbones": ("resnet18", "resnet34", "resnet50"),
     "ncl_lightning.nn.protocols": ("Backbone",),
@@ -115,7 +121,6 @@ __all__ = [  # the names of _PUBLIC and __version__ (a test keeps them equal)
     "WarmStart",
     "__version__",
     "build_atlas",
-    "build_backbone",
     "default_callbacks",
     "extract_features",
     "fit_linear_probe",
@@ -211,7 +216,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a
         SmallCNN,
         SparseCodingEncoder,
         SpriteEncoder,
-        build_backbone,
     )
     from ncl_lightning.nn.backbones import resnet18, resnet34, resnet50
     from ncl_lightning.nn.protocols import Backbone

@@ -28,12 +28,11 @@ from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.atlas import build_atlas
 from ncl_lightning.callbacks import TopActivations
-from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.resources import config_path, config_root
+from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.plot import plot_curves
 from ncl_lightning.plot.pictures import side_by_side
-from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.progress import Progress
+from ncl_lightning.studies.jobs import cli_here, folder_args, run_jobs
 
 DEFAULT = [f"demo/digits_{m}" for m in ("cl", "ncl", "bayesncl")]
 COLUMNS = {
@@ -75,10 +74,8 @@ class Run(NamedTuple):
 
 def run(config: Path, out: Path, extra: list[str]) -> Run:
     """Fit one config; return its final logged metrics, top-activation PNG and log folder."""
-    run_dir = str(out / config.stem)
-    args = ["fit", "--config", str(config), "--trainer.default_root_dir", run_dir]
-    args += ["--trainer.logger.init_args.save_dir", run_dir, *extra]
-    cli = cli_main(args)
+    args = ["fit", "--config", str(config), *folder_args(out / config.stem, verbose=True)]
+    cli = cli_here([*args, *extra], verbose=True)  # Lightning's banners kept
     drawn = [c.last_paths for c in cli.trainer.callbacks if isinstance(c, TopActivations)]
     picture = drawn[0].get("top_activations") if drawn else None
     logger = cli.trainer.logger
@@ -124,21 +121,23 @@ def main(argv: list[str] | None = None) -> str:
         "models, and the numbers then do not depend on the machine's core count)",
     )
     args, extra = parser.parse_known_args(argv)  # the rest goes to every `ncl-cli fit`
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}", key="threads")
+    check_at_least("--threads", args.threads, 1)
     torch.set_num_threads(args.threads)
     args.configs = [resolve(c) for c in args.configs]
     results, dims, pics, logs = {}, {}, {}, {}
     start = time.perf_counter()
-    progress = Progress(len(args.configs), "run")
-    for config in args.configs:
+    runs = run_jobs(
+        args.configs,
+        lambda config: run(config, args.out, extra),
+        lambda config: f"{method_name(config)} ({label(config)})",
+        lambda config: None,  # every run afresh
+    )
+    for config, done in zip(args.configs, runs, strict=True):
         name = method_name(config)
-        with progress.unit(f"{name} ({label(config)})"):
-            results[name], pics[name], logs[name] = run(config, args.out, extra)
+        results[name], pics[name], logs[name] = done
         dims[name] = int(
             yaml.safe_load(config.read_text())["model"]["init_args"]["proj_output_dim"]
         )
-    progress.finish()
     minutes = (time.perf_counter() - start) / 60
     configs = ", ".join(label(c) for c in args.configs)
     report = f"{table(results, dims)}\n\nValidation split after the last epoch ({configs}); "

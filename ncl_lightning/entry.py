@@ -18,11 +18,6 @@ from __future__ import annotations
 import sys
 from importlib import metadata
 
-SUMMARY = (
-    "ncl-lightning: interpretable self-supervised learning (CL, NCL, BayesNCL, NCE) with "
-    "PyTorch Lightning; `ncl-cli --help` for an overview."
-)
-
 HELP = """\
 usage: ncl-cli {fit,validate,test,predict} [--config FILE] [options]
 

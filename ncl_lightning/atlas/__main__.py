@@ -9,34 +9,40 @@ Every input is checked before any model runs; bad input is one line
 from __future__ import annotations
 
 import argparse
-import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least, check_int
 from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
 
 PROG = "python -m ncl_lightning.atlas"
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _argparse_type(
+    convert: Callable[[str], Any], expected: str, check: Callable[[Any], None]
+) -> Any:
+    """An argparse ``type``: ``convert`` the text, then ``check`` it (a
+    ``foundation.validation`` check), its one-line message kept as argparse's error."""
+
+    def read(text: str) -> Any:
+        try:
+            value = convert(text)
+            check(value)
+        except ConfigError as err:
+            raise argparse.ArgumentTypeError(str(err).removeprefix("value ")) from None
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        return value
+
+    return read
 
 
-def threshold(text: str) -> float:
-    """A finite number >= 0 (argparse type)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
+positive_int = _argparse_type(int, "an integer >= 1", lambda v: check_int("value", v, 1))
+"""An integer >= 1 (argparse type)."""
+threshold = _argparse_type(float, "a number >= 0", lambda v: check_at_least("value", v, 0))
+"""A finite number >= 0 (argparse type)."""
 
 
 def parser() -> argparse.ArgumentParser:

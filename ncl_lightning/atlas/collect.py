@@ -15,11 +15,11 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.callbacks.feature_statistics import sepin_on_views
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.protocols import ClassLabels, CleanData, ViewData, require_extra
 from ncl_lightning.metrics import FeatureProfile, OpenFrequency
 from ncl_lightning.metrics.functional.profile import DimensionProfile
+from ncl_lightning.metrics.sepin import sepin_on_views
 
 
 class SplitProfile(NamedTuple):

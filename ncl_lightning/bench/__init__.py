@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.registry import Registry
+from ncl_lightning.foundation.validation import check_at_least
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ BENCHMARKS.add("metrics", _lazy("metrics"))
 BENCHMARKS.add("step", _lazy("step_parts"))
 BENCHMARKS.add("step-ratio", _lazy("step"))
 BENCHMARKS.add("throughput", _lazy("throughput"))
-BENCHMARKS.add("switches", _lazy("switches"))
+BENCHMARKS.add("switches", _lazy("speed_settings"))
 BENCHMARKS.add("startup", _lazy("startup"))
 BENCHMARKS.add("atlas", _lazy("atlas"))
 
@@ -73,8 +73,7 @@ def median_seconds(fn: Callable[[], object], repeats: int, warmup: int = 1) -> f
     The warm-up absorbs one-off costs (first-touch page faults of fresh buffers, lazy
     initialisation of kernels) that would otherwise dominate the first call.
     """
-    if repeats < 1:
-        raise ConfigError(f"repeats must be >= 1, got {repeats}", key="repeats")
+    check_at_least("repeats", repeats, 1)
     for _ in range(warmup):
         fn()
     times = []

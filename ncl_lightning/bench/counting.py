@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from ncl_lightning.foundation.internals import TorchDispatchMode
 
 # ATen operators that read a device value on the host, by the name a user would know.
 # ``_local_scalar_dense`` is what ``item()``, ``bool()``, ``int()`` and ``float()`` of a

@@ -46,6 +46,7 @@ from lightning.pytorch.callbacks import Callback
 
 from ncl_lightning.bench.counting import OpCounter, Tally
 from ncl_lightning.foundation.errors import UsageError
+from ncl_lightning.foundation.internals import CLOSURE_WRAPPER, logger_connector
 from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.runtime.guard import NonFiniteGuard
 
@@ -111,7 +112,7 @@ class StepParts(Callback):
         self.counted_steps = 0
         self._marks: list[list[tuple[str, Any]]] = []  # kept timed steps' (part, event)
         self._patches: list[tuple[Any, str, Any]] = []
-        self._trainer: L.Trainer | None = None
+        self._running_trainer: L.Trainer | None = None
         self._reset_step("warmup", time.perf_counter())
         self._closed = 0
 
@@ -194,8 +195,8 @@ class StepParts(Callback):
             phase = "counted"
         else:
             phase = "done"
-            if self._trainer is not None:
-                self._trainer.should_stop = True
+            if self._running_trainer is not None:
+                self._running_trainer.should_stop = True
         self._reset_step(phase, self._last)
 
     # -- wrapping ---------------------------------------------------------------------
@@ -236,13 +237,13 @@ class StepParts(Callback):
                     self._wrap(callback, name, "guard")
         for name in ("log", "log_dict"):
             self._wrap(module, name, "logging")
-        connector = trainer._logger_connector
+        connector = logger_connector(trainer)
         for name in ("on_batch_start", "on_batch_end"):
             self._wrap(connector, name, "logging")
         self._wrap(trainer.strategy, "backward", "backward")
         # optimizer.step runs Lightning's closure (zero_grad, training_step, backward, the
         # on_before_optimizer_step hooks) before its update: the closure's own work is loop.
-        self._wrap(trainer.precision_plugin, "_wrap_closure", "loop")
+        self._wrap(trainer.precision_plugin, CLOSURE_WRAPPER, "loop")
         for optimizer in trainer.optimizers:
             self._wrap(optimizer, "step", "optimizer")
             self._wrap(optimizer, "zero_grad", "optimizer")
@@ -274,7 +275,7 @@ class StepParts(Callback):
 
     # -- hooks ------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._trainer = trainer
+        self._running_trainer = trainer
         self._install(trainer, pl_module)
         self._reset_step("warmup", time.perf_counter())
 

@@ -30,7 +30,7 @@ from torchmetrics.utilities import dim_zero_cat
 from ncl_lightning.callbacks.schedule import check_spaces, epoch_due, missing_spaces
 from ncl_lightning.foundation.errors import DataError
 from ncl_lightning.foundation.protocols import FactorData
-from ncl_lightning.foundation.validation import check_at_least
+from ncl_lightning.foundation.validation import check_int
 from ncl_lightning.metrics.functional.mig import mutual_information_gap_per_factor
 from ncl_lightning.metrics.mig import MutualInformationGap
 
@@ -80,10 +80,10 @@ class Disentanglement(L.Callback):
     ) -> None:
         spaces = ["z", "h"] if spaces is None else list(spaces)
         check_spaces(spaces)
-        check_at_least("num_bins", num_bins, 1)
+        check_int("num_bins", num_bins)
         if max_samples is not None:
-            check_at_least("max_samples", max_samples, 1)
-        check_at_least("every_n_epochs", every_n_epochs, 1)
+            check_int("max_samples", max_samples)
+        check_int("every_n_epochs", every_n_epochs)
         self.spaces = spaces
         self.num_bins = num_bins
         self.max_samples = max_samples

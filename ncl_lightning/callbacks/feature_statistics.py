@@ -21,7 +21,6 @@ from a checkpoint monitor on the other ranks.
 
 from __future__ import annotations
 
-from itertools import islice
 from typing import Any
 
 import lightning as L
@@ -38,9 +37,8 @@ from ncl_lightning.callbacks.schedule import (
 )
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.protocols import ClassLabels, ViewData, require_extra
-from ncl_lightning.foundation.validation import check_at_least
+from ncl_lightning.foundation.validation import check_at_least, check_int
 from ncl_lightning.metrics import (
-    SEPIN,
     ActiveDimensions,
     EffectiveRank,
     ExpectedActivation,
@@ -51,6 +49,7 @@ from ncl_lightning.metrics import (
     Sparsity,
     TopKSemanticConsistency,
 )
+from ncl_lightning.metrics.sepin import sepin_on_views
 
 SPACES = ("z", "h")
 
@@ -159,12 +158,12 @@ class FeatureStatistics(L.Callback):
         sepin_max_batches: int | None = None,
     ) -> None:
         spaces = list(SPACES) if spaces is None else spaces
-        check_at_least("every_n_epochs", every_n_epochs, 1)
+        check_int("every_n_epochs", every_n_epochs)
         check_spaces(spaces)
         for name, value in (("top_k", top_k), ("retrieval_k", retrieval_k),
                             ("retrieval_dims", retrieval_dims), ("sepin_max_batches", sepin_max_batches)):  # fmt: skip  # noqa: E501
             if value is not None:
-                check_at_least(name, value, 1)
+                check_int(name, value)
         check_at_least("eps", eps, 0)
         self.every_n_epochs = every_n_epochs
         self.spaces = spaces
@@ -262,29 +261,3 @@ class FeatureStatistics(L.Callback):
         most = min((n for n in limits if n is not None), default=None)
         return sepin_on_views(pl_module, loader, temperature, self._metrics["z"].num_features, most)
 
-
-@torch.no_grad()
-def sepin_on_views(
-    module: Any,
-    loader: Any,
-    temperature: float,
-    num_features: int,
-    most: int | None = None,
-    per_dimension: bool = False,
-) -> dict[str, Tensor]:
-    """SEPIN@k of ``module.encode(x).z`` on the first ``most`` batches of augmented view
-    pairs of ``loader`` (this rank's share; the metric reduces over the ranks).
-
-    Args:
-        module: A method with ``encode``.
-        loader: Batches ``(views, labels)`` (a DataModule's ``view_dataloader``).
-        temperature: The training InfoNCE temperature.
-        num_features: Width ``d`` of ``z``.
-        most: Batches read at most (None: all).
-        per_dimension: Also return the ``[d]`` vector (``SEPIN(per_dimension=True)``).
-    """
-    metric = SEPIN(num_features, temperature, per_dimension=per_dimension).to(module.device)
-    for views, _ in islice(loader, most):
-        z1, z2 = (module.encode(v.to(module.device)).z.float() for v in views[:2])
-        metric.update(z1, z2)
-    return metric.compute()

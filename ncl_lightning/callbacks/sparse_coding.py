@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.protocols import GroundTruthDictionary, require_extra
-from ncl_lightning.foundation.validation import check_at_least, check_choice
+from ncl_lightning.foundation.validation import check_at_least, check_choice, check_int
 from ncl_lightning.metrics import DictionaryRecovery
 from ncl_lightning.nn.sparse_coding import normalize_weight_, warm_start_
 
@@ -120,7 +120,7 @@ class DictionaryRecoveryMonitor(L.Callback):
     """
 
     def __init__(self, every_n_steps: int = 10) -> None:
-        check_at_least("every_n_steps", every_n_steps, 1)
+        check_int("every_n_steps", every_n_steps)
         self.every_n_steps = every_n_steps
         self.metric: DictionaryRecovery | None = None
 

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ncl_lightning.callbacks.schedule import batch_limit, epoch_due, run_dir
 from ncl_lightning.foundation.protocols import PictureData, require_extra
-from ncl_lightning.foundation.validation import check_at_least, check_choice
+from ncl_lightning.foundation.validation import check_choice, check_int
 from ncl_lightning.metrics.functional import (
     expected_activation,
     l2_normalize_rows,
@@ -70,7 +70,7 @@ class TopActivations(L.Callback):
         for name, value in (("every_n_epochs", every_n_epochs), ("num_dims", num_dims),
                             ("num_images", num_images), ("heatmap_samples", heatmap_samples),
                             ("cell", cell)):  # fmt: skip
-            check_at_least(name, value, 1)
+            check_int(name, value)
         check_choice("space", space, ("z", "h"))
         self.every_n_epochs = every_n_epochs
         self.space = space

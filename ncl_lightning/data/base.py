@@ -51,7 +51,7 @@ from ncl_lightning.data.seeding import (
 from ncl_lightning.data.transforms import SimCLRAugmentation
 from ncl_lightning.data.views import DeviceViews, cpu_views
 from ncl_lightning.foundation.errors import ConfigError, DataError, UsageError
-from ncl_lightning.foundation.validation import check_at_least, check_choice, check_positive
+from ncl_lightning.foundation.validation import check_choice, check_int
 
 Split = Literal["train", "val", "test"]
 TrainTransform = Literal["simclr", "crop_flip", "none"]
@@ -129,13 +129,13 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         drop_last: bool = True,
     ) -> None:
         super().__init__()
-        check_positive("batch_size", batch_size)
+        check_int("batch_size", batch_size)
         per_device_batch(batch_size, batch_scope, 1)  # checks the choice
         if num_workers is not None:
-            check_at_least("num_workers", num_workers, 0)
+            check_int("num_workers", num_workers, 0)
         if prefetch_factor is not None:
-            check_at_least("prefetch_factor", prefetch_factor, 1)
-        check_at_least("n_views", n_views, 1)
+            check_int("prefetch_factor", prefetch_factor)
+        check_int("n_views", n_views)
         check_choice("train_transform", train_transform, get_args(TrainTransform))
         check_choice("augment_on", augment_on, get_args(AugmentOn))
         self.save_hyperparameters()

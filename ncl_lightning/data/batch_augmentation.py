@@ -62,7 +62,7 @@ from ncl_lightning.data.view_params import (
     sample_crops,
     sample_view_params,
 )
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_shape
 
 
 # --------------------------------------------------------------------------- geometry
@@ -176,12 +176,7 @@ class BatchAugmentation(nn.Module):
         Returns:
             ``n_views`` float32 tensors ``[B, C, crop_size, crop_size]``, normalised.
         """
-        if images.dim() != 4 or images.shape[1] != self.augmentation.channels:
-            raise ConfigError(
-                f"BatchAugmentation expects images [B, {self.augmentation.channels}, H, W], "
-                f"got {tuple(images.shape)}",
-                key="images",
-            )
+        check_shape("images", images, ("B", self.augmentation.channels, "H", "W"))
         batch = images.repeat(n_views, 1, 1, 1) if n_views > 1 else images
         params = self.sample(batch.shape[0], batch.shape[2], batch.shape[3])
         return list(self.apply(batch, params).chunk(n_views))

@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 from ncl_lightning.data.base import MultiViewDataModule, Split
 from ncl_lightning.data.memory import TensorImageDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, digits_augmentation
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_range
 
 
 class DigitsDataModule(MultiViewDataModule):
@@ -45,11 +45,7 @@ class DigitsDataModule(MultiViewDataModule):
         **kwargs: Any,
     ) -> None:
         super().__init__(batch_size=batch_size, num_workers=num_workers, **kwargs)
-        if not 0.0 < val_fraction < 1.0:
-            raise ConfigError(
-                f"data.init_args.val_fraction must be in (0, 1), got {val_fraction}",
-                key="val_fraction",
-            )
+        check_range("val_fraction", val_fraction, 0, 1, "()")
         self.val_fraction = val_fraction
         self.seed = seed
         self.num_classes = 10

@@ -53,7 +53,7 @@ from ncl_lightning.data.sprite_render import (
     render_sprites,
 )
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.validation import check_at_least, check_choice
+from ncl_lightning.foundation.validation import check_choice, check_int
 
 Key = int | tuple[int, int]
 
@@ -177,9 +177,9 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
             ("num_workers", num_workers, 0), ("n_views", n_views, 1), ("seed", seed, 0),
             ("factor_jitter", factor_jitter, 0),
         ):  # fmt: skip
-            check_at_least(name, value, low)
+            check_int(name, value, low)
         if prefetch_factor is not None:
-            check_at_least("prefetch_factor", prefetch_factor, 1)
+            check_int("prefetch_factor", prefetch_factor)
         total = train_size + val_size + test_size
         if total > DSPRITES_NUM_IMAGES:
             raise ConfigError(

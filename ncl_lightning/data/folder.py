@@ -29,7 +29,8 @@ from ncl_lightning.data.folder_cache import (
 from ncl_lightning.data.memory import CacheMode
 from ncl_lightning.data.scan import FolderScan, warn_skipped_links
 from ncl_lightning.data.transforms import SimCLRAugmentation, scaled_augmentation
-from ncl_lightning.foundation.errors import ConfigError, DataError, DataNotFoundError
+from ncl_lightning.foundation.errors import DataError, DataNotFoundError
+from ncl_lightning.foundation.validation import check_int
 
 SHOWN = 5  # paths or names listed in a message before "(+N more)"
 
@@ -190,10 +191,7 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if image_size <= 0:
-            raise ConfigError(
-                f"data.init_args.image_size: must be > 0, got {image_size}", key="image_size"
-            )
+        check_int("image_size", image_size)
         self.use_cache(cache, cache_dir, skip_corrupt)
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {

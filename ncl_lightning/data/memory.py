@@ -35,6 +35,7 @@ from torchvision.transforms import v2
 from ncl_lightning.data.decode import corrupt_image_error
 from ncl_lightning.foundation.disk import atomic_write, format_bytes, host_tag, remove_stale
 from ncl_lightning.foundation.errors import ConfigError, CorruptImageError, DataError, UsageError
+from ncl_lightning.foundation.validation import check_choice, check_shape
 
 CacheMode = Literal["none", "memory", "disk"]
 
@@ -51,10 +52,7 @@ class TensorImageDataset(Dataset):
     def __init__(self, images: Tensor | np.ndarray, labels: Tensor | Sequence[int]) -> None:
         images = torch.as_tensor(images)
         labels = torch.as_tensor(labels)
-        if images.dim() != 4:
-            raise ConfigError(
-                f"images must be [N, C, H, W], got shape {tuple(images.shape)}", key="images"
-            )
+        check_shape("images", images, ("N", "C", "H", "W"))
         if len(images) != len(labels):
             raise ConfigError(f"{len(images)} images but {len(labels)} labels", key="labels")
         self.images = images
@@ -286,8 +284,7 @@ def decode_images(
 
         skipped = _decode_into(put, dataset, size, num_workers, samples, skip_corrupt)
         return DecodedImages(images, labels, skipped)
-    if mode != "disk":
-        raise ConfigError(f"cache mode must be 'memory' or 'disk', got {mode!r}", key="cache")
+    check_choice("cache", mode, ("memory", "disk"))
     if cache_dir is None:
         raise ConfigError(
             "cache='disk' needs cache_dir (a folder for the decoded images)", key="cache_dir"
@@ -313,11 +310,7 @@ def decode_images(
 
 def check_cache(mode: str, cache_dir: str | None) -> None:
     """Raise :class:`ConfigError` for an unknown cache mode or ``disk`` without ``cache_dir``."""
-    if mode not in get_args(CacheMode):
-        raise ConfigError(
-            f"data.init_args.cache: must be one of {list(get_args(CacheMode))}, got {mode!r}",
-            key="cache",
-        )
+    check_choice("cache", mode, get_args(CacheMode))
     if mode == "disk" and not cache_dir:
         raise ConfigError(
             "data.init_args.cache_dir: cache='disk' needs cache_dir (a folder for the "

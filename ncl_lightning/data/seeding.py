@@ -34,13 +34,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from ncl_lightning.data.batch_scope import ScopedBatch
-from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.internals import (
     batches_fetched_total,
     batches_processed,
     epochs_processed,
 )
-from ncl_lightning.foundation.validation import check_positive
+from ncl_lightning.foundation.validation import check_int, check_range
 
 _MASK = (1 << 64) - 1
 EVAL_KEY = -1
@@ -160,9 +159,8 @@ class EvalViewSampler(Sampler[tuple[int, int]]):
         world_size: int = 1,
         batch_size: int = 1,
     ) -> None:
-        if not 0 <= rank < world_size:
-            raise ConfigError(f"rank must be in [0, {world_size}), got {rank}", key="rank")
-        check_positive("batch_size", batch_size)
+        check_range("rank", rank, 0, world_size, "[)")
+        check_int("batch_size", batch_size)
         self.seed = global_seed() if seed is None else seed
         order = torch.randperm(size, generator=seeded_generator(self.seed, EVAL_KEY))
         batches = list(order.split(batch_size))

@@ -51,7 +51,7 @@ from ncl_lightning.data.sparse_latents import (
     paper_nonzero_count,
 )
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.validation import check_at_least, check_choice, check_range
+from ncl_lightning.foundation.validation import check_at_least, check_choice, check_int, check_range
 
 Latent = Literal["symmetric", "binary"]
 ViewScheme = Literal["independent", "dependent"]
@@ -76,7 +76,7 @@ def random_dictionary(p: int, d: int, generator: torch.Generator | None = None) 
         d: Number of dictionary atoms (>= 1).
         generator: Source of randomness.
     """
-    check_at_least("d", d, 1)
+    check_int("d", d)
     check_range("d", d, 1, p)
     gaussian = torch.randn(p, d, generator=generator, dtype=torch.float64)
     q, r = torch.linalg.qr(gaussian, mode="reduced")
@@ -157,16 +157,13 @@ class SparseCodingModel:
     dictionary: Tensor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_at_least("d", self.d, 1)
-        if self.p < self.d:
-            raise ConfigError(
-                f"p must be >= d (a column-orthonormal M), got p={self.p}, d={self.d}", key="p"
-            )
+        check_int("d", self.d)
+        check_int("p", self.p, self.d)  # M [p, d] has orthonormal columns
         check_choice("latent", self.latent, get_args(Latent))
         check_range("nonzero_prob", self.nonzero_prob, 0.0, 1.0, "(]")
         if self.noise_var is not None:
             check_at_least("noise_var", self.noise_var, 0.0)
-        check_at_least("seed", self.seed, 0)
+        check_int("seed", self.seed, 0)
         check_choice("support", self.support, get_args(Support))
         if self.nonzero_count is not None and self.support != "fixed_count":
             raise ConfigError(
@@ -202,7 +199,7 @@ class SparseCodingModel:
 
     def sample_latents(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` latents ``[n, d]`` (float32), each with at least one non-zero entry."""
-        check_at_least("n", n, 1)
+        check_int("n", n)
         symmetric = self.latent == "symmetric"
         if self.support == "fixed_count":
             return fixed_count_latents(n, self.d, self.count, symmetric, generator)
@@ -313,8 +310,8 @@ class SparseCodingDataModule(ResumableData, L.LightningDataModule):
         nonzero_count: int | None = None,
     ) -> None:
         super().__init__()
-        check_at_least("n", n, 1)
-        check_at_least("val_n", val_n, 1)
+        check_int("n", n)
+        check_int("val_n", val_n)
         check_range("batch_size", batch_size, 1, n)
         check_range("alpha", alpha, 0.0, 1.0, "()")
         check_choice("views", views, get_args(ViewScheme))

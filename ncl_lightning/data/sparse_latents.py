@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ncl_lightning.foundation.validation import check_at_least, check_range
+from ncl_lightning.foundation.validation import check_int, check_range
 
 Support = Literal["bernoulli", "fixed_count"]
 
@@ -33,7 +33,7 @@ def paper_nonzero_count(d: int, nonzero_prob: float) -> int:
     ``dβ`` is rounded to 9 decimals first, so a float such as ``10 × 0.3`` counts as 3.
     ``d = 10``: 2 at ``β = 0.1`` and ``0.2``, 3 at ``β = 0.3``.
     """
-    check_at_least("d", d, 1)
+    check_int("d", d)
     check_range("nonzero_prob", nonzero_prob, 0.0, 1.0, "(]")
     expected = round(d * nonzero_prob, 9)
     return max(math.ceil(expected), math.ceil(expected / 2) + 1)

@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_indices, check_int, check_range
 
 DSPRITES_FACTOR_NAMES = ("shape", "scale", "orientation", "pos_x", "pos_y")
 DSPRITES_FACTOR_SIZES = (3, 6, 40, 32, 32)
@@ -57,8 +58,7 @@ def index_to_factors(index: Tensor | int) -> Tensor:
         int64 ``[..., 5]`` factor values (shape, scale, orientation, posX, posY).
     """
     index = torch.as_tensor(index).long()
-    if index.numel() and (index.min() < 0 or index.max() >= DSPRITES_NUM_IMAGES):
-        raise ConfigError(f"index must lie in [0, {DSPRITES_NUM_IMAGES})", key="index")
+    check_indices("index", index, DSPRITES_NUM_IMAGES)
     strides = torch.tensor(_STRIDES, device=index.device)
     sizes = torch.tensor(DSPRITES_FACTOR_SIZES, device=index.device)
     return (index[..., None] // strides) % sizes
@@ -197,16 +197,13 @@ class DSpritesDataset(Dataset):
             self.indices = torch.arange(DSPRITES_NUM_IMAGES)
         else:
             self.indices = torch.as_tensor(indices).long().reshape(-1)
-            if self.indices.numel() and (
-                self.indices.min() < 0 or self.indices.max() >= DSPRITES_NUM_IMAGES
-            ):
-                raise ConfigError(f"indices must lie in [0, {DSPRITES_NUM_IMAGES})", key="indices")
+            check_indices("indices", self.indices, DSPRITES_NUM_IMAGES)
 
     @classmethod
     def sample(cls, n: int, seed: int = 0) -> DSpritesDataset:
         """Dataset over ``n`` distinct uniform random indices (generator seeded by ``seed``)."""
-        if not 0 <= n <= DSPRITES_NUM_IMAGES:
-            raise ConfigError(f"n must be in [0, {DSPRITES_NUM_IMAGES}], got {n}", key="n")
+        check_int("n", n, 0)
+        check_range("n", n, 0, DSPRITES_NUM_IMAGES)
         generator = torch.Generator().manual_seed(seed)
         return cls(torch.randperm(DSPRITES_NUM_IMAGES, generator=generator)[:n])
 

@@ -26,7 +26,7 @@ from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.registry import Registry
 from ncl_lightning.foundation.validation import (
     check_at_least,
-    check_finite,
+    check_int,
     check_pair,
     check_positive,
     check_range,
@@ -116,11 +116,10 @@ class SimCLRAugmentation:
         # Configs and Python callers may pass lists; keep hashable, immutable tuples.
         for name in ("crop_scale", "crop_ratio", "blur_sigma", "mean", "std"):
             setattr(self, name, tuple(float(v) for v in getattr(self, name)))
-        check_positive("crop_size", self.crop_size)
+        check_int("crop_size", self.crop_size)
         check_pair("crop_scale", self.crop_scale, 0.0, 1.0)
         check_pair("crop_ratio", self.crop_ratio, 0.0, float("inf"))
         check_pair("blur_sigma", self.blur_sigma, 0.0, float("inf"))
-        check_finite("blur_sigma", self.blur_sigma[1])
         for name in ("rotation", "brightness", "contrast", "saturation"):
             check_at_least(name, getattr(self, name), 0)
         check_range("hue", self.hue, 0, 0.5)
@@ -148,7 +147,7 @@ class SimCLRAugmentation:
         # Reflect padding of kernel // 2 needs fewer pixels than the side: fail at config
         # time, not in the first training batch.
         if self.blur_kernel is not None:
-            check_positive("blur_kernel", self.blur_kernel)
+            check_int("blur_kernel", self.blur_kernel)
             if self.blur_kernel % 2 == 0:
                 raise ConfigError(
                     f"SimCLRAugmentation.blur_kernel must be odd, got {self.blur_kernel}",
@@ -329,8 +328,7 @@ class MultiView:
     """
 
     def __init__(self, transform: Callable[[Any], Tensor], n_views: int = 2) -> None:
-        if n_views < 1:
-            raise ConfigError(f"MultiView n_views must be >= 1, got {n_views}", key="n_views")
+        check_int("n_views", n_views)
         self.transform = transform
         self.n_views = n_views
 

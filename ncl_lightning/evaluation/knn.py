@@ -18,14 +18,14 @@ from torch import Tensor
 
 from ncl_lightning.checkpoints.load import load_backbone
 from ncl_lightning.evaluation.features import extract_features
+from ncl_lightning.foundation.components import missing_defaults
 from ncl_lightning.foundation.errors import UsageError
+from ncl_lightning.foundation.internals import attached_trainer
 from ncl_lightning.foundation.protocols import CleanData, require_extra
 from ncl_lightning.foundation.validation import check_at_least, check_positive
 from ncl_lightning.methods.classifier import accuracy_metrics, first_view
 from ncl_lightning.methods.ssl import Encoded
 from ncl_lightning.metrics.functional.knn import weighted_knn_predict
-from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
-from ncl_lightning.runtime.components import missing_callbacks
 
 
 class KNNClassifier(L.LightningModule):
@@ -109,4 +109,4 @@ class KNNClassifier(L.LightningModule):
 
     def configure_callbacks(self) -> list[Callback]:
         """The checkpoint record, unless the trainer has one (``ncl-cli`` installs it)."""
-        return missing_callbacks(self._trainer, [CheckpointRecord()])
+        return missing_defaults(attached_trainer(self), only=("checkpoint_record",))

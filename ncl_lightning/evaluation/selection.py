@@ -31,9 +31,17 @@ from ncl_lightning.callbacks.schedule import run_dir
 from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.data.base import MultiViewDataModule
 from ncl_lightning.evaluation.features import extract_features, probe_accuracy
+from ncl_lightning.foundation.components import missing_defaults
 from ncl_lightning.foundation.errors import ConfigError, UsageError
+from ncl_lightning.foundation.internals import attached_trainer
 from ncl_lightning.foundation.protocols import CleanData, require_extra
-from ncl_lightning.foundation.validation import check_at_least, check_choice, check_positive
+from ncl_lightning.foundation.validation import (
+    check_at_least,
+    check_choice,
+    check_int,
+    check_positive,
+    check_range,
+)
 from ncl_lightning.methods.classifier import first_view
 from ncl_lightning.metrics.functional import (
     expected_activation,
@@ -42,8 +50,6 @@ from ncl_lightning.metrics.functional import (
 )
 from ncl_lightning.nn.gather import gather_uneven
 from ncl_lightning.plot.pictures import accuracy_vs_k
-from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
-from ncl_lightning.runtime.components import missing_callbacks
 
 RULES = ("ea", "random")
 
@@ -112,8 +118,8 @@ class FeatureSelection(L.LightningModule):
         self.method = load_method(checkpoint).requires_grad_(False)
         # Check ks against the feature width now, before any image is encoded.
         width = _feature_width(self.method, space)
-        if ks is not None and (not ks or any(not 1 <= k <= width for k in ks)):
-            raise ConfigError(f"every k in ks must be in [1, {width}] ({space} width), got {ks}")
+        if ks is not None:
+            check_ks(ks, width)
         self.transfer = transfer
         self._train: tuple[Tensor, Tensor] | None = None
         self._test: list[tuple[Tensor, Tensor]] = []
@@ -151,8 +157,7 @@ class FeatureSelection(L.LightningModule):
             transfer = (self._clean(self.transfer, "train"), self._clean(self.transfer, "val"))
         d = self._train[0].shape[1]
         ks = self.hparams.ks or default_ks(d)
-        if any(not 1 <= k <= d for k in ks):
-            raise ConfigError(f"every k in ks must be in [1, {d}], got {ks}", key="ks")
+        check_ks(ks, d)
         ea = expected_activation(self._train[0])
         fit = {"epochs": self.hparams.probe_epochs, "lr": self.hparams.probe_lr}
         self.results = {rule: {} for rule in RULES}
@@ -212,7 +217,7 @@ class FeatureSelection(L.LightningModule):
 
     def configure_callbacks(self) -> list[Callback]:
         """The checkpoint record, unless the trainer has one (``ncl-cli`` installs it)."""
-        return missing_callbacks(self._trainer, [CheckpointRecord()])
+        return missing_defaults(attached_trainer(self), only=("checkpoint_record",))
 
 
 def selection_table(results: dict[str, dict[int, dict[str, float]]]) -> str:
@@ -224,3 +229,12 @@ def selection_table(results: dict[str, dict[int, dict[str, float]]]) -> str:
             cells = " | ".join(f"{100 * row[m]:.2f}" if m in row else "" for m in metrics)
             lines.append(f"| {rule} | {k} | {cells} |")
     return "\n".join(lines)
+
+
+def check_ks(ks: list[int], width: int) -> None:
+    """``ks`` is a non-empty list of integers in ``[1, width]`` (the features' width)."""
+    if not ks:
+        raise ConfigError("ks must list at least one k, got []", key="ks")
+    for k in ks:
+        check_int("ks", k, 1)
+        check_range("ks", k, 1, width)

@@ -22,7 +22,20 @@ What is used, and why:
 * ``Trainer.fit_loop`` progress counters: the epoch and the batch a training epoch is at,
   for the exact mid-epoch resume of the DataModules and for naming the step in errors.
 * ``LightningCLI._parse_ckpt_path``: overridden by ``ncl-cli`` to read a checkpoint safely
-  and lay the user's values over its hyper-parameters.
+  and lay the user's values over its hyper-parameters (:func:`override_ckpt_path_parsing`).
+* ``ArgumentParser._actions`` (argparse's, inherited by jsonargparse) and
+  ``ActionTypeHint._typehint``: the options of a parser (:func:`parser_actions`), and the
+  type jsonargparse reads an option's value as (:func:`action_typehint`,
+  :func:`set_action_typehint`).
+* ``lightning.fabric.utilities.cloud_io._is_local_file_protocol``: whether a checkpoint
+  path is on the local file system (:func:`is_local_path`).
+* ``Trainer._logger_connector`` and ``Precision._wrap_closure``: where a training step's
+  logging and its optimiser closure run, timed by ``python -m ncl_lightning.bench``
+  (:func:`logger_connector`, :data:`CLOSURE_WRAPPER`).
+* ``torch.utils._python_dispatch.TorchDispatchMode``: the base of the operation counter of
+  ``python -m ncl_lightning.bench`` (:data:`TorchDispatchMode`); ``torch.nn.modules.
+  batchnorm._NormBase``: the base of every BatchNorm and InstanceNorm layer
+  (:data:`NormBase`).
 * ``wandb.sdk.wandb_setup`` and ``wandb.sdk.lib.wbauth``: wandb's settings and API-key
   lookup, without network, to fall back to offline logging before ``wandb.init`` hangs.
 
@@ -61,6 +74,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from lightning.pytorch.core.mixins import hparams_mixin
+from torch.nn.modules.batchnorm import _NormBase
+from torch.utils import _python_dispatch
 
 #: ``(module, attribute)`` of every private name the package relies on.
 PRIVATE_APIS: tuple[tuple[str, str], ...] = (
@@ -71,7 +86,27 @@ PRIVATE_APIS: tuple[tuple[str, str], ...] = (
     ("wandb.sdk.wandb_setup", "singleton"),
     ("wandb.sdk.lib.wbauth", "authenticate_session"),
     ("lightning.pytorch.core.module", "LightningModule._trainer"),
+    ("jsonargparse", "ArgumentParser._actions"),
+    ("jsonargparse._typehints", "ActionTypeHint._typehint"),
+    ("lightning.fabric.utilities.cloud_io", "_is_local_file_protocol"),
+    ("lightning.pytorch.trainer.trainer", "Trainer._logger_connector"),
+    ("lightning.pytorch.plugins.precision", "Precision._wrap_closure"),
+    ("lightning.pytorch.strategies", "DDPStrategy._layer_sync"),
+    ("torch.utils._python_dispatch", "TorchDispatchMode"),
+    ("torch.nn.modules.batchnorm", "_NormBase"),
 )
+#: The base class of every BatchNorm and InstanceNorm layer (``BatchNorm*``, ``SyncBatchNorm``,
+#: ``InstanceNorm*``).
+NormBase = _NormBase
+#: The base of a mode that sees every operation torch dispatches (the bench's op counter).
+TorchDispatchMode = _python_dispatch.TorchDispatchMode
+
+# Keyword arguments of the fresh instance an instance attribute is looked up on, for the
+# classes that need some (by ``module:class``).
+_INSTANCE_KWARGS: dict[str, dict[str, Any]] = {
+    "jsonargparse._typehints:ActionTypeHint": {"typehint": int},
+    "lightning.pytorch.trainer.trainer:Trainer": {"logger": False},
+}
 
 
 def missing_private_apis() -> list[str]:
@@ -87,10 +122,10 @@ def missing_private_apis() -> list[str]:
             *path, last = dotted.split(".")
             for part in path:
                 owner = getattr(owner, part)
-            if not hasattr(owner, last):
-                owner = owner() if isinstance(owner, type) else owner
+            if not hasattr(owner, last) and isinstance(owner, type):
+                owner = owner(**_INSTANCE_KWARGS.get(f"{module_name}:{'.'.join(path)}", {}))
             getattr(owner, last)
-        except (ImportError, AttributeError, TypeError):
+        except (ImportError, AttributeError, TypeError, ValueError):
             missing.append(f"{module_name}:{dotted}")
     return missing
 
@@ -102,6 +137,62 @@ def attached_trainer(module: Any) -> Any | None:
     Lightning's public ``module.trainer`` raises when there is none; the attribute behind
     it, ``LightningModule._trainer``, is ``None`` then."""
     return module._trainer
+
+
+# -- LightningCLI's --ckpt_path parsing ------------------------------------------------
+#: LightningCLI's private method that reads ``--ckpt_path``'s hyper-parameters into the config.
+PARSE_CKPT_PATH = "_parse_ckpt_path"
+
+
+def override_ckpt_path_parsing(cls: type) -> type:
+    """Class decorator of a LightningCLI subclass: its ``_read_ckpt_path(lightning)`` runs
+    where LightningCLI parses ``--ckpt_path`` (the private ``_parse_ckpt_path``, before the
+    classes are built); ``lightning()`` is LightningCLI's own parsing."""
+
+    def parse_ckpt_path(self: Any) -> None:
+        self._read_ckpt_path(getattr(super(cls, self), PARSE_CKPT_PATH))
+
+    parse_ckpt_path.__doc__ = cls._read_ckpt_path.__doc__  # type: ignore[attr-defined]
+    setattr(cls, PARSE_CKPT_PATH, parse_ckpt_path)
+    return cls
+
+
+# -- parsers' options ---------------------------------------------------------------------
+def parser_actions(parser: Any) -> list[Any]:
+    """The options of an (argparse or jsonargparse) parser: argparse's ``_actions``."""
+    return list(getattr(parser, "_actions", []))
+
+
+def action_typehint(action: Any) -> Any | None:
+    """The type jsonargparse reads an option's value as (``None`` for an action that is not
+    a jsonargparse ``ActionTypeHint``)."""
+    return getattr(action, "_typehint", None)
+
+
+def set_action_typehint(action: Any, typehint: Any) -> None:
+    """Make jsonargparse read an option's value as ``typehint``."""
+    action._typehint = typehint
+
+
+# -- checkpoint paths -----------------------------------------------------------------------
+def is_local_path(path: Any) -> bool:
+    """Whether ``path`` is on the local file system (no ``s3://``-like protocol), as
+    Lightning's checkpoint I/O decides."""
+    from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
+
+    return _is_local_file_protocol(path)
+
+
+# -- the training step's timed parts (python -m ncl_lightning.bench) ------------------------
+#: The precision plugin's method that wraps the optimiser closure (zero_grad, training_step,
+#: backward) around ``optimizer.step``.
+CLOSURE_WRAPPER = "_wrap_closure"
+
+
+def logger_connector(trainer: Any) -> Any:
+    """The trainer's logger connector, whose ``on_batch_start``/``on_batch_end`` run the
+    step's logging."""
+    return trainer._logger_connector
 
 
 # -- the strategy's layer sync (Trainer(sync_batchnorm=True)) ---------------------------

@@ -4,7 +4,9 @@ Every DataModule is a ``LightningDataModule``; the extras below are optional, an
 a :class:`typing.Protocol` (``runtime_checkable``: ``isinstance(datamodule, ViewData)``
 tells whether a DataModule has it). A caller that needs an extra checks for its protocol
 and raises a one-line error naming the missing extra; a caller that can do without one
-(e.g. feature statistics without class labels) skips that part.
+(e.g. feature statistics without class labels) skips that part. The DataModules of
+:mod:`ncl_lightning.data` provide them; the protocols sit in the foundation so that any
+layer can check for an extra without importing ``data``.
 
 Who provides and who calls each:
 

@@ -2,12 +2,16 @@
 
 Each check names the argument (the key under ``init_args`` in a config) and carries it as
 ``err.key``: ``<key> must be ..., got <value>``. NaN and infinities fail every numeric check.
-These are the only copies: modules, DataModules, metrics and callbacks all call them.
+These are the only copies: modules, DataModules, metrics and callbacks all call them
+(``tests/foundation/test_validation.py`` fails on such a message written anywhere else).
+Tensors given as arguments are checked here too: their shape (:func:`check_shape`) and
+the range of their labels or indices (:func:`check_indices`).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -37,26 +41,79 @@ def check_at_least(key: str, value: float, low: float) -> None:
     check_finite(key, value)
 
 
+def check_int(key: str, value: Any, low: int = 1) -> None:
+    """``ConfigError`` unless ``value`` is an integer ``>= low`` (a count, a size, an index;
+    ``bool`` and floats such as ``2.0`` fail, NumPy integers pass)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ConfigError(f"{key} must be an integer >= {low}, got {value!r}", key=key)
+
+
+def check_count_or_fraction(key: str, value: Any, int_low: int, allow_zero: bool) -> None:
+    """``ConfigError`` unless ``value`` is an integer ``>= int_low`` (a count) or a float
+    fraction in ``[0, 1]`` (``allow_zero``) or ``(0, 1]`` (a share of the whole)."""
+    if not isinstance(value, bool) and isinstance(value, numbers.Integral):
+        check_int(key, value, int_low)
+        return
+    ok = isinstance(value, float) and (0.0 <= value <= 1.0 if allow_zero else 0.0 < value <= 1.0)
+    if not ok:
+        low = "[0.0" if allow_zero else "(0.0"
+        raise ConfigError(
+            f"{key} must be an integer >= {int_low} (a count) or a fraction in {low}, 1.0], "
+            f"got {value!r}",
+            key=key,
+        )
+
+
 def check_range(key: str, value: float, low: float, high: float, closed: str = "[]") -> None:
-    """``ConfigError`` unless ``value`` lies in the interval; ``closed`` gives its brackets
-    (``"[]"``, ``"[)"``, ``"(]"``, ``"()"``)."""
+    """``ConfigError`` unless ``value`` is a finite number in the interval; ``closed`` gives
+    its brackets (``"[]"``, ``"[)"``, ``"(]"``, ``"()"``)."""
     above = value >= low if closed[0] == "[" else value > low
     below = value <= high if closed[1] == "]" else value < high
     if not (above and below):
         raise ConfigError(
             f"{key} must be in {closed[0]}{low}, {high}{closed[1]}, got {value!r}", key=key
         )
+    check_finite(key, value)  # an infinite bound lets inf through the comparisons
 
 
 def check_pair(key: str, pair: Sequence[float], low: float, high: float) -> tuple[float, float]:
-    """``ConfigError`` unless ``pair`` is ``(min, max)`` with ``low < min <= max <= high``
-    (a range of a random draw); returns it as two floats."""
+    """``ConfigError`` unless ``pair`` is ``(min, max)`` of finite numbers with
+    ``low < min <= max <= high`` (a range of a random draw); returns it as two floats."""
     values = tuple(pair)
     if len(values) != 2 or not low < values[0] <= values[1] <= high:
         raise ConfigError(
             f"{key} must be (min, max) with {low} < min <= max <= {high}, got {pair}", key=key
         )
+    for value in values:
+        check_finite(key, value)
     return float(values[0]), float(values[1])
+
+
+def check_shape(key: str, value: Any, shape: Sequence[int | str]) -> None:
+    """``ConfigError`` unless ``value.shape`` (a tensor's or an array's) matches ``shape``:
+    as many dimensions, and each ``int`` entry equal (a ``str`` entry, ``"N"``, is a name
+    that matches any size).
+
+    Example: ``check_shape("z", z, ("N", num_features))`` gives
+    ``z must have shape [N, 64], got (8, 32)``.
+    """
+    actual = tuple(value.shape)
+    if len(actual) != len(shape) or any(
+        isinstance(want, int) and got != want for got, want in zip(actual, shape, strict=False)
+    ):
+        dims = ", ".join(str(d) for d in shape)
+        raise ConfigError(f"{key} must have shape [{dims}], got {actual}", key=key)
+
+
+def check_indices(key: str, values: Any, high: int) -> None:
+    """``ConfigError`` unless every entry of ``values`` (an integer tensor of labels or
+    indices; empty passes) lies in ``[0, high)``: one out of range would break an index,
+    a ``one_hot`` or a ``scatter`` later (or assert on a GPU)."""
+    if values.numel() and (values.min() < 0 or values.max() >= high):
+        low, top = int(values.min()), int(values.max())
+        raise ConfigError(
+            f"{key} must hold values in [0, {high}), got values from {low} to {top}", key=key
+        )
 
 
 def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_shape
 
 
 def negative_cosine(p: Tensor, z: Tensor) -> Tensor:
@@ -24,12 +24,8 @@ def negative_cosine(p: Tensor, z: Tensor) -> Tensor:
     Returns:
         Scalar in ``[-1, 1]``.
     """
-    if p.shape != z.shape or p.dim() != 2:
-        raise ConfigError(
-            f"expected predictions and targets of equal shape [B, d], "
-            f"got {tuple(p.shape)} and {tuple(z.shape)}",
-            key="z",
-        )
+    check_shape("p", p, ("B", "d"))
+    check_shape("z", z, tuple(p.shape))
     return -F.cosine_similarity(p, z.detach(), dim=1).mean()
 
 

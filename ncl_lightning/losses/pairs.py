@@ -29,7 +29,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_shape
 from ncl_lightning.nn.gather import gather_no_grad, gather_with_grad, rank
 
 
@@ -99,12 +99,7 @@ class ViewPairs(NamedTuple):
             labels: This rank's labels ``[n]``, shared by both views; gathered from every
                 rank (without gradient) when the keys were.
         """
-        if labels.shape != (self.n,):
-            raise ConfigError(
-                f"expected labels of shape [{self.n}] for {self.n} samples, "
-                f"got {tuple(labels.shape)}",
-                key="labels",
-            )
+        check_shape("labels", labels, (self.n,))
         key_labels = gather_no_grad(labels) if self.gathered else labels
         return labels.repeat(2)[:, None] == key_labels.repeat(2)[None, :]
 
@@ -127,12 +122,8 @@ def view_pairs(z1: Tensor, z2: Tensor, gather_distributed: bool = True) -> ViewP
     Raises:
         ConfigError: The views are not two ``[n, d]`` tensors of equal shape.
     """
-    if z1.shape != z2.shape or z1.dim() != 2:
-        raise ConfigError(
-            f"expected two [n, d] views of equal shape, got {tuple(z1.shape)} and "
-            f"{tuple(z2.shape)}",
-            key="z2",
-        )
+    check_shape("z1", z1, ("n", "d"))
+    check_shape("z2", z2, tuple(z1.shape))
     if gather_distributed:
         k1, k2, offset = gather_with_grad(z1), gather_with_grad(z2), rank() * z1.shape[0]
     else:

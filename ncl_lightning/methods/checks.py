@@ -10,7 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.validation import check_at_least
+from ncl_lightning.foundation.validation import check_at_least, check_range
 
 
 def check_backbone(backbone: nn.Module) -> None:
@@ -32,3 +32,12 @@ def check_projector(hidden_dim: int, output_dim: int, num_layers: int, low_layer
     if num_layers > 1:  # a linear projector has no hidden layer
         check_at_least("proj_hidden_dim", hidden_dim, 1)
 
+
+def check_common_arguments(
+    batch_size: int | None, warmup_epochs: float, min_lr_ratio: float = 0.0
+) -> None:
+    """One-line ``ConfigError`` for the optimisation arguments every module takes."""
+    if batch_size is not None:
+        check_at_least("batch_size", batch_size, 1)
+    check_at_least("warmup_epochs", warmup_epochs, 0)
+    check_range("min_lr_ratio", min_lr_ratio, 0, 1)

@@ -25,12 +25,12 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss
 from ncl_lightning.foundation.protocols import MultipleTestSets
 from ncl_lightning.foundation.validation import check_at_least, check_range
 from ncl_lightning.methods.ssl import Encoded
 from ncl_lightning.methods.trainable import TrainableModule, common_arguments
-from ncl_lightning.runtime.guard import NonFiniteLoss
-from ncl_lightning.runtime.speed_switches import CompileMode, float32
+from ncl_lightning.nn.precision import float32
 
 
 def default_sgd(params: Iterable) -> torch.optim.Optimizer:

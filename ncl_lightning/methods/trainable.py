@@ -2,21 +2,21 @@
 
 :class:`~ncl_lightning.methods.SSLMethod` and :class:`~ncl_lightning.methods.Classifier`
 subclass it directly. It holds what every trainable module shares: the checks of the
-common arguments, the hyper-parameters, the optimiser's parameter groups, learning rates
-scaled by ``global batch / 256`` (Goyal et al., 2017; SimCLR) with a per-step linear
-warmup then cosine decay (SimCLR, NCL), and the finiteness hook of the training step.
+common arguments, the hyper-parameters, the optimiser's parameter groups, the
+warmup-cosine optimisation (:mod:`ncl_lightning.optim.schedule_setup`) and the finiteness
+hook of the training step.
 
-The cross-cutting behaviour is in callbacks of :mod:`ncl_lightning.runtime`, which read
-this module's typed attributes (``nonfinite_loss``, ``grad_norm_limit``,
-``channels_last``, ``torch_compile``, ``compile_mode``): ``ncl-cli`` installs them
+The cross-cutting behaviour is in run-time callbacks, which read this module's typed
+attributes (``nonfinite_loss``, ``grad_norm_limit``, ``channels_last``,
+``torch_compile``, ``compile_mode``): ``ncl-cli`` installs them
 (:func:`ncl_lightning.default_callbacks`), and :meth:`TrainableModule.configure_callbacks`
-adds the ones a plain ``Trainer`` lacks, so nothing is lost without the CLI.
+adds the ones a plain ``Trainer`` lacks, by injection
+(:mod:`ncl_lightning.foundation.components`), so nothing is lost without the CLI.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -24,27 +24,22 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import OptimizerCallable
-from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from ncl_lightning.checkpoints.record import RECORD_KEY, make_record, spec_of
-from ncl_lightning.foundation.errors import ConfigError, UsageError
-from ncl_lightning.foundation.internals import build_train_loader, built_by_cli, record_hparams
-from ncl_lightning.foundation.validation import check_at_least, check_choice, check_range
-from ncl_lightning.optim import decay_param_groups, warmup_cosine, warmup_step
-from ncl_lightning.optim import scale_lr as scaled
-from ncl_lightning.optim.batch_report import batch_layout, describe_batch
-from ncl_lightning.runtime.components import missing_callbacks
-from ncl_lightning.runtime.finite_checks import zero_loss
-from ncl_lightning.runtime.guard import (
-    NONFINITE_CHOICES,
-    NonFiniteGuard,
+from ncl_lightning.foundation.components import FiniteCheck, missing_defaults, new_default
+from ncl_lightning.foundation.errors import UsageError
+from ncl_lightning.foundation.internals import attached_trainer, built_by_cli, record_hparams
+from ncl_lightning.foundation.options import (
+    CompileMode,
     NonFiniteLoss,
+    check_compile_mode,
     check_grad_norm_limit,
+    check_nonfinite_loss,
 )
-from ncl_lightning.runtime.speed_switches import CompileMode, check_compile_mode
-from ncl_lightning.runtime.subclass_defaults import check_declared_defaults
-from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
+from ncl_lightning.methods.checks import check_common_arguments
+from ncl_lightning.optim import decay_param_groups
+from ncl_lightning.optim.schedule_setup import check_schedule_length, configure_warmup_cosine
 
 # Arguments every model takes from the DataModule attribute of the same name: ncl-cli
 # links them (``data.<name>`` -> ``model.init_args.<name>``), and a module built in
@@ -112,10 +107,9 @@ class TrainableModule(L.LightningModule):
         grad_norm_limit: float | None,
     ) -> None:
         super().__init__()
-        check_declared_defaults(type(self), TrainableModule)  # defaults ncl-cli would ignore
         check_compile_mode(compile_mode)
         check_common_arguments(batch_size, warmup_epochs, min_lr_ratio)
-        check_choice("nonfinite_loss", nonfinite_loss, NONFINITE_CHOICES)
+        check_nonfinite_loss(nonfinite_loss)
         check_grad_norm_limit(grad_norm_limit)
         # Under ncl-cli the stored hparams are the parsed config (backbone and optimizer as
         # class_path dicts), so `load_from_checkpoint` rebuilds the module from the file
@@ -134,7 +128,8 @@ class TrainableModule(L.LightningModule):
         self.compile_mode: CompileMode = compile_mode
         self.nonfinite_loss: NonFiniteLoss = nonfinite_loss
         self.grad_norm_limit = grad_norm_limit
-        self._own_guard: NonFiniteGuard | None = None  # used without a trainer
+        self._finite_check: FiniteCheck | None = None  # the guard attached to the module
+        self._own_guard: FiniteCheck | None = None  # used without a trainer
 
     @staticmethod
     def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
@@ -178,16 +173,15 @@ class TrainableModule(L.LightningModule):
         )
 
     def check_trainer(self, trainer: L.Trainer) -> None:
-        """What ``configure_optimizers`` and the strategy need of the trainer, checked
-        before ``fit``: a finite schedule (``max_epochs`` or ``max_steps``), and
-        ``sync_batchnorm`` only where ``SyncBatchNorm`` runs."""
+        """What ``configure_optimizers`` needs of the trainer, checked before ``fit``
+        (``ncl-cli`` and the preflight callback call it): a finite schedule
+        (``max_epochs`` or ``max_steps``)."""
         check_schedule_length(trainer.max_epochs, trainer.max_steps)
-        check_sync_batchnorm(trainer)
 
     def configure_callbacks(self) -> list[Callback]:
         """The default run-time callbacks the trainer lacks (a user's own instance of a
         type is kept; ``ncl-cli`` has installed them all already)."""
-        return missing_callbacks(self._trainer)
+        return missing_defaults(attached_trainer(self))
 
     def backbone_spec(self) -> dict[str, Any] | None:
         """``{"class_path", "init_args"}`` rebuilding ``self.backbone`` (checkpoint record),
@@ -201,45 +195,47 @@ class TrainableModule(L.LightningModule):
         checkpoint.setdefault(RECORD_KEY, make_record(self, self.backbone_spec()))
 
     # -- finiteness ---------------------------------------------------------------------
-    def nonfinite_guard(self) -> NonFiniteGuard:
-        """The trainer's :class:`~ncl_lightning.runtime.guard.NonFiniteGuard`; without a
-        trainer (a step called by hand), one owned by the module."""
-        trainer = self._trainer
+    def attach_finite_check(self, check: FiniteCheck) -> None:
+        """Called by the non-finite guard at ``setup``: the training steps use ``check``."""
+        self._finite_check = check
+
+    def nonfinite_guard(self) -> FiniteCheck:
+        """The :class:`~ncl_lightning.runtime.guard.NonFiniteGuard` the trainer's guard
+        attached; without a trainer (a step called by hand), one owned by the module."""
+        trainer = attached_trainer(self)
         if trainer is None:
             if self._own_guard is None:
-                self._own_guard = NonFiniteGuard()
+                self._own_guard = new_default("nonfinite_guard")
             return self._own_guard
-        guards = [c for c in trainer.callbacks if isinstance(c, NonFiniteGuard)]
-        if not guards:
+        check = self._finite_check
+        if check is None or not any(c is check for c in trainer.callbacks):
             raise UsageError(
                 f"{type(self).__name__}: no NonFiniteGuard among trainer.callbacks; train "
                 "with trainer.fit (configure_callbacks adds it) or add "
                 "ncl_lightning.default_callbacks() to the Trainer"
             )
-        return guards[0]
+        return check
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_finite_check"] = None  # the trainer's callback, like the trainer itself
+        return state
 
     def loss_is_finite(self, loss: Tensor) -> bool:
         """``True`` when ``loss``, the buffers and the parameters are finite on every rank;
-        otherwise stop (raises) or skip (``False``), per ``nonfinite_loss``.
-
-        The training step calls it before logging anything::
-
-            if not self.loss_is_finite(loss):  # raises under nonfinite_loss: stop
-                return self.skipped_step_loss()
-
-        Raises:
-            NonFiniteLossError: See :meth:`NonFiniteGuard.check_loss
-                <ncl_lightning.runtime.guard.NonFiniteGuard.check_loss>`.
-        """
+        otherwise stop (raises :class:`~ncl_lightning.foundation.errors.NonFiniteLossError`)
+        or skip (``False``), per ``nonfinite_loss``. The training step calls it before
+        logging anything: ``if not self.loss_is_finite(loss): return
+        self.skipped_step_loss()`` (:meth:`NonFiniteGuard.check_loss
+        <ncl_lightning.runtime.guard.NonFiniteGuard.check_loss>`)."""
         return self.nonfinite_guard().check_loss(self, loss)
 
     def check_finite_later(self, loss: Tensor) -> bool:
         """:meth:`loss_is_finite` without a host sync: the guard judges this batch on the
-        device and reads the verdict at the start of the next one (undoing the batch if
-        needed); ``True`` under a trainer. Used as ``loss_is_finite``, with what a skipped
-        batch must not change handed to :meth:`after_finite_step`
-        (:meth:`NonFiniteGuard.check_loss_later
-        <ncl_lightning.runtime.guard.NonFiniteGuard.check_loss_later>`)."""
+        device and reads the verdict at the start of the next one, undoing the batch if
+        needed (``True`` under a trainer; :meth:`NonFiniteGuard.check_loss_later
+        <ncl_lightning.runtime.guard.NonFiniteGuard.check_loss_later>`). What a skipped
+        batch must not change goes to :meth:`after_finite_step`."""
         return self.nonfinite_guard().check_loss_later(self, loss)
 
     def after_finite_step(self, effect: Callable[[], None]) -> None:
@@ -249,7 +245,10 @@ class TrainableModule(L.LightningModule):
     def skipped_step_loss(self) -> Tensor:
         """What a skipped step returns: a zero loss connected to every trainable parameter
         (zero gradients, the same backward and all-reduce on every rank)."""
-        return zero_loss(self)
+        params = [p for p in self.parameters() if p.requires_grad]
+        if not params:
+            return torch.zeros((), device=self.device)
+        return sum(p.sum() for p in params) * 0.0  # type: ignore[return-value]
 
 
 def common_arguments(values: dict[str, Any]) -> dict[str, Any]:
@@ -257,139 +256,3 @@ def common_arguments(values: dict[str, Any]) -> dict[str, Any]:
     :class:`TrainableModule` takes: what the bases pass on to it."""
     names = inspect.signature(TrainableModule.__init__).parameters
     return {name: values[name] for name in names if name != "self"}
-
-
-def configure_warmup_cosine(
-    module: L.LightningModule,
-    optimizer: torch.optim.Optimizer,
-    scale_lr: bool,
-    batch_size: int | None,
-    warmup_epochs: float,
-    min_lr_ratio: float,
-    milestones: list[int] | None = None,
-    gamma: float = 0.1,
-) -> dict[str, Any]:
-    """Scale the optimiser's learning rates and attach a per-step warmup-cosine schedule
-    (or, with ``milestones``, warmup then step decay).
-
-    Args:
-        module: The module being trained (its trainer gives world size and step count).
-        optimizer: Optimiser over the module's parameter groups (peak rates at batch 256).
-        scale_lr: Multiply every group's rate by ``per-device batch * world *
-            accumulation / 256`` (samples per update / 256, Goyal et al., 2017).
-        batch_size: The module's per-device batch size: used only when neither the
-            training loader nor the attached DataModule gives an integer one
-            (:func:`~ncl_lightning.optim.batch_report.batch_layout`).
-        warmup_epochs: Linear warmup length in epochs (fractions allowed), converted with
-            the steps of one epoch, also when ``max_steps`` ends the run
-            (:func:`schedule_steps`).
-        min_lr_ratio: Final rate of the cosine, relative to the peak; reached at the last
-            step, ``trainer.estimated_stepping_batches``.
-        milestones: Epochs at which the rate is multiplied by ``gamma``
-            (:func:`~ncl_lightning.optim.warmup_step`) instead of the cosine.
-        gamma: Step-decay factor.
-
-    Prints once (rank zero) the devices, per-device and global batch, the peak rates and,
-    when the DataModule has a ``loader_summary()``, its loader settings (workers, pinned
-    memory, persistent workers, prefetch)
-    (:func:`~ncl_lightning.optim.batch_report.describe_batch`).
-
-    Returns:
-        What ``configure_optimizers`` returns: optimiser and a step-interval scheduler.
-
-    Raises:
-        ConfigError: ``scale_lr`` and no batch size known (loader, DataModule or
-            ``batch_size``); a run with neither ``max_epochs`` nor ``max_steps``.
-    """
-    trainer = module.trainer
-    total, warmup, per_epoch = schedule_steps(trainer, warmup_epochs)  # builds the loader
-    layout = batch_layout(trainer, batch_size, required=scale_lr)
-    configured = [group["lr"] for group in optimizer.param_groups]
-    if scale_lr:
-        for group in optimizer.param_groups:
-            group["lr"] = scaled(group["lr"], layout.per_update)
-    peaks = [group["lr"] for group in optimizer.param_groups]
-    summary = getattr(getattr(trainer, "datamodule", None), "loader_summary", None)
-    loader = summary() if callable(summary) else None
-    lrs = list(zip(configured, peaks, strict=True))
-    rank_zero_info(describe_batch(layout, lrs, scale_lr, loader=loader))
-    if milestones:
-        if per_epoch is None:
-            raise ConfigError(
-                "lr_milestones are epochs, but the training loader has no length",
-                key="lr_milestones",
-            )
-        scheduler = warmup_step(optimizer, warmup, per_epoch, milestones, gamma)
-    else:
-        scheduler = warmup_cosine(optimizer, warmup, total, min_lr_ratio)
-    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
-def check_schedule_length(max_epochs: int | None, max_steps: int | None) -> None:
-    """The warmup-cosine schedule needs a finite run: ``trainer.max_epochs >= 1``, or
-    ``trainer.max_steps >= 1`` with ``max_epochs`` -1 (what ``Trainer(max_steps=N)``
-    sets)."""
-    if max_epochs is not None and max_epochs >= 1:
-        return
-    if max_epochs in (None, -1) and max_steps is not None and max_steps >= 1:
-        return
-    raise ConfigError(
-        "the warmup-cosine schedule needs a finite run: set trainer.max_epochs >= 1 or "
-        f"trainer.max_steps >= 1 (got max_epochs={max_epochs}, max_steps={max_steps})",
-        key="trainer.max_epochs",
-    )
-
-
-def steps_per_epoch(trainer: Any) -> int | None:
-    """Optimiser steps of one training epoch: ``ceil(num_training_batches /
-    accumulate_grad_batches)`` (``limit_train_batches`` included), ``None`` for a loader
-    without a length. Call after the training loader is built (:func:`schedule_steps`)."""
-    batches = trainer.num_training_batches
-    if not math.isfinite(batches):
-        return None
-    return max(1, math.ceil(batches / trainer.accumulate_grad_batches))
-
-
-def schedule_steps(trainer: Any, warmup_epochs: float) -> tuple[int, int, int | None]:
-    """``(total, warmup, per_epoch)`` optimiser steps of ``trainer``'s fit.
-
-    ``total`` is ``trainer.estimated_stepping_batches`` (``max_steps``, or ``max_epochs``
-    epochs, whichever ends first), ``per_epoch`` :func:`steps_per_epoch` and ``warmup``
-    ``round(warmup_epochs * per_epoch)``: a run stopped by ``max_steps`` warms up over the
-    same steps as one stopped by ``max_epochs``. Builds the training loader when Lightning
-    has not (``Trainer(max_steps=N)`` does not load it to count steps).
-
-    Raises:
-        ConfigError: No finite length (:func:`check_schedule_length`), or a warmup in
-            epochs over a training loader without a length.
-    """
-    check_schedule_length(trainer.max_epochs, trainer.max_steps)
-    total = trainer.estimated_stepping_batches
-    build_train_loader(trainer)
-    per_epoch = steps_per_epoch(trainer)
-    if not math.isfinite(total) or total < 1:
-        raise ConfigError(
-            "the warmup-cosine schedule needs a finite run: the training loader has no "
-            "length, so set trainer.max_steps >= 1",
-            key="trainer.max_steps",
-        )
-    if per_epoch is None and warmup_epochs > 0:
-        raise ConfigError(
-            f"warmup_epochs={warmup_epochs} needs the steps of an epoch, but the training "
-            "loader has no length; set warmup_epochs: 0",
-            key="warmup_epochs",
-        )
-    # warmup_epochs * (steps of max_epochs epochs) / max_epochs, in this order: bit for bit
-    # the warmup max_epochs-only runs always had (their total is those steps).
-    epochs = max(trainer.max_epochs, 1)
-    return int(total), round(warmup_epochs * ((per_epoch or 0) * epochs) / epochs), per_epoch
-
-
-def check_common_arguments(
-    batch_size: int | None, warmup_epochs: float, min_lr_ratio: float = 0.0
-) -> None:
-    """One-line ``ConfigError`` for the optimisation arguments every module takes."""
-    if batch_size is not None:
-        check_at_least("batch_size", batch_size, 1)
-    check_at_least("warmup_epochs", warmup_epochs, 0)
-    check_range("min_lr_ratio", min_lr_ratio, 0, 1)

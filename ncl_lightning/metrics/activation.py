@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ncl_lightning.foundation.validation import check_int, check_shape
 from ncl_lightning.metrics.functional.sparsity import l2_normalize_rows
-from ncl_lightning.metrics.orthogonality import check_batch, check_num_features
 
 
 class ExpectedActivation(Metric):
@@ -35,7 +35,7 @@ class ExpectedActivation(Metric):
 
     def __init__(self, num_features: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        check_num_features(num_features)
+        check_int("num_features", num_features)
         self.num_features = num_features
         self.add_state(
             "activation_sum", torch.zeros(num_features, dtype=torch.float64), dist_reduce_fx="sum"
@@ -44,7 +44,7 @@ class ExpectedActivation(Metric):
 
     def update(self, z: Tensor) -> None:
         """Accumulate a batch of features ``[N, num_features]``."""
-        check_batch(z, self.num_features)
+        check_shape("z", z, ("N", self.num_features))
         self.activation_sum += l2_normalize_rows(z.detach()).sum(dim=0).to(torch.float64)
         self.num_samples += z.shape[0]
 

@@ -12,8 +12,9 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ncl_lightning.foundation.errors import ConfigError, EmptyMetricError
+from ncl_lightning.foundation.errors import EmptyMetricError
 from ncl_lightning.metrics.functional.dictionary import (
+    check_dictionary,
     check_weight_dictionary,
     dictionary_recovery,
 )
@@ -47,11 +48,7 @@ class DictionaryRecovery(Metric):
 
     def __init__(self, dictionary: Tensor, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if dictionary.ndim != 2 or min(dictionary.shape) < 1:
-            raise ConfigError(
-                f"dictionary must have shape [p, d], got {tuple(dictionary.shape)}",
-                key="dictionary",
-            )
+        check_dictionary(dictionary)
         dictionary = dictionary.detach().float().clone()
         self.register_buffer("dictionary", dictionary, persistent=False)
         self.add_state("weight", torch.zeros(0, dictionary.shape[0]), dist_reduce_fx="mean")

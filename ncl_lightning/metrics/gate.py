@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_int, check_shape
 from ncl_lightning.metrics.functional.gate import open_frequency, open_frequency_summary
 
 
@@ -31,18 +31,14 @@ class OpenFrequency(Metric):
 
     def __init__(self, num_features: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if num_features < 1:
-            raise ConfigError(f"num_features must be >= 1, got {num_features}", key="num_features")
+        check_int("num_features", num_features)
         self.num_features = num_features
         self.add_state("open_count", torch.zeros(num_features, dtype=torch.float64), "sum")
         self.add_state("num_samples", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
     def update(self, mask: Tensor) -> None:
         """Add a batch of masks ``[N, d]``."""
-        if mask.ndim != 2 or mask.shape[1] != self.num_features:
-            raise ConfigError(
-                f"expected mask [N, {self.num_features}], got {tuple(mask.shape)}", key="mask"
-            )
+        check_shape("mask", mask, ("N", self.num_features))
         self.open_count += open_frequency(mask.detach()).double() * mask.shape[0]
         self.num_samples += mask.shape[0]
 

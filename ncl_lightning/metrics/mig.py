@@ -14,7 +14,8 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from ncl_lightning.foundation.errors import ConfigError, EmptyMetricError
+from ncl_lightning.foundation.errors import EmptyMetricError
+from ncl_lightning.foundation.validation import check_int
 from ncl_lightning.metrics.functional.mig import check_codes_factors, mutual_information_gap
 
 
@@ -37,8 +38,7 @@ class MutualInformationGap(Metric):
 
     def __init__(self, num_bins: int = 20, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if num_bins < 1:
-            raise ConfigError(f"num_bins must be >= 1, got {num_bins}", key="num_bins")
+        check_int("num_bins", num_bins)
         self.num_bins = num_bins
         # Global min/max binning needs every sample: keep them all ("cat" across ranks).
         self.add_state("codes", [], dist_reduce_fx="cat")

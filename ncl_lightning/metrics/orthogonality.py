@@ -13,24 +13,12 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least, check_int, check_shape
 from ncl_lightning.metrics.functional.orthogonality import (
     feature_gram,
     orthogonality_error_from_gram,
 )
 from ncl_lightning.metrics.functional.sparsity import activation_mask
-
-
-def check_batch(z: Tensor, num_features: int) -> None:
-    """``ConfigError`` (key ``z``) unless ``z`` has shape ``[N, num_features]``."""
-    if z.ndim != 2 or z.shape[1] != num_features:
-        raise ConfigError(f"expected features [N, {num_features}], got {tuple(z.shape)}", key="z")
-
-
-def check_num_features(num_features: int) -> None:
-    """``ConfigError`` unless ``num_features >= 1``."""
-    if num_features < 1:
-        raise ConfigError(f"num_features must be >= 1, got {num_features}", key="num_features")
 
 
 class OrthogonalityError(Metric):
@@ -57,9 +45,8 @@ class OrthogonalityError(Metric):
 
     def __init__(self, num_features: int, eps: float = 1e-5, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        check_num_features(num_features)
-        if eps < 0.0:
-            raise ConfigError(f"eps must be >= 0, got {eps}", key="eps")
+        check_int("num_features", num_features)
+        check_at_least("eps", eps, 0.0)
         self.num_features = num_features
         self.eps = eps
         d = num_features
@@ -68,7 +55,7 @@ class OrthogonalityError(Metric):
 
     def update(self, z: Tensor) -> None:
         """Accumulate a batch of features ``[N, num_features]``."""
-        check_batch(z, self.num_features)
+        check_shape("z", z, ("N", self.num_features))
         z = z.detach()
         self.gram += feature_gram(z).to(self.gram.dtype)
         self.activation_count += activation_mask(z, self.eps).sum(dim=0)

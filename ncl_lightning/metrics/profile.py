@@ -8,8 +8,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.validation import check_at_least
+from ncl_lightning.foundation.validation import check_at_least, check_int, check_shape
 from ncl_lightning.metrics.functional.profile import (
     EMPTY_INDEX,
     DimensionProfile,
@@ -60,9 +59,9 @@ class FeatureProfile(Metric):
         self, num_features: int, num_classes: int, eps: float = 1e-5, top_k: int = 16, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        check_at_least("num_features", num_features, 1)
-        check_at_least("num_classes", num_classes, 1)
-        check_at_least("top_k", top_k, 1)
+        check_int("num_features", num_features)
+        check_int("num_classes", num_classes)
+        check_int("top_k", top_k)
         check_at_least("eps", eps, 0)
         self.num_features, self.num_classes, self.eps, self.top_k = (
             num_features, num_classes, eps, top_k,
@@ -79,10 +78,7 @@ class FeatureProfile(Metric):
 
     def update(self, z: Tensor, labels: Tensor, sample_index: Tensor) -> None:
         """Add a batch: features ``[B, d]``, labels ``[B]``, dataset indices ``[B]``."""
-        if z.ndim != 2 or z.shape[1] != self.num_features:
-            raise ConfigError(
-                f"expected features [B, {self.num_features}], got {tuple(z.shape)}", key="z"
-            )
+        check_shape("z", z, ("B", self.num_features))
         z = z.detach()
         sums = profile_sums(z, labels, self.num_classes, self.eps)
         self.num_samples += sums.num_samples

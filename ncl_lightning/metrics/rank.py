@@ -12,9 +12,9 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ncl_lightning.foundation.validation import check_int, check_shape
 from ncl_lightning.metrics.functional.orthogonality import feature_gram
 from ncl_lightning.metrics.functional.rank import effective_rank_from_gram
-from ncl_lightning.metrics.orthogonality import check_batch, check_num_features
 
 
 class EffectiveRank(Metric):
@@ -36,14 +36,14 @@ class EffectiveRank(Metric):
 
     def __init__(self, num_features: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        check_num_features(num_features)
+        check_int("num_features", num_features)
         self.num_features = num_features
         d = num_features
         self.add_state("gram", torch.zeros(d, d, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, z: Tensor) -> None:
         """Accumulate a batch of features ``[N, num_features]``."""
-        check_batch(z, self.num_features)
+        check_shape("z", z, ("N", self.num_features))
         self.gram += feature_gram(z.detach()).to(self.gram.dtype)
 
     def compute(self) -> Tensor:

@@ -13,7 +13,8 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from ncl_lightning.foundation.errors import ConfigError, EmptyMetricError
+from ncl_lightning.foundation.errors import EmptyMetricError
+from ncl_lightning.foundation.validation import check_int, check_shape
 from ncl_lightning.metrics.functional.activation import (
     expected_activation,
     select_by_expected_activation,
@@ -52,14 +53,10 @@ class RetrievalPrecision(Metric):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if k < 1:
-            raise ConfigError(f"k must be >= 1, got {k}", key="k")
-        if num_selected is not None and num_selected < 1:
-            raise ConfigError(
-                f"num_selected must be >= 1 or None, got {num_selected}", key="num_selected"
-            )
-        if chunk_size < 1:
-            raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}", key="chunk_size")
+        check_int("k", k)
+        if num_selected is not None:
+            check_int("num_selected", num_selected)
+        check_int("chunk_size", chunk_size)
         self.k = k
         self.num_selected = num_selected
         self.chunk_size = chunk_size
@@ -68,12 +65,8 @@ class RetrievalPrecision(Metric):
 
     def update(self, z: Tensor, labels: Tensor) -> None:
         """Store a batch of features ``[N, d]`` and labels ``[N]``."""
-        if z.ndim != 2:
-            raise ConfigError(f"features must have shape [N, d], got {tuple(z.shape)}", key="z")
-        if labels.shape != (z.shape[0],):
-            raise ConfigError(
-                f"labels must have shape [{z.shape[0]}], got {tuple(labels.shape)}", key="labels"
-            )
+        check_shape("z", z, ("N", "d"))
+        check_shape("labels", labels, (z.shape[0],))
         self.features.append(z.detach())
         self.labels.append(labels.detach().long())
 

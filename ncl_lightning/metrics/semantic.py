@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least, check_choice, check_int, check_shape
 from ncl_lightning.metrics.functional.semantic import (
     ENTROPY_WEIGHTINGS,
     EntropyWeighting,
@@ -26,15 +26,12 @@ from ncl_lightning.metrics.functional.semantic import (
     top_k_class_counts,
 )
 from ncl_lightning.metrics.functional.sparsity import activation_mask, l2_normalize_rows
-from ncl_lightning.metrics.orthogonality import check_batch, check_num_features
 
 
 def _check_args(num_features: int, num_classes: int, eps: float) -> None:
-    check_num_features(num_features)
-    if num_classes < 1:
-        raise ConfigError(f"num_classes must be >= 1, got {num_classes}", key="num_classes")
-    if eps < 0.0:
-        raise ConfigError(f"eps must be >= 0, got {eps}", key="eps")
+    check_int("num_features", num_features)
+    check_int("num_classes", num_classes)
+    check_at_least("eps", eps, 0.0)
 
 
 class SemanticConsistency(Metric):
@@ -69,7 +66,7 @@ class SemanticConsistency(Metric):
 
     def update(self, z: Tensor, labels: Tensor) -> None:
         """Accumulate features ``[N, num_features]`` with labels ``[N]``."""
-        check_batch(z, self.num_features)
+        check_shape("z", z, ("N", self.num_features))
         self.class_counts += class_activation_counts(z.detach(), labels, self.num_classes, self.eps)
 
     def compute(self) -> Tensor:
@@ -113,8 +110,7 @@ class TopKSemanticConsistency(Metric):
     ) -> None:
         super().__init__(**kwargs)
         _check_args(num_features, num_classes, eps)
-        if top_k < 1:
-            raise ConfigError(f"top_k must be >= 1, got {top_k}", key="top_k")
+        check_int("top_k", top_k)
         self.num_features, self.num_classes = num_features, num_classes
         self.top_k, self.eps = top_k, eps
         d = num_features
@@ -134,7 +130,7 @@ class TopKSemanticConsistency(Metric):
 
     def update(self, z: Tensor, labels: Tensor) -> None:
         """Merge features ``[N, num_features]`` with labels ``[N]`` into the top-k states."""
-        check_batch(z, self.num_features)
+        check_shape("z", z, ("N", self.num_features))
         labels = check_features_labels(z, labels, self.num_classes, self.eps)
         z = z.detach()
         z_hat = l2_normalize_rows(z).to(self.top_values.dtype)
@@ -193,10 +189,7 @@ class SemanticEntropy(Metric):
     ) -> None:
         super().__init__(**kwargs)
         _check_args(num_features, num_classes, eps)
-        if weighting not in ENTROPY_WEIGHTINGS:
-            raise ConfigError(
-                f"weighting must be one of {ENTROPY_WEIGHTINGS}, got {weighting!r}", key="weighting"
-            )
+        check_choice("weighting", weighting, ENTROPY_WEIGHTINGS)
         self.num_features, self.num_classes = num_features, num_classes
         self.eps, self.weighting = eps, weighting
         shape = (num_features, num_classes)
@@ -205,7 +198,7 @@ class SemanticEntropy(Metric):
 
     def update(self, z: Tensor, labels: Tensor) -> None:
         """Accumulate features ``[N, num_features]`` with labels ``[N]``."""
-        check_batch(z, self.num_features)
+        check_shape("z", z, ("N", self.num_features))
         z = z.detach()
         self.class_counts += class_activation_counts(z, labels, self.num_classes, self.eps)
         self.class_mass += class_activation_mass(z, labels, self.num_classes).to(

@@ -3,18 +3,21 @@
 Each ``update`` gets one batch of paired augmented views and evaluates the per-dimension
 SEPIN with that batch's in-batch negatives (as in training); the metric keeps the
 sample-weighted sum over batches, so it reduces across ranks with a plain sum.
+:func:`sepin_on_views` runs it over a loader of view pairs (the ``FeatureStatistics``
+callback and the atlas both call it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import islice
 from typing import Any
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_int, check_positive, check_shape
 from ncl_lightning.metrics.functional.sepin import (
     DEFAULT_KS,
     check_ks,
@@ -63,10 +66,8 @@ class SEPIN(Metric):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if num_features < 1:
-            raise ConfigError(f"num_features must be >= 1, got {num_features}", key="num_features")
-        if not temperature > 0:
-            raise ConfigError(f"temperature must be > 0, got {temperature}", key="temperature")
+        check_int("num_features", num_features)
+        check_positive("temperature", temperature)
         self.num_features = num_features
         self.temperature = temperature
         self.ks = check_ks(ks)
@@ -76,12 +77,8 @@ class SEPIN(Metric):
 
     def update(self, z1: Tensor, z2: Tensor) -> None:
         """Accumulate one batch of paired views ``[B, num_features]`` each."""
-        if z1.ndim != 2 or z1.shape != z2.shape or z1.shape[1] != self.num_features:
-            raise ConfigError(
-                f"expected two views [B, {self.num_features}], "
-                f"got {tuple(z1.shape)} and {tuple(z2.shape)}",
-                key="z2",
-            )
+        check_shape("z1", z1, ("B", self.num_features))
+        check_shape("z2", z2, tuple(z1.shape))
         batch = z1.shape[0]
         if batch == 0:
             return
@@ -94,3 +91,30 @@ class SEPIN(Metric):
         per_dim = self.sepin_sum / self.num_pairs
         out = sepin_at_k(per_dim, self.ks)
         return out | {"per_dimension": per_dim} if self.per_dimension else out
+
+
+@torch.no_grad()
+def sepin_on_views(
+    module: Any,
+    loader: Any,
+    temperature: float,
+    num_features: int,
+    most: int | None = None,
+    per_dimension: bool = False,
+) -> dict[str, Tensor]:
+    """SEPIN@k of ``module.encode(x).z`` on the first ``most`` batches of augmented view
+    pairs of ``loader`` (this rank's share; the metric reduces over the ranks).
+
+    Args:
+        module: A method with ``encode``.
+        loader: Batches ``(views, labels)`` (a DataModule's ``view_dataloader``).
+        temperature: The training InfoNCE temperature.
+        num_features: Width ``d`` of ``z``.
+        most: Batches read at most (None: all).
+        per_dimension: Also return the ``[d]`` vector (``SEPIN(per_dimension=True)``).
+    """
+    metric = SEPIN(num_features, temperature, per_dimension=per_dimension).to(module.device)
+    for views, _ in islice(loader, most):
+        z1, z2 = (module.encode(v.to(module.device)).z.float() for v in views[:2])
+        metric.update(z1, z2)
+    return metric.compute()

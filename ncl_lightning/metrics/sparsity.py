@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least, check_int, check_shape
 from ncl_lightning.metrics.functional.sparsity import activation_mask, zero_fraction
 
 
@@ -36,8 +36,7 @@ class Sparsity(Metric):
 
     def __init__(self, eps: float = 1e-5, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if eps < 0.0:
-            raise ConfigError(f"eps must be >= 0, got {eps}", key="eps")
+        check_at_least("eps", eps, 0.0)
         self.eps = eps
         self.add_state("zero_fraction_sum", torch.tensor(0.0), dist_reduce_fx="sum")
         self.add_state("num_samples", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
@@ -78,10 +77,8 @@ class ActiveDimensions(Metric):
         self, num_features: int, eps: float = 1e-5, normalize: bool = False, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
-        if num_features < 1:
-            raise ConfigError(f"num_features must be >= 1, got {num_features}", key="num_features")
-        if eps < 0.0:
-            raise ConfigError(f"eps must be >= 0, got {eps}", key="eps")
+        check_int("num_features", num_features)
+        check_at_least("eps", eps, 0.0)
         self.num_features = num_features
         self.eps = eps
         self.normalize = normalize
@@ -91,10 +88,7 @@ class ActiveDimensions(Metric):
 
     def update(self, z: Tensor) -> None:
         """Accumulate a batch of features ``[N, num_features]``."""
-        if z.ndim != 2 or z.shape[1] != self.num_features:
-            raise ConfigError(
-                f"expected features [N, {self.num_features}], got {tuple(z.shape)}", key="z"
-            )
+        check_shape("z", z, ("N", self.num_features))
         self.activation_count += activation_mask(z.detach(), self.eps).sum(dim=0)
 
     def compute(self) -> Tensor:

@@ -1,6 +1,6 @@
 """Building blocks: backbones, projector heads, non-negative maps, cross-rank gathering."""
 
-from ncl_lightning.nn.backbones import BACKBONES, ResNet, SmallCNN, build_backbone
+from ncl_lightning.nn.backbones import ResNet, SmallCNN
 from ncl_lightning.nn.heads import MLP, LinearClassifier
 from ncl_lightning.nn.nonneg import NONNEG, Exp, ReLU, RepReLU, Sigmoid, Softplus, rep_relu
 from ncl_lightning.nn.sparse_coding import SparseCodingEncoder, ThresholdActivation
@@ -10,7 +10,6 @@ from ncl_lightning.nn.sprite_encoder import SpriteEncoder
 BACKBONE_CLASSES = (ResNet, SmallCNN, SpriteEncoder, SparseCodingEncoder)
 
 __all__ = [
-    "BACKBONES",
     "BACKBONE_CLASSES",
     "MLP",
     "NONNEG",
@@ -25,6 +24,5 @@ __all__ = [
     "SparseCodingEncoder",
     "SpriteEncoder",
     "ThresholdActivation",
-    "build_backbone",
     "rep_relu",
 ]

@@ -15,8 +15,7 @@ import torch
 import torchvision
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.registry import Registry
+from ncl_lightning.foundation.validation import check_choice, check_int
 from ncl_lightning.nn.protocols import Backbone
 
 _RESNETS: dict[int, tuple[Callable[..., torchvision.models.ResNet], int]] = {
@@ -63,16 +62,9 @@ class ResNet(nn.Module, Backbone):
         zero_init_residual: bool = False,
     ) -> None:
         super().__init__()
-        if depth not in _RESNETS:
-            raise ConfigError(
-                f"unsupported ResNet depth {depth}; valid: {sorted(_RESNETS)}", key="depth"
-            )
-        if stem not in _STEMS:
-            raise ConfigError(
-                f"unsupported ResNet stem {stem!r}; valid: {list(_STEMS)}", key="stem"
-            )
-        if in_channels < 1:
-            raise ConfigError(f"in_channels must be >= 1, got {in_channels}", key="in_channels")
+        check_choice("depth", depth, sorted(_RESNETS))
+        check_choice("stem", stem, _STEMS)
+        check_int("in_channels", in_channels)
         factory, self.out_dim = _RESNETS[depth]
         self.spec = backbone_spec(
             ResNet, depth=depth, stem=stem, in_channels=in_channels,
@@ -134,8 +126,7 @@ class SmallCNN(nn.Module, Backbone):
     ) -> None:
         super().__init__()
         for name, value in (("in_channels", in_channels), ("width", width), ("out_dim", out_dim)):
-            if value < 1:
-                raise ConfigError(f"SmallCNN {name} must be >= 1, got {value}", key=name)
+            check_int(name, value)
         self.out_dim = out_dim
         self.spec = backbone_spec(
             SmallCNN, in_channels=in_channels, width=width, out_dim=out_dim, batch_norm=batch_norm
@@ -156,11 +147,6 @@ class SmallCNN(nn.Module, Backbone):
         return self.fc(self.features(x))
 
 
-BACKBONES: Registry[nn.Module] = Registry("backbone")
-"""Backbone constructors by name (``build_backbone(name, ...)``)."""
-
-
-@BACKBONES.register("resnet18")
 def resnet18(
     stem: Literal["cifar", "imagenet"] = "cifar",
     in_channels: int = 3,
@@ -170,7 +156,6 @@ def resnet18(
     return ResNet(18, stem, in_channels, zero_init_residual)
 
 
-@BACKBONES.register("resnet34")
 def resnet34(
     stem: Literal["cifar", "imagenet"] = "cifar",
     in_channels: int = 3,
@@ -180,7 +165,6 @@ def resnet34(
     return ResNet(34, stem, in_channels, zero_init_residual)
 
 
-@BACKBONES.register("resnet50")
 def resnet50(
     stem: Literal["cifar", "imagenet"] = "cifar",
     in_channels: int = 3,
@@ -189,21 +173,3 @@ def resnet50(
     """ResNet-50 backbone (``out_dim`` 2048); see :class:`ResNet`."""
     return ResNet(50, stem, in_channels, zero_init_residual)
 
-
-BACKBONES.add("small_cnn", SmallCNN)
-
-
-def build_backbone(name: str, **kwargs: object) -> nn.Module:
-    """Build a registered backbone by name, e.g. ``build_backbone("resnet18", stem="cifar")``.
-
-    Args:
-        name: One of ``BACKBONES.names`` (case-insensitive).
-        **kwargs: Constructor arguments of that backbone.
-
-    Returns:
-        The module; it has an ``out_dim`` attribute.
-
-    Raises:
-        ConfigError: Unknown name (the message lists the valid ones) or bad arguments.
-    """
-    return BACKBONES.build(name, **kwargs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_int
 
 
 class MLP(nn.Module):
@@ -35,14 +35,12 @@ class MLP(nn.Module):
         batch_norm: bool = True,
     ) -> None:
         super().__init__()
-        if num_layers < 1:
-            raise ConfigError(f"MLP num_layers must be >= 1, got {num_layers}")
+        check_int("num_layers", num_layers)
         widths = [("in_dim", in_dim), ("out_dim", out_dim)]
         if num_layers > 1:  # a single linear layer has no hidden width
             widths.append(("hidden_dim", hidden_dim))
         for name, value in widths:
-            if value < 1:
-                raise ConfigError(f"MLP {name} must be >= 1, got {value}")
+            check_int(name, value)
         layers: list[nn.Module] = []
         width = in_dim
         for _ in range(num_layers - 1):

@@ -20,8 +20,14 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.nn.backbones import BACKBONES, backbone_spec
+from ncl_lightning.foundation.validation import (
+    check_at_least,
+    check_choice,
+    check_int,
+    check_positive,
+    check_shape,
+)
+from ncl_lightning.nn.backbones import backbone_spec
 from ncl_lightning.nn.protocols import Backbone
 
 Activation = Literal["srelu", "relu"]
@@ -48,11 +54,7 @@ class ThresholdActivation(nn.Module):
         learn_bias: bool = True,
     ) -> None:
         super().__init__()
-        if kind not in get_args(Activation):
-            raise ConfigError(
-                f"activation must be one of {list(get_args(Activation))}, got {kind!r}",
-                key="kind",
-            )
+        check_choice("kind", kind, get_args(Activation))
         self.kind = kind
         bias = torch.full((width,), float(bias_init))
         if learn_bias:
@@ -107,12 +109,10 @@ class SparseCodingEncoder(nn.Module, Backbone):
     ) -> None:
         super().__init__()
         for name, value in (("in_dim", in_dim), ("width", width)):
-            if value < 1:
-                raise ConfigError(f"SparseCodingEncoder {name} must be >= 1, got {value}", key=name)
-        if init_std is not None and not init_std > 0:
-            raise ConfigError(
-                f"SparseCodingEncoder init_std must be > 0 or None, got {init_std}", key="init_std"
-            )
+            check_int(name, value)
+        check_choice("activation", activation, get_args(Activation))
+        if init_std is not None:
+            check_positive("init_std", init_std)
         self.out_dim = width
         self.spec = backbone_spec(
             SparseCodingEncoder,
@@ -168,15 +168,9 @@ def warm_start_(
     Returns:
         The atom index ``j_i`` of every row ``[m]``.
     """
-    if c < 0:
-        raise ConfigError(f"warm-start exponent c must be >= 0, got {c}", key="c")
+    check_at_least("c", c, 0)
     m, p = weight.shape
-    if dictionary.ndim != 2 or dictionary.shape[0] != p:
-        raise ConfigError(
-            f"dictionary must have shape [{p}, d] for a weight [{m}, {p}], "
-            f"got {tuple(dictionary.shape)}",
-            key="dictionary",
-        )
+    check_shape("dictionary", dictionary, (p, "d"))
     d = dictionary.shape[1]
     atoms = torch.arange(d)[:m]
     if m > d:
@@ -194,15 +188,7 @@ def normalize_weight_(weight: Tensor, mode: Literal["rows", "columns"]) -> None:
 
     Zero rows/columns are left at zero.
     """
-    if mode not in ("rows", "columns"):
-        raise ConfigError(
-            f"normalisation mode must be 'rows' or 'columns', got {mode!r}", key="mode"
-        )
+    check_choice("mode", mode, ("rows", "columns"))
     dim = 1 if mode == "rows" else 0
     weight.div_(weight.norm(dim=dim, keepdim=True).clamp_min(1e-12))
 
-
-@BACKBONES.register("sparse_coding")
-def sparse_coding_encoder(**kwargs: object) -> SparseCodingEncoder:
-    """Registered factory of :class:`SparseCodingEncoder`."""
-    return SparseCodingEncoder(**kwargs)  # type: ignore[arg-type]

@@ -13,7 +13,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.nn.backbones import BACKBONES, backbone_spec
+from ncl_lightning.foundation.validation import check_int
+from ncl_lightning.nn.backbones import backbone_spec
 from ncl_lightning.nn.protocols import Backbone
 
 
@@ -49,8 +50,7 @@ class SpriteEncoder(nn.Module, Backbone):
         super().__init__()
         for name, value in (("in_channels", in_channels), ("width", width),
                             ("hidden_dim", hidden_dim), ("out_dim", out_dim)):  # fmt: skip
-            if value < 1:
-                raise ConfigError(f"SpriteEncoder {name} must be >= 1, got {value}", key=name)
+            check_int(name, value)
         if image_size < 16 or image_size % 16:
             raise ConfigError(
                 f"SpriteEncoder image_size must be a multiple of 16, got {image_size}",
@@ -76,6 +76,3 @@ class SpriteEncoder(nn.Module, Backbone):
     def forward(self, x: Tensor) -> Tensor:
         """Encode images ``[B, C, H, W]`` to features ``[B, out_dim]``."""
         return self.fc(self.features(x))
-
-
-BACKBONES.add("sprite_encoder", SpriteEncoder)

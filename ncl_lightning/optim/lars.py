@@ -17,6 +17,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least, check_positive, check_range
 
 _Split = tuple[list[Tensor], list[Tensor]]  # (adapted, other) parameters
 
@@ -71,14 +72,10 @@ class LARS(Optimizer):
         exclude_bias_n_norm: bool = False,
         nesterov: bool = False,
     ) -> None:
-        if not lr > 0.0:
-            raise ConfigError(f"LARS lr must be > 0, got {lr}")
-        if not 0.0 <= momentum < 1.0:
-            raise ConfigError(f"LARS momentum must be in [0, 1), got {momentum}")
-        if not weight_decay >= 0.0:
-            raise ConfigError(f"LARS weight_decay must be >= 0, got {weight_decay}")
-        if not eta > 0.0:
-            raise ConfigError(f"LARS eta must be > 0, got {eta}")
+        check_positive("LARS lr", lr)
+        check_range("LARS momentum", momentum, 0, 1, closed="[)")
+        check_at_least("LARS weight_decay", weight_decay, 0)
+        check_positive("LARS eta", eta)
         if nesterov and momentum == 0.0:
             raise ConfigError("LARS nesterov=True requires momentum > 0, got momentum=0.0")
         defaults = {

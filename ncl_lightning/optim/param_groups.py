@@ -7,11 +7,12 @@ LARS adaptation on biases and normalisation parameters.
 from __future__ import annotations
 
 from torch import nn
-from torch.nn.modules.batchnorm import _NormBase
 
-# _NormBase covers BatchNorm*, SyncBatchNorm and InstanceNorm*.
+from ncl_lightning.foundation.internals import NormBase
+
+# NormBase covers BatchNorm*, SyncBatchNorm and InstanceNorm*.
 NORM_LAYERS: tuple[type[nn.Module], ...] = (
-    _NormBase,
+    NormBase,
     nn.LayerNorm,
     nn.GroupNorm,
     nn.LocalResponseNorm,

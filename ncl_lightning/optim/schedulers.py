@@ -8,6 +8,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_int, check_range
 
 
 class _WarmupCosineFactor:
@@ -57,16 +58,9 @@ def warmup_cosine(
         A ``LambdaLR`` to be stepped after every ``optimizer.step()`` (Lightning
         ``interval="step"``).
     """
-    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-        raise ConfigError(
-            f"warmup_steps must be an int >= 0, got {warmup_steps!r}", key="warmup_steps"
-        )
-    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-        raise ConfigError(
-            f"total_steps must be an int >= 1, got {total_steps!r}", key="total_steps"
-        )
-    if not 0.0 <= min_lr_ratio <= 1.0:
-        raise ConfigError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}", key="min_lr_ratio")
+    check_int("warmup_steps", warmup_steps, 0)
+    check_int("total_steps", total_steps, 1)
+    check_range("min_lr_ratio", min_lr_ratio, 0, 1)
     return LambdaLR(optimizer, _WarmupCosineFactor(warmup_steps, total_steps, min_lr_ratio))
 
 
@@ -112,15 +106,12 @@ def warmup_step(
     Returns:
         A ``LambdaLR`` to be stepped after every ``optimizer.step()``.
     """
-    for key, value in (("warmup_steps", warmup_steps), ("steps_per_epoch", steps_per_epoch)):
-        low = 0 if key == "warmup_steps" else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"{key} must be an int >= {low}, got {value!r}", key=key)
+    check_int("warmup_steps", warmup_steps, 0)
+    check_int("steps_per_epoch", steps_per_epoch, 1)
     if not milestones or any(not isinstance(m, int) or m < 1 for m in milestones):
         raise ConfigError(
             f"lr_milestones must be a non-empty list of epochs >= 1, got {milestones!r}",
             key="lr_milestones",
         )
-    if not 0.0 < gamma <= 1.0:
-        raise ConfigError(f"lr_gamma must be in (0, 1], got {gamma}", key="lr_gamma")
+    check_range("lr_gamma", gamma, 0, 1, closed="(]")
     return LambdaLR(optimizer, _WarmupStepFactor(warmup_steps, steps_per_epoch, milestones, gamma))

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ncl_lightning.foundation.disk import TMP_MARK, atomic_write, remove_stale
+from ncl_lightning.foundation.internals import is_local_path
 
 HINT = "give the run a folder on another disk (trainer.default_root_dir)"
 
@@ -82,7 +82,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
     ) -> None:
-        if storage_options is not None or not _is_local_file_protocol(path):
+        if storage_options is not None or not is_local_path(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         folder = Path(path).parent.resolve()

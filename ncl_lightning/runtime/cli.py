@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from ncl_lightning.checkpoints.check import class_paths_in, modules_of, run_reco
 from ncl_lightning.checkpoints.load import RECORD_KEY, check_state_fits, read_checkpoint
 from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.internals import override_ckpt_path_parsing
 from ncl_lightning.foundation.protocols import ChecksInputs, MultiViewData
 from ncl_lightning.methods.trainable import DATA_LINKED
 from ncl_lightning.runtime import (
@@ -76,7 +78,7 @@ from ncl_lightning.runtime.components import default_callbacks, drop_shadowed
 from ncl_lightning.runtime.overrides import describe
 from ncl_lightning.runtime.preflight import (
     Preflight,
-    check_batch_negatives,
+    check_fit,
     example_batch,
     preflight,
 )
@@ -91,6 +93,7 @@ from ncl_lightning.runtime.runs import (
     run_identity,
     set_logger_versions,
 )
+from ncl_lightning.runtime.subclass_defaults import check_model_defaults
 from ncl_lightning.runtime.trainer_checks import (
     count_or_fraction_types,
 )
@@ -100,6 +103,7 @@ from ncl_lightning.runtime.trainer_checks import (
 PATH_ARGUMENTS = ("checkpoint", "pretrained")
 
 
+@override_ckpt_path_parsing
 class NCLCLI(LightningCLI):
     """LightningCLI with the data -> model links, resume and the checks of this package."""
 
@@ -172,11 +176,19 @@ class NCLCLI(LightningCLI):
             rank_zero_info(f"Run id {run_id} (from {source})")
         return run_id
 
-    def _parse_ckpt_path(self) -> None:
+    def _read_ckpt_path(self, lightning_parse: Callable[[], None]) -> None:
         """Resolve ``last``/``auto_resume``, read and validate the checkpoint (tensor-only,
         structure, trusted class paths: refused before Lightning touches the file),
         continue its loggers, then apply its hyper-parameters as Lightning does; only what
-        the command line types wins over them (:mod:`~ncl_lightning.runtime.cli_resume`)."""
+        the command line types wins over them (:mod:`~ncl_lightning.runtime.cli_resume`).
+
+        Run where LightningCLI parses ``--ckpt_path``
+        (:func:`~ncl_lightning.foundation.internals.override_ckpt_path_parsing`).
+
+        Args:
+            lightning_parse: LightningCLI's own parsing: the checkpoint's hyper-parameters
+                into the config.
+        """
         sub = self.config.get("subcommand")
         if not sub:
             return
@@ -205,7 +217,7 @@ class NCLCLI(LightningCLI):
         if sub == "fit" and not new_run:
             continue_loggers(cfg["trainer"].get("logger"), ckpt[RECORD_KEY].get("loggers", []))
         explicit = self._explicit_model(sub)
-        super()._parse_ckpt_path()
+        lightning_parse()
         if explicit is None:
             return
         typed, from_files = split_explicit(explicit, typed_model_keys(getattr(self, "_args", None)))
@@ -230,6 +242,7 @@ class NCLCLI(LightningCLI):
         reading a checkpoint of the user's own backbone)."""
         with trusting(self._config_modules()):
             super().instantiate_classes()
+        check_model_defaults(self.model)  # defaults through **kwargs, which the CLI ignores
 
     def _config_modules(self) -> list[str]:
         """Modules of the classes the config names (the checkpoint's, once merged, have
@@ -253,11 +266,8 @@ class NCLCLI(LightningCLI):
             if isinstance(callback, Preflight):
                 callback.done = True  # checked here, before anything is written
         _check_views(model, datamodule)
-        check_trainer = getattr(model, "check_trainer", None)
         if stage == "fit":
-            check_batch_negatives(model, datamodule, trainer.world_size)
-        if stage == "fit" and callable(check_trainer):
-            check_trainer(trainer)
+            check_fit(model, trainer, datamodule)
         ckpt = getattr(self, "_resume_checkpoint", None)
         if ckpt is not None:
             check_state_fits(ckpt, model, self._subconfig()["ckpt_path"])

@@ -22,7 +22,7 @@ from torch import nn
 from ncl_lightning.foundation.errors import ConfigError, NCLError, closest
 from ncl_lightning.foundation.internals import MESSAGE_FORMATS, UNION_REPORT_NOISE
 
-# Every third-party message format read here is defined (and tested) in runtime/internals.py.
+# Every third-party message format read here is defined (and tested) in foundation/internals.py.
 _NOISE = UNION_REPORT_NOISE
 _PARSER_KEY = MESSAGE_FORMATS["parser_key"]
 # A class given as a callable (``optimizer``): its ``init_args`` key on the same line.

@@ -20,8 +20,11 @@ from typing import Any
 
 from lightning.pytorch import Trainer
 
-from ncl_lightning.entry import SUMMARY
-
+# The parsers' description (``ncl-cli fit --help`` and the others).
+SUMMARY = (
+    "ncl-lightning: interpretable self-supervised learning (CL, NCL, BayesNCL, NCE) with "
+    "PyTorch Lightning; `ncl-cli --help` for an overview."
+)
 # Packages whose classes a config or the command line may name by their short name.
 PUBLIC_PACKAGES = (
     "ncl_lightning.methods",

@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 from lightning.pytorch.cli import LightningArgumentParser
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.internals import parser_actions
 from ncl_lightning.runtime.cli_errors import summarize
 from ncl_lightning.runtime.config_files import check_config_args
 from ncl_lightning.runtime.trainer_checks import check_seed, check_trainer
@@ -20,7 +21,7 @@ TRACEBACK_ENV = "NCL_TRACEBACK"
 def _option_keys(parser: Any) -> list[str]:
     """Every dotted option key of ``parser`` and its subcommand parsers."""
     keys = []
-    for action in getattr(parser, "_actions", []):
+    for action in parser_actions(parser):
         if isinstance(getattr(action, "choices", None), dict):
             for sub in action.choices.values():
                 keys += _option_keys(sub)

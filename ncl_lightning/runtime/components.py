@@ -1,9 +1,11 @@
 """The callbacks every training run of the package gets: :func:`default_callbacks`.
 
 ``ncl-cli`` installs them on every run. A Python user with a plain ``L.Trainer`` gets the
-same behaviour without doing anything: every module of the package asks for the ones the
-trainer lacks in ``configure_callbacks`` (:func:`missing_callbacks`), and a callback the
-user configured (same type or a subclass) is kept, never replaced. Passing
+same behaviour without doing anything: this module registers them as the package's
+default components (:mod:`ncl_lightning.foundation.components`, at import), every module
+of the package asks for the ones the trainer lacks in ``configure_callbacks``
+(:func:`~ncl_lightning.foundation.components.missing_defaults`), and a callback the user
+configured (same type or a subclass) is kept, never replaced. Passing
 ``callbacks=ncl_lightning.default_callbacks()`` to the ``Trainer`` is equivalent.
 """
 
@@ -11,13 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from ncl_lightning.foundation.components import new_defaults, register_default
 from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
 from ncl_lightning.runtime.guard import NonFiniteGuard
 from ncl_lightning.runtime.preflight import Preflight
 from ncl_lightning.runtime.speed_switches import SpeedSwitches
+
+# In the order they run; the keys are what modules ask for (``only=("checkpoint_record",)``).
+register_default("preflight", Preflight)
+register_default("speed_switches", SpeedSwitches)
+register_default("nonfinite_guard", NonFiniteGuard)
+register_default("checkpoint_record", CheckpointRecord)
 
 
 def default_callbacks() -> list[Callback]:
@@ -38,21 +46,7 @@ def default_callbacks() -> list[Callback]:
     Example:
         >>> trainer = L.Trainer(max_epochs=100, callbacks=default_callbacks())
     """
-    return [Preflight(), SpeedSwitches(), NonFiniteGuard(), CheckpointRecord()]
-
-
-def missing_callbacks(
-    trainer: L.Trainer | None, wanted: Sequence[Callback] | None = None
-) -> list[Callback]:
-    """The callbacks of ``wanted`` (default: :func:`default_callbacks`) whose type
-    ``trainer`` does not have yet (an instance of the type or of a subclass counts).
-
-    What a module's ``configure_callbacks`` returns: Lightning replaces trainer callbacks
-    of a returned type, so only absent types may be returned.
-    """
-    present = list(trainer.callbacks) if trainer is not None else []
-    wanted = default_callbacks() if wanted is None else wanted
-    return [c for c in wanted if not any(isinstance(p, type(c)) for p in present)]
+    return new_defaults()
 
 
 def drop_shadowed(callbacks: Sequence[Callback], defaults: Sequence[Callback]) -> list[Callback]:

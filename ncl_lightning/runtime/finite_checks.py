@@ -66,15 +66,6 @@ def describe_loss(
     return f"non-finite {what}{hint}"
 
 
-def zero_loss(module: nn.Module) -> Tensor:
-    """A zero loss connected to every trainable parameter of ``module`` (zero gradients
-    everywhere, the same backward and gradient all-reduce on every rank)."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    if not params:
-        return torch.zeros((), device=getattr(module, "device", None))
-    return sum(p.sum() for p in params) * 0.0  # type: ignore[return-value]
-
-
 def checked_tensors(
     module: nn.Module,
 ) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:

@@ -35,14 +35,16 @@ and one before the optimiser step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.validation import check_positive
+from ncl_lightning.foundation.components import FiniteCheckHost
+from ncl_lightning.foundation.internals import attached_trainer
+from ncl_lightning.foundation.options import NonFiniteLoss
 from ncl_lightning.runtime.finite_checks import (
     LOSS_SCALE,
     PARAMETER,
@@ -58,15 +60,7 @@ from ncl_lightning.runtime.rollback import StepSnapshot, Verdict
 from ncl_lightning.runtime.skips import HINT, LAST_FINITE_NAME, SkipOrStop, last_finite_path
 from ncl_lightning.runtime.skips import where as _where
 
-NonFiniteLoss = Literal["stop", "skip"]
-NONFINITE_CHOICES: tuple[str, ...] = ("stop", "skip")
 CHECKPOINT_KEY = "nonfinite_skipped"
-
-
-def check_grad_norm_limit(value: float | None) -> None:
-    """``ConfigError`` unless ``value`` is ``None`` or a finite number ``> 0``."""
-    if value is not None:
-        check_positive("grad_norm_limit", value)
 
 
 @runtime_checkable
@@ -101,7 +95,9 @@ class NonFiniteGuard(SkipOrStop, Callback):
         self.after_finite_step(lambda: ...)  # what a skipped batch must not change
         return loss  # after logging
 
-    which call :meth:`check_loss_later` (:meth:`check_loss`) and :meth:`after_finite`.
+    which call :meth:`check_loss_later` (:meth:`check_loss`) and :meth:`after_finite` of
+    the guard the module was given: the guard attaches itself at ``setup``
+    (:class:`~ncl_lightning.foundation.components.FiniteCheckHost`).
     Modules without ``nonfinite_loss``, ``grad_norm_limit`` and ``last_step_skipped``
     (:class:`GuardedModule`) are left alone.
 
@@ -124,6 +120,11 @@ class NonFiniteGuard(SkipOrStop, Callback):
         self._pending: Verdict | None = None
         self._snapshot = StepSnapshot()
         self._skips_before_batch = 0
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Attach to the module: its training steps call this guard."""
+        if isinstance(pl_module, FiniteCheckHost):
+            pl_module.attach_finite_check(self)
 
     # -- buffers ----------------------------------------------------------------------
     def on_train_batch_start(
@@ -170,7 +171,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
         """
         value = loss.detach()
         code = loss_code(module, value)
-        trainer = module._trainer
+        trainer = attached_trainer(module)
         flag = _agree(trainer, code)
         if flag == 0:
             self._finite_since_step += 1
@@ -189,7 +190,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
         skips as :meth:`check_loss` would, after putting back the weights, optimiser state
         and buffers from before this batch. Returns ``True``; without a trainer (a step
         called by hand, nothing to undo later) it is :meth:`check_loss`."""
-        if module._trainer is None:
+        if attached_trainer(module) is None:
             return self.check_loss(module, loss)
         value = loss.detach()
         code = LOSS_SCALE * loss_code(module, value)
@@ -352,10 +353,7 @@ __all__ = [
     "CHECKPOINT_KEY",
     "HINT",
     "LAST_FINITE_NAME",
-    "NONFINITE_CHOICES",
     "GuardedModule",
     "NonFiniteGuard",
-    "NonFiniteLoss",
-    "check_grad_norm_limit",
     "last_finite_path",
 ]

@@ -12,9 +12,9 @@ import urllib.request
 import uuid
 from argparse import Namespace
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
@@ -51,7 +51,7 @@ def _unreachable(url: str) -> str | None:
     return None if problem is None else f"cannot reach {url}: {problem}"
 
 
-def save_run_file(logger: _LightningWandbLogger, path: _PATH, name: str) -> None:
+def save_run_file(logger: _LightningWandbLogger, path: str | Path, name: str) -> None:
     """Copy ``path`` into the W&B run's folder as ``name`` (a copy, not wandb's symlink: the
     run keeps it if the source moves) and upload it with the run."""
     run = logger.experiment
@@ -61,7 +61,7 @@ def save_run_file(logger: _LightningWandbLogger, path: _PATH, name: str) -> None
 
 
 def log_site(
-    logger: _LightningWandbLogger, key: str, page: str, folder: _PATH, artifact: str, kind: str
+    logger: _LightningWandbLogger, key: str, page: str, folder: str | Path, artifact: str, kind: str
 ) -> None:
     """Log a single-file HTML ``page`` as a W&B HTML panel under ``key``, and the whole site
     ``folder`` (its page and images) as an artifact ``artifact`` of type ``kind``."""
@@ -122,10 +122,10 @@ class WandbLogger(_LightningWandbLogger):
     def __init__(
         self,
         name: str | None = None,
-        save_dir: _PATH = ".",
+        save_dir: str | Path = ".",
         version: str | None = None,
         offline: bool = False,
-        dir: _PATH | None = None,
+        dir: str | Path | None = None,
         id: str | None = None,
         anonymous: bool | None = None,
         project: str | None = None,
@@ -245,13 +245,13 @@ class WandbLogger(_LightningWandbLogger):
         self._wandb("watch", super().watch, model, log=log, log_freq=log_freq, log_graph=log_graph)
 
     @rank_zero_only
-    def save_file(self, path: _PATH, name: str) -> None:
+    def save_file(self, path: str | Path, name: str) -> None:
         """Copy ``path`` into the run's files as ``name`` and upload it (``wandb.save``,
         ``policy="now"``); skipped once logging went to CSV."""
         self._wandb("save_file", save_run_file, self, path, name)
 
     @rank_zero_only
-    def log_site(self, key: str, page: str, folder: _PATH, artifact: str, kind: str) -> None:
+    def log_site(self, key: str, page: str, folder: str | Path, artifact: str, kind: str) -> None:
         """:func:`log_site` (an HTML panel and an artifact); skipped once logging went to CSV."""
         self._wandb("log_site", log_site, self, key, page, folder, artifact, kind)
 

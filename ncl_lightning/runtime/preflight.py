@@ -25,6 +25,8 @@ from ncl_lightning.data.batch_scope import per_device_batch
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.internals import MESSAGE_FORMATS
 from ncl_lightning.foundation.protocols import ImageShape
+from ncl_lightning.foundation.validation import check_positive
+from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
 
 OPTIMIZER_LR_KEY = "model.init_args.optimizer.init_args.lr"
 
@@ -90,8 +92,8 @@ def example_batch(datamodule: Any) -> Tensor | None:
 
 
 class Preflight(Callback):
-    """Run :func:`preflight` (and the module's ``check_trainer``) at the ``setup`` of a fit,
-    with an example from the trainer's DataModule.
+    """Run :func:`preflight` and :func:`check_fit` at the ``setup`` of a fit, with an
+    example from the trainer's DataModule.
 
     ``ncl-cli`` runs the checks itself, earlier (before anything is written), and sets
     :attr:`done` so they run once.
@@ -107,10 +109,24 @@ class Preflight(Callback):
         if stage != "fit" or self.done:
             return
         preflight(pl_module, example_batch(trainer.datamodule))
-        check_batch_negatives(pl_module, trainer.datamodule, trainer.world_size)
-        check_trainer = getattr(pl_module, "check_trainer", None)
-        if callable(check_trainer):
-            check_trainer(trainer)
+        check_fit(pl_module, trainer, trainer.datamodule)
+
+
+def check_fit(module: nn.Module, trainer: L.Trainer, datamodule: Any) -> None:
+    """What a fit needs of the module, the data and the trainer together: negatives in the
+    batch (:func:`check_batch_negatives`), the module's own ``check_trainer`` (a
+    :class:`~ncl_lightning.methods.TrainableModule`'s finite schedule) and the trainer
+    checks that concern every module
+    (:func:`~ncl_lightning.runtime.trainer_checks.check_sync_batchnorm`).
+
+    Raises:
+        ConfigError: One line naming the key at fault.
+    """
+    check_batch_negatives(module, datamodule, trainer.world_size)
+    check_trainer = getattr(module, "check_trainer", None)
+    if callable(check_trainer):
+        check_trainer(trainer)
+    check_sync_batchnorm(trainer)
 
 
 # -- negatives in the batch ----------------------------------------------------------
@@ -217,9 +233,8 @@ def _check_learning_rates(module: CheckedModule) -> None:
     except ValueError as err:  # torch: "Invalid learning rate: -0.1"; LARS: "lr must be"
         match = _LR_IN_ERROR.search(str(err))
         if match:
-            raise ConfigError(
-                f"{OPTIMIZER_LR_KEY} must be > 0, got {match.group(1)}", key=OPTIMIZER_LR_KEY
-            ) from err
+            lr = float(match.group(1)) if _is_number(match.group(1)) else math.nan
+            check_positive(OPTIMIZER_LR_KEY, lr)  # the one line of every bad rate
         raise ConfigError(
             f"model.init_args.optimizer: {_first_line(err)}", key="model.init_args.optimizer"
         ) from err
@@ -228,9 +243,7 @@ def _check_learning_rates(module: CheckedModule) -> None:
         if lr > 0 and math.isfinite(lr):
             continue
         own = own_lr[i] if i < len(own_lr) else None  # the group's own rate, if any
-        key = OPTIMIZER_LR_KEY if own is None else _lr_key(module, own, i)
-        problem = "must be > 0" if not lr > 0 else "must be a finite number"
-        raise ConfigError(f"{key} {problem}, got {lr!r}", key=key)
+        check_positive(OPTIMIZER_LR_KEY if own is None else _lr_key(module, own, i), lr)
 
 
 def _lr_key(module: Any, lr: float, index: int) -> str:
@@ -320,3 +333,11 @@ def _check_width(h: Any, out_dim: int) -> None:
             f"declares out_dim={out_dim} (the input width of the heads built on it)",
             key="model.init_args.backbone",
         )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -89,9 +89,8 @@ def git_state(path: str | Path) -> dict[str, Any] | None:
 
 def run_environment(trainer: L.Trainer, folder: Path | None) -> dict[str, Any]:
     """What ``run.yaml`` records of a run's environment (see the module docstring)."""
-    import ncl_lightning
-
-    code = {"ncl_lightning": git_state(Path(ncl_lightning.__file__).parent)}
+    package = Path(__file__).parent.parent  # the ncl_lightning folder
+    code = {"ncl_lightning": git_state(package)}
     cwd_state = git_state(Path.cwd())
     if cwd_state is not None and cwd_state != code["ncl_lightning"]:
         code["working_directory"] = cwd_state

@@ -148,12 +148,12 @@ class Preemption(Callback):
         self.stop: PreemptedError | None = None
         self._previous: dict[int, Any] = {}
         self.grace_s = grace_s
-        self._trainer: L.Trainer | None = None
+        self._running_trainer: L.Trainer | None = None
         self._watchdog: StopWatchdog | None = None
 
     # -- signal handlers ------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.signum, self.stop, self._trainer = None, None, trainer
+        self.signum, self.stop, self._running_trainer = None, None, trainer
         grace = self.grace_s if self.grace_s is not None else grace_from_env()
         self._watchdog = StopWatchdog(grace, self._stuck)
         self._watchdog.start()
@@ -210,7 +210,7 @@ class Preemption(Callback):
     def _stuck(self, signum: int) -> None:
         """The watchdog's end (its thread): say what is on disk, end the loader workers,
         exit ``128 + signum`` without saving (the main thread may be mid-step)."""
-        trainer, name = self._trainer, signal.Signals(signum).name
+        trainer, name = self._running_trainer, signal.Signals(signum).name
         grace = self._watchdog.grace_s if self._watchdog is not None else 0.0
         with contextlib.suppress(Exception):
             if trainer is not None and trainer.is_global_zero:

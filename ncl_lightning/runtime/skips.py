@@ -20,7 +20,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_warn
 
 from ncl_lightning.foundation.errors import NonFiniteLossError
-from ncl_lightning.foundation.internals import batch_index
+from ncl_lightning.foundation.internals import attached_trainer, batch_index
 
 LAST_FINITE_NAME = "last-finite.ckpt"
 HINT = "set model.init_args.nonfinite_loss: skip to skip such batches"
@@ -82,7 +82,7 @@ class SkipOrStop:
     ) -> bool:
         """Count a skip and return ``False`` (``nonfinite_loss: skip``), or save the last
         finite state and raise ``NonFiniteLossError("<what> at step ...")``."""
-        trainer = module._trainer
+        trainer = attached_trainer(module)
         located = at is not None or trainer is not None
         fault = f"{what} at {at or where(trainer)}" if located else f"{what} in training_step"
         if module.nonfinite_loss != "skip":  # type: ignore[attr-defined]
@@ -101,7 +101,7 @@ class SkipOrStop:
 
     def _stop(self, module: L.LightningModule, what: str, hint: str) -> None:
         """Save the last finite state (every rank takes part) and raise."""
-        trainer = module._trainer
+        trainer = attached_trainer(module)
         if trainer is None:
             raise NonFiniteLossError(f"{what}; {hint}")
         path = last_finite_path(trainer)

@@ -19,24 +19,21 @@ on or off. ``ncl-cli`` installs the callback, and a plain ``Trainer`` gets it fr
 module's ``configure_callbacks``; :func:`apply_speed_switches` does the same without a
 trainer.
 
-Objectives run outside autocast on float32 features (:func:`autocast_off`, :func:`float32`): at
-InfoNCE temperatures of 0.1-0.2, bf16 logits (8 bits of mantissa) would round the loss.
+Objectives run outside autocast on float32 features
+(:func:`~ncl_lightning.nn.precision.autocast_off`, :func:`~ncl_lightning.nn.precision.float32`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, ClassVar, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.validation import check_choice
+from ncl_lightning.foundation.options import CompileMode
 
-CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 _APPLIED = "_speed_switches_applied"
 
 
@@ -97,22 +94,3 @@ class SpeedSwitches(Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         apply_speed_switches(pl_module)
-
-
-def check_compile_mode(mode: str) -> None:
-    """Raise ``ConfigError`` naming the valid modes when ``mode`` is not one of them."""
-    check_choice("compile_mode", mode, ("default", "reduce-overhead", "max-autotune"))
-
-
-@contextmanager
-def autocast_off(device: torch.device) -> Iterator[None]:
-    """Leave any autocast region (bf16-mixed / 16-mixed) for the enclosed ops."""
-    with torch.autocast(device_type=device.type, enabled=False):
-        yield
-
-
-def float32(encoded: NamedTuple) -> NamedTuple:
-    """The same named tuple with every floating tensor in float32 (others unchanged)."""
-    return encoded._make(
-        t.float() if isinstance(t, Tensor) and t.is_floating_point() else t for t in encoded
-    )

@@ -12,9 +12,11 @@ parent's value and nothing says so. The defaults that survive the CLI are declar
 * for the loss of a contrastive method, the class attribute ``default_loss`` (the ``loss``
   argument's default ``None`` means "the class's ``default_loss``").
 
-:func:`check_declared_defaults`, called by the base of every trainable module, reads the
-source of each subclass ``__init__`` and refuses the two undeclared patterns. A class whose
-source cannot be read (defined in an interactive session) is not checked.
+:func:`check_declared_defaults` reads the source of each subclass ``__init__`` and refuses
+the two undeclared patterns; ``ncl-cli`` runs it on the model it builds
+(:func:`check_model_defaults`). From Python the defaults do what they say, so a module
+built there is not refused. A class whose source cannot be read (defined in an interactive
+session) is not checked.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import inspect
 import textwrap
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.methods.trainable import TrainableModule
 
 LOSS_KEYS = ("loss", "objective")  # ``objective`` was the ``loss`` argument's old name
 
@@ -100,3 +103,15 @@ def check_declared_defaults(cls: type, base: type) -> None:
                 f"(it passes the parent's default explicitly): {fix}",
                 key=key,
             )
+
+
+def check_model_defaults(model: object) -> None:
+    """:func:`check_declared_defaults` for the class of a
+    :class:`~ncl_lightning.methods.TrainableModule` (what ``ncl-cli`` builds); other
+    modules pass.
+
+    Raises:
+        ConfigError: A subclass defaulting a parent argument through ``**kwargs``.
+    """
+    if isinstance(model, TrainableModule):
+        check_declared_defaults(type(model), TrainableModule)

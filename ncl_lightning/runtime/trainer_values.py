@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
-import math
 import re
 from typing import Any, get_args
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.internals import action_typehint, parser_actions, set_action_typehint
+from ncl_lightning.foundation.validation import (
+    check_at_least,
+    check_count_or_fraction,
+    check_int,
+)
 
 
 def config_get(cfg: Any, key: str) -> Any:
@@ -35,10 +40,7 @@ def is_int(value: Any) -> bool:
 def _check_int(key: str, value: Any, low: int, none_ok: bool = True) -> None:
     if value is None and none_ok:
         return
-    if not is_int(value) or value < low:
-        raise ConfigError(
-            f"trainer.{key} must be an integer >= {low}, got {value!r}", key=f"trainer.{key}"
-        )
+    check_int(f"trainer.{key}", value, low)
 
 
 def _check_count_or_fraction(key: str, value: Any, int_low: int, allow_zero: bool) -> None:
@@ -47,21 +49,7 @@ def _check_count_or_fraction(key: str, value: Any, int_low: int, allow_zero: boo
         return
     if isinstance(value, float) and value > 1.0 and value.is_integer():
         value = int(value)  # Lightning counts a float 3.0 as 3 batches
-    if is_int(value):
-        if value < int_low:
-            raise ConfigError(
-                f"trainer.{key} must be an integer >= {int_low}, got {value!r}",
-                key=f"trainer.{key}",
-            )
-        return
-    low = "[0.0" if allow_zero else "(0.0"
-    ok = isinstance(value, float) and (0.0 <= value <= 1.0 if allow_zero else 0.0 < value <= 1.0)
-    if not ok:
-        raise ConfigError(
-            f"trainer.{key} must be an integer >= {int_low} (batches) or a fraction in "
-            f"{low}, 1.0], got {value!r}",
-            key=f"trainer.{key}",
-        )
+    check_count_or_fraction(f"trainer.{key}", value, int_low, allow_zero)
 
 
 # Lightning declares these ``float | int``: jsonargparse then reads ``1`` as ``1.0``, which
@@ -90,10 +78,11 @@ def count_or_fraction_types(parser: Any) -> None:
         parser: A LightningCLI parser to which the ``trainer`` arguments were added.
     """
     wanted = {f"trainer.{key}" for key in COUNT_OR_FRACTION_KEYS}
-    for action in getattr(parser, "_actions", []):
-        if action.dest in wanted and hasattr(action, "_typehint"):
-            optional = type(None) in get_args(action._typehint)
-            action._typehint = int | float | None if optional else int | float
+    for action in parser_actions(parser):
+        typehint = action_typehint(action)
+        if action.dest in wanted and typehint is not None:
+            optional = type(None) in get_args(typehint)
+            set_action_typehint(action, int | float | None if optional else int | float)
 
 
 def duration_seconds(key: str, value: Any) -> float:
@@ -173,12 +162,13 @@ def check_numbers(trainer: Any) -> None:
             key="trainer.gradient_clip_algorithm",
         )
     clip = config_get(trainer, "gradient_clip_val")
-    finite = isinstance(clip, int | float) and math.isfinite(clip)
-    if clip is not None and not (finite and clip >= 0):
-        raise ConfigError(
-            f"trainer.gradient_clip_val must be a finite number >= 0, got {clip!r}",
-            key="trainer.gradient_clip_val",
-        )
+    if clip is not None:
+        if isinstance(clip, bool) or not isinstance(clip, int | float):
+            raise ConfigError(
+                f"trainer.gradient_clip_val must be a number, got {clip!r}",
+                key="trainer.gradient_clip_val",
+            )
+        check_at_least("trainer.gradient_clip_val", clip, 0)
 
 
 # Lightning's short names of its precisions.

@@ -38,27 +38,10 @@ from pathlib import Path
 
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.plot.pictures import accuracy_vs_k
-from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
-
-# Column -> (protocol, metric key); selection keys get the reported k filled in.
-COLUMNS: dict[str, tuple[str, str]] = {
-    "online linear": ("pretrain", "val/online_acc"),
-    "z sparsity": ("pretrain", "val/z/sparsity"),
-    "z consistency": ("pretrain", "val/z/semantic_consistency"),
-    "linear top-1": ("linear", "val/offline_linear/acc_top1"),
-    "linear top-5": ("linear", "val/offline_linear/acc_top5"),
-    "kNN top-1": ("knn", "test/offline_knn/acc_top1"),
-    "fine-tune top-1": ("finetune", "val/offline_finetune/acc_top1"),
-    "EA@k linear": ("selection", "test/selection/ea/k{k}/linear_acc"),
-    "random@k linear": ("selection", "test/selection/random/k{k}/linear_acc"),
-    "EA@k P@10": ("selection", "test/selection/ea/k{k}/retrieval_p@10"),
-    "random@k P@10": ("selection", "test/selection/random/k{k}/retrieval_p@10"),
-    "supervised top-1": ("supervised", "val/classifier/acc_top1"),
-}
-# Scaled x100 in the table except these (already on a 0-100 scale).
-UNSCALED = {"z consistency"}
-
+from ncl_lightning.runtime.progress import Progress
+from ncl_lightning.studies.chain_seeds import write_combined
+from ncl_lightning.studies.chain_table import markdown, selection_curves, table_row
+from ncl_lightning.studies.jobs import cli_here, folder_args, run_jobs
 
 SUBCOMMANDS = {"linear": "fit", "knn": "test", "selection": "test", "finetune": "fit"}
 
@@ -68,24 +51,15 @@ def _run(
 ) -> dict[str, float]:
     args = [
         subcommand, "--config", str(config),
-        "--trainer.default_root_dir", str(root),
-        "--trainer.logger.init_args.save_dir", str(root),
-        *(() if verbose else QUIET_TRAINER_ARGS),
+        *folder_args(root, verbose=verbose),
         *(("--verbose=false",) if subcommand == "test" and not verbose else ()),
         *extra,
     ]  # fmt: skip
-    with quiet_lightning(verbose):
-        cli = cli_main(args)
+    cli = cli_here(args, verbose)
     metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
     if subcommand == "fit" and cli.trainer.checkpoint_callback is not None:
         metrics["_last_ckpt"] = cli.trainer.checkpoint_callback.last_model_path  # type: ignore[assignment]
     return metrics
-
-
-def _selection_k(metrics: dict[str, float]) -> int | None:
-    """The reported k: the largest swept k below d (the paper keeps 256 of 512)."""
-    ks = sorted({int(k.split("/")[3][1:]) for k in metrics if k.startswith("test/selection/ea/")})
-    return ks[-2] if len(ks) > 1 else (ks[0] if ks else None)
 
 
 def run_chain(
@@ -136,63 +110,21 @@ def run_chain(
     return results
 
 
-def cell_values(results: dict[str, dict[str, float]]) -> dict[str, float | None]:
-    """One run's table values by column (×100 except z consistency; None where missing)."""
-    k = _selection_k(results.get("selection", {}))
-    cells = {}
-    for column, (protocol, key) in COLUMNS.items():
-        value = results.get(protocol, {}).get(key.format(k=k))
-        scale = 1 if column in UNSCALED else 100
-        name = column.replace("@k", f"@{k}") if k else column
-        cells[name] = None if value is None else scale * value
-    return cells
-
-
-def table_row(results: dict[str, dict[str, float]]) -> dict[str, str]:
-    """Format one run's results as the table's cells (percentages, 1 decimal)."""
-    return {c: "" if v is None else f"{v:.1f}" for c, v in cell_values(results).items()}
-
-
-def selection_curves(
-    all_results: dict[str, dict[str, dict[str, float]]],
-) -> dict[str, tuple[list[int], list[float]]]:
-    """Linear accuracy against k for every run and rule (NCL paper, Figure 10)."""
-    curves = {}
-    for name, results in all_results.items():
-        selection = results.get("selection", {})
-        for rule in ("ea", "random"):
-            prefix = f"test/selection/{rule}/k"
-            points = sorted(
-                (int(key[len(prefix) :].split("/")[0]), value)
-                for key, value in selection.items()
-                if key.startswith(prefix) and key.endswith("/linear_acc")
-            )
-            if points:
-                curves[f"{name} {rule}"] = ([k for k, _ in points], [v for _, v in points])
-    return curves
-
-
-def markdown(rows: dict[str, dict[str, str]]) -> str:
-    """Rows with at least one value, columns with at least one value."""
-    columns = [c for c in dict.fromkeys(c for r in rows.values() for c in r)
-               if any(r.get(c) for r in rows.values())]  # fmt: skip
-    lines = ["| run | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-    lines += [f"| {name} | " + " | ".join(r.get(c, "") for c in columns) + " |"
-              for name, r in rows.items()]  # fmt: skip
-    return "\n".join(lines)
-
-
 def run_all(
     args: argparse.Namespace,
     out: Path,
     pretrain_args: Sequence[str],
     eval_args: Sequence[str],
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Every config's chain into ``out`` (resumable), then its table and pictures."""
+    """Every config's chain into ``out`` (resumable), then its table and pictures.
+
+    Results are saved after every config; a rerun reports the runs of the configs already
+    done (``done before``) and runs the others
+    (:func:`~ncl_lightning.studies.jobs.run_jobs`).
+    """
     protocols = {n: getattr(args, n) for n in ("linear", "knn", "selection", "finetune")}
     out.mkdir(parents=True, exist_ok=True)
     done = out / "results.json"
-    # Results are saved after every config; a rerun skips the configs already done.
     all_results: dict[str, dict[str, dict[str, float]]] = (
         json.loads(done.read_text()) if done.is_file() else {}
     )
@@ -200,11 +132,8 @@ def run_all(
     runs = {c: 1 + n_protocols for c in args.pretrain}
     runs.update({c: 1 for c in args.supervised})
     progress = Progress(sum(runs.values()), "run")
-    for config in [*args.pretrain, *args.supervised]:
-        if config.stem in all_results:
-            for _ in range(runs[config]):
-                progress.skip(config.stem, "done before")
-            continue
+
+    def one(config: Path) -> dict[str, dict[str, float]]:
         if config in args.pretrain:
             result = run_chain(
                 config,
@@ -224,6 +153,18 @@ def run_all(
             result["pretrain"] = stats  # representation statistics share the columns
         all_results[config.stem] = result
         done.write_text(json.dumps(all_results, indent=2))
+        return result
+
+    run_jobs(
+        list(dict.fromkeys([*args.pretrain, *args.supervised])),
+        one,
+        lambda config: config.stem,
+        lambda config: all_results.get(config.stem),
+        progress=progress,
+        units=runs.__getitem__,
+        reason="done before",
+        announce=False,
+    )
     progress.finish()
     table = markdown({name: table_row(res) for name, res in all_results.items()})
     (out / "results.md").write_text(table + "\n")
@@ -254,8 +195,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         all_results = run_all(args, args.out, args.pretrain_args, args.eval_args)
         print((args.out / "results.md").read_text(), end="")
         return all_results
-    from ncl_lightning.studies.chain_seeds import write_combined
-
     per_seed = {}
     for seed in dict.fromkeys(args.seeds):
         seeded = ["--seed_everything", str(seed)]

@@ -23,7 +23,8 @@ from itertools import combinations
 from pathlib import Path
 
 from ncl_lightning.plot.pictures import accuracy_vs_k
-from ncl_lightning.studies.chain import COLUMNS, cell_values, markdown, selection_curves
+from ncl_lightning.studies.chain_table import COLUMNS, cell_values, markdown, selection_curves
+from ncl_lightning.studies.spread import beyond_spread, mean_std
 
 Results = dict[str, dict[str, dict[str, float]]]  # config stem -> protocol -> metrics
 
@@ -47,12 +48,6 @@ def aggregate(per_seed: Mapping[int, Results]) -> dict[str, dict[str, dict[int, 
         key=lambda c: (list(COLUMNS).index(re.sub(r"^(\w+)@\d+ ", r"\1@k ", c)), "@k" in c),
     )
     return {name: {c: row.get(c, {}) for c in columns} for name, row in table.items()}
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value)."""
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return statistics.fmean(values), std
 
 
 def _pm(values: Sequence[float]) -> str:
@@ -79,11 +74,7 @@ def exceeding(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[st
         for a, b in combinations(table, 2):
             va = list(table[a].get(column, {}).values())
             vb = list(table[b].get(column, {}).values())
-            if len(va) < 2 or len(vb) < 2:
-                continue
-            (ma, sa), (mb, sb) = mean_std(va), mean_std(vb)
-            # Means equal at the shown precision are no difference (float noise in a 0.0).
-            if abs(ma - mb) > sa + sb and f"{ma:.1f}" != f"{mb:.1f}":
+            if beyond_spread(va, vb, "{:.1f}".format):
                 (hi, vhi), (lo, vlo) = sorted(((a, va), (b, vb)), key=lambda x: -mean_std(x[1])[0])
                 lines.append(f"{column}: {hi} {_pm(vhi)} > {lo} {_pm(vlo)}")
     return lines

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.resources import config_path
-from ncl_lightning.foundation.validation import check_output_dir
+from ncl_lightning.foundation.validation import check_int, check_output_dir, check_range
 from ncl_lightning.runtime.config_files import check_config_file
 from ncl_lightning.runtime.trainer_checks import SEED_MAX
 from ncl_lightning.studies.study_defs import Study
@@ -21,22 +21,14 @@ RUN_ARG = "--run-arg"
 CONFIG_FLAGS = ("--config", "-c")
 
 
-def check_count(key: str, value: int, low: int = 1) -> None:
-    """``value`` is an integer ``>= low``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{key} must be an integer >= {low}, got {value!r}", key=key)
-
-
 def check_seeds(key: str, seeds: Sequence[int]) -> None:
     """At least one seed; each an integer in ``[0, 2**32 - 1]`` (what ``seed_everything``
     takes), none twice (a cell's folder is named by its seed)."""
     if not seeds:
         raise ConfigError(f"{key}: give at least one seed", key=key)
     for seed in seeds:
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
-            raise ConfigError(
-                f"{key}: each seed must be an integer in [0, {SEED_MAX}], got {seed!r}", key=key
-            )
+        check_int(key, seed, 0)
+        check_range(key, seed, 0, SEED_MAX)
     repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
     if repeated:
         raise ConfigError(f"{key}: seed(s) {repeated} given twice", key=key)
@@ -122,8 +114,8 @@ def check_seeds_study(
             f"--rows: unknown row(s) {unknown} of {study.title!r}; rows: {names}", key="rows"
         )
     check_seeds("--seeds", seeds)
-    check_count("--workers", workers)
-    check_count("--threads", threads)
+    check_int("--workers", workers)
+    check_int("--threads", threads)
     owned = {
         "seed_everything": "the cell's seed, from --seeds",
         **{key.lstrip("-"): "the cell's seed, from --seeds" for key in study.seed_keys},
@@ -163,10 +155,9 @@ def check_landscape_study(
     if not sparsities:
         raise ConfigError("--sparsity: give at least one value", key="sparsity")
     for sparsity in sparsities:
-        if not 0.0 < sparsity <= 1.0:  # NaN fails too
-            raise ConfigError(f"--sparsity must be in (0, 1], got {sparsity}", key="sparsity")
-    check_count("--seeds", seeds)
-    check_count("--workers", workers)
+        check_range("--sparsity", sparsity, 0, 1, "(]")  # NaN fails too
+    check_int("--seeds", seeds)
+    check_int("--workers", workers)
     check_run_args(
         extra,
         {

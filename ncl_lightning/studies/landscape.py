@@ -25,17 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.plot.metrics_csv import read_metrics
-from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
 from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
 from ncl_lightning.studies.checks import check_landscape_study
+from ncl_lightning.studies.jobs import cli_here, earlier_record, folder_args, run_jobs, slug
+from ncl_lightning.studies.spread import mean_std
 
 PROG = "python -m ncl_lightning.studies.landscape"
 
@@ -109,12 +110,8 @@ PAPER = {
 }
 
 
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
-
-
 def run_dir(out: Path, variant: str, sparsity: float, seed: int) -> Path:
-    return out / "runs" / _slug(variant) / f"sparsity_{sparsity}" / f"seed_{seed}"
+    return out / "runs" / slug(variant) / f"sparsity_{sparsity}" / f"seed_{seed}"
 
 
 def _read_curves(metrics_csv: Path) -> dict[str, list[float]]:
@@ -149,31 +146,25 @@ def run_one(
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*args parameter is intended.*")
     from ncl_lightning.metrics.functional.dictionary import dictionary_recovery
-    from ncl_lightning.runtime.cli import cli_main
 
     root = run_dir(Path(out), variant, sparsity, seed)
     result_file = root / "result.json"
-    if result_file.exists():
-        return json.loads(result_file.read_text())
+    if (record := earlier_record(result_file)) is not None:
+        return record
     args = [
         "fit",
         *VARIANTS[variant].config_args(),
         "--seed_everything", str(seed),
         "--data.init_args.seed", str(seed),
         "--data.init_args.nonzero_prob", str(sparsity),
-        "--trainer.default_root_dir", str(root),
-        "--trainer.logger.init_args.save_dir", str(root),
-        "--trainer.logger.init_args.name", "logs",
-        "--trainer.logger.init_args.version", "0",
         "--trainer.enable_checkpointing", "false",
-        *(() if verbose else QUIET_TRAINER_ARGS),
+        *folder_args(root, logs=True, verbose=verbose),
         *extra,
     ]  # fmt: skip
     if "warm_start.yaml" in VARIANTS[variant].overlays:
         # The WarmStart callback is the overlay's last callback: give it the run's seed.
         args += ["--trainer.callbacks.init_args.seed", str(seed)]
-    with quiet_lightning(verbose):
-        cli = cli_main(args)
+    cli = cli_here(args, verbose)
     weight = cli.model.backbone.dictionary_weight.detach().cpu()
     final = dictionary_recovery(weight, cli.datamodule.dictionary)
     record = {
@@ -189,8 +180,7 @@ def run_one(
 
 
 def _mean_std(values: Sequence[float]) -> str:
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.3f} ± {std:.3f}"
+    return "{:.3f} ± {:.3f}".format(*mean_std(values))
 
 
 def summary_table(records: Sequence[dict], variants: Sequence[str]) -> str:
@@ -273,30 +263,25 @@ def _describe(job: tuple) -> str:
     return f"landscape {variant} sparsity={sparsity} seed={seed}"
 
 
+def _run_job(job: tuple, verbose: bool) -> dict:
+    return run_one(*job, verbose)
+
+
+def _earlier(job: tuple) -> dict | None:
+    return earlier_record(run_dir(Path(job[3]), *job[:3]) / "result.json")
+
+
 def _run_jobs(jobs: Sequence[tuple], workers: int, verbose: bool) -> list[dict]:
-    """``run_one`` of every job (in ``workers`` processes), with a progress line per run."""
-    progress = Progress(len(jobs), "run")
-    records: dict[int, dict] = {}
-    todo = []
-    for i, job in enumerate(jobs):
-        result_file = run_dir(Path(job[3]), *job[:3]) / "result.json"
-        if result_file.exists():
-            records[i] = json.loads(result_file.read_text())
-            progress.skip(_describe(job))
-        else:
-            todo.append(i)
-    if workers == 1:
-        for i in todo:
-            with progress.unit(_describe(jobs[i])):
-                records[i] = run_one(*jobs[i], verbose)
-    elif todo:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(run_one, *jobs[i], verbose): i for i in todo}
-            for future in as_completed(futures):
-                records[futures[future]] = future.result()
-                progress.end(_describe(jobs[futures[future]]))
-    progress.finish()
-    return [records[i] for i in range(len(jobs))]
+    """``run_one`` of every job (in ``workers`` processes), with a progress line per run
+    (:func:`~ncl_lightning.studies.jobs.run_jobs`)."""
+    return run_jobs(
+        jobs,
+        partial(_run_job, verbose=verbose),
+        _describe,
+        _earlier,
+        workers=workers,
+        pool=None if workers == 1 else ProcessPoolExecutor,
+    )
 
 
 def run_study(

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -39,9 +38,10 @@ from pathlib import Path
 from ncl_lightning.foundation.errors import RunFailedError
 from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.plot.metrics_csv import read_metrics
-from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress
 from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
 from ncl_lightning.studies.checks import check_seeds_study
+from ncl_lightning.studies.jobs import earlier_record, folder_args, run_jobs, slug
+from ncl_lightning.studies.spread import beyond_spread, mean_std
 from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Study
 
 PROG = "python -m ncl_lightning.studies.seeds"
@@ -61,28 +61,17 @@ class Cell:
         return self.root / "result.json"
 
 
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
-
-
 def cells_of(study: Study, seeds: Sequence[int], out: Path, extra: Sequence[str]) -> list[Cell]:
     """The ``ncl-cli fit`` command of every ``(row, seed)`` of ``study``."""
     cells = []
     for row in study.rows:
         for seed in seeds:
-            root = out / "runs" / _slug(row.name) / f"seed_{seed}"
+            root = out / "runs" / slug(row.name) / f"seed_{seed}"
             configs = [row.config, *row.overlays]
             args = [a for c in configs for a in ("--config", str(config_path(c)))]
             args += ["--seed_everything", str(seed)]
             args += [a for key in study.seed_keys for a in (key, str(seed))]
-            args += [
-                "--trainer.default_root_dir", str(root),
-                "--trainer.logger.init_args.save_dir", str(root),
-                "--trainer.logger.init_args.name", "logs",
-                "--trainer.logger.init_args.version", "0",
-                *QUIET_TRAINER_ARGS,
-                *extra,
-            ]  # fmt: skip
+            args += [*folder_args(root, logs=True), *extra]
             command = [sys.executable, "-m", "ncl_lightning.entry", "fit", *args]
             cells.append(Cell(row.name, seed, command, root))
     return cells
@@ -105,8 +94,8 @@ def curve(metrics_csv: Path, key: str) -> dict[str, list[float]]:
 
 def run_cell(cell: Cell, study: Study, threads: int) -> dict:
     """Run one cell (or read its earlier result); returns its record."""
-    if cell.result_file.exists():
-        return json.loads(cell.result_file.read_text())
+    if (record := earlier_record(cell.result_file)) is not None:
+        return record
     cell.root.mkdir(parents=True, exist_ok=True)
     (cell.root / "command.txt").write_text(" ".join(cell.command[1:]) + "\n")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "offline"}
@@ -141,24 +130,17 @@ def _last_line(log: Path) -> str:
 
 
 def run_cells(cells: Sequence[Cell], study: Study, workers: int, threads: int) -> list[dict]:
-    """Every cell, ``workers`` at a time, with a progress line per cell."""
-    progress = Progress(len(cells), "run")
-    todo = []
-    for cell in cells:
-        if cell.result_file.exists():
-            progress.skip(f"{cell.row} seed {cell.seed}")
-        else:
-            todo.append(cell)
-
-    def one(cell: Cell) -> dict:
-        record = run_cell(cell, study, threads)
-        progress.end(f"{cell.row} seed {cell.seed} ({record['seconds']:.0f} s)")
-        return record
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(one, todo))
-    progress.finish()
-    return [json.loads(c.result_file.read_text()) for c in cells]
+    """Every cell, ``workers`` at a time (each a subprocess), with a progress line per cell
+    (:func:`~ncl_lightning.studies.jobs.run_jobs`)."""
+    return run_jobs(
+        cells,
+        lambda cell: run_cell(cell, study, threads),
+        lambda cell: f"{cell.row} seed {cell.seed}",
+        lambda cell: earlier_record(cell.result_file),
+        workers=workers,
+        pool=ThreadPoolExecutor,
+        ended=lambda cell, record: f"{cell.row} seed {cell.seed} ({record['seconds']:.0f} s)",
+    )
 
 
 def finished(study: Study, out: Path) -> list[dict]:
@@ -168,11 +150,6 @@ def finished(study: Study, out: Path) -> list[dict]:
     return sorted(
         (r for r in found if r["row"] in order), key=lambda r: (order[r["row"]], r["seed"])
     )
-
-
-def _stats(values: Sequence[float]) -> tuple[float, float]:
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return statistics.fmean(values), std
 
 
 def summary(records: Sequence[dict], study: Study) -> dict[str, dict[str, list[float]]]:
@@ -202,11 +179,8 @@ def exceeding(values: dict[str, dict[str, list[float]]], study: Study) -> list[s
         column = COLUMNS[key]
         for a, b in pairs:
             va, vb = values[a][key], values[b][key]
-            if len(va) < 2 or len(vb) < 2:
-                continue
-            (ma, sa), (mb, sb) = _stats(va), _stats(vb)
-            # Means equal at the shown precision are no difference (float noise in a 0.0).
-            if abs(ma - mb) > sa + sb and column.format(ma) != column.format(mb):
+            if beyond_spread(va, vb, column.format):
+                (ma, sa), (mb, sb) = mean_std(va), mean_std(vb)
                 hi, lo = ((a, ma, sa), (b, mb, sb)) if ma > mb else ((b, mb, sb), (a, ma, sa))
                 lines.append(
                     f"{column.title}: {hi[0]} {column.format(hi[1])} ± {column.format(hi[2])}"
@@ -233,7 +207,7 @@ def report(records: Sequence[dict], study: Study) -> str:
             if not seq:
                 cells.append("n/a")
                 continue
-            mean, std = _stats(seq)  # one seed: its value, no spread to show
+            mean, std = mean_std(seq)  # one seed: its value, no spread to show
             cells.append(column.format(mean) + (f" ± {column.format(std)}" if len(seq) > 1 else ""))
         if study.paper:
             cells.append(study.paper.get(name, "not reported"))
@@ -308,7 +282,7 @@ def run_study(
     some rows).
     """
     study = name if isinstance(name, Study) else STUDIES.get(name, config_key="study")()
-    out = out or Path("runs/studies") / (name if isinstance(name, str) else _slug(study.title))
+    out = out or Path("runs/studies") / (name if isinstance(name, str) else slug(study.title))
     check_seeds_study(study, out, seeds, workers, threads, extra, rows)
     out.mkdir(parents=True, exist_ok=True)
     cells = [c for c in cells_of(study, seeds, out, extra) if rows is None or c.row in rows]

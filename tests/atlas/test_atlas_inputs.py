@@ -60,9 +60,9 @@ def atlas_refused(argv: list[str], folder: Path, capsys: pytest.CaptureFixture) 
     ("args", "expected"),
     [
         (["--space", "q"], "--space: invalid choice: 'q' (choose from 'z', 'h')"),
-        (["--images-per-dim", "0"], "--images-per-dim: must be >= 1, got 0"),
+        (["--images-per-dim", "0"], "--images-per-dim: must be an integer >= 1, got 0"),
         (["--card-images", "two"], "--card-images: expected an integer >= 1, got 'two'"),
-        (["--eps", "nan"], "--eps: must be a finite number >= 0, got 'nan'"),
+        (["--eps", "nan"], "--eps: must be >= 0, got nan"),
         (["--image-format", "gif"], "--image-format: invalid choice: 'gif'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["--names", "a", "b"], "--names: 2 names for 1 checkpoints"),
@@ -114,7 +114,7 @@ def test_output_folder_that_is_a_file_or_cannot_be_made(
         ),
         (
             "data: {class_path: DigitsDataModule, init_args: {batch_size: 0}}\n",
-            "data.init_args.batch_size must be > 0, got 0",
+            "data.init_args.batch_size must be an integer >= 1, got 0",
         ),
         (
             "data: {class_path: DigitsDataModule, init_args: {batch_size: abc}}\n",

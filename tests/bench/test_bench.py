@@ -110,7 +110,7 @@ def test_throughput_benchmark_names_a_missing_data_folder(
 
 def test_switches_benchmark_times_every_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     """One row per precision x channels_last setting (compile left out to stay fast)."""
-    from ncl_lightning.bench import switches, throughput
+    from ncl_lightning.bench import speed_settings, throughput
     from ncl_lightning.nn import SmallCNN
 
     def small_model(name: str, settings: dict, num_classes: int = 10):
@@ -124,11 +124,11 @@ def test_switches_benchmark_times_every_setting(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(throughput, "make_model", small_model)
     monkeypatch.setattr(throughput, "BATCH_SIZE", 4)
-    monkeypatch.setattr(switches, "COMPILE", (False,))
-    rows = switches.run(repeats=1)
+    monkeypatch.setattr(speed_settings, "COMPILE", (False,))
+    rows = speed_settings.run(repeats=1)
     assert [row.what for row in rows] == [
         f"precision={p}, channels_last={c}, torch_compile=False"
-        for p in switches.PRECISIONS
-        for c in switches.CHANNELS_LAST
+        for p in speed_settings.PRECISIONS
+        for c in speed_settings.CHANNELS_LAST
     ]
     assert all(row.seconds > 0 and "img/s" in row.note for row in rows)

@@ -11,12 +11,12 @@ from ncl_lightning.callbacks import FeatureStatistics, TopActivations
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"every_n_epochs": 0}, "every_n_epochs must be >= 1"),
+        ({"every_n_epochs": 0}, "every_n_epochs must be an integer >= 1, got 0"),
         ({"spaces": ["a b"]}, "spaces must be a non-empty list of feature names"),
         ({"spaces": []}, "spaces must be a non-empty list"),
-        ({"top_k": 0}, "top_k must be >= 1"),
-        ({"retrieval_dims": 0}, "retrieval_dims must be >= 1"),
-        ({"sepin_max_batches": 0}, "sepin_max_batches must be >= 1"),
+        ({"top_k": 0}, "top_k must be an integer >= 1, got 0"),
+        ({"retrieval_dims": 0}, "retrieval_dims must be an integer >= 1, got 0"),
+        ({"sepin_max_batches": 0}, "sepin_max_batches must be an integer >= 1, got 0"),
         ({"eps": -1.0}, "eps must be >= 0"),
     ],
 )
@@ -28,8 +28,8 @@ def test_feature_statistics_rejects_bad_arguments(kwargs: dict, match: str) -> N
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"num_dims": 0}, "num_dims must be >= 1"),
-        ({"cell": 0}, "cell must be >= 1"),
+        ({"num_dims": 0}, "num_dims must be an integer >= 1, got 0"),
+        ({"cell": 0}, "cell must be an integer >= 1, got 0"),
         ({"space": "p"}, "space must be one of 'z', 'h'"),
     ],
 )

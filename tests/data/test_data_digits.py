@@ -49,9 +49,9 @@ def test_digits_clean_val_is_deterministic_and_normalised() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"batch_size": 0}, r"batch_size must be > 0, got 0"),
-        ({"num_workers": -1}, r"num_workers must be >= 0"),
-        ({"n_views": 0}, r"n_views must be >= 1"),
+        ({"batch_size": 0}, r"batch_size must be an integer >= 1, got 0"),
+        ({"num_workers": -1}, r"num_workers must be an integer >= 0, got -1"),
+        ({"n_views": 0}, r"n_views must be an integer >= 1, got 0"),
         ({"train_transform": "randaug"}, r"train_transform must be one of 'simclr'"),
         ({"val_fraction": 1.0}, r"val_fraction must be in \(0, 1\)"),
     ],

@@ -31,7 +31,7 @@ def _pil(size: tuple[int, int] = (40, 36), seed: int = 0) -> Image.Image:
 @pytest.mark.parametrize(
     ("field", "value", "match"),
     [
-        ("crop_size", 0, r"crop_size must be > 0"),
+        ("crop_size", 0, r"crop_size must be an integer >= 1, got 0"),
         ("crop_scale", (0.5, 0.2), r"crop_scale must be \(min, max\)"),
         ("crop_scale", (0.0, 1.0), r"crop_scale"),
         ("crop_scale", (0.2, 1.5), r"crop_scale"),
@@ -97,7 +97,7 @@ def test_blur_kernel_size_rule() -> None:
         ({"crop_size": 6, "blur_p": 0.5}, "blur_sigma", r"13-px blur kernel .* crop_size=6"),
         ({"crop_size": 4, "blur_p": 0.5, "blur_kernel": 9}, "blur_kernel", r"crop_size=4"),
         ({"blur_kernel": 4}, "blur_kernel", r"blur_kernel must be odd"),
-        ({"blur_kernel": 0}, "blur_kernel", r"blur_kernel must be > 0"),
+        ({"blur_kernel": 0}, "blur_kernel", r"blur_kernel must be an integer >= 1, got 0"),
         ({"blur_sigma": (0.1, float("inf"))}, "blur_sigma", r"blur_sigma must be a finite"),
     ],
 )

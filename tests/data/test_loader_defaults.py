@@ -76,7 +76,7 @@ def test_a_bad_prefetch_factor_fails_at_construction(bad: int) -> None:
     for build in (DigitsDataModule, DSpritesDataModule):
         with pytest.raises(ConfigError) as err:
             build(prefetch_factor=bad)
-        assert str(err.value) == f"prefetch_factor must be >= 1, got {bad}"
+        assert str(err.value) == f"prefetch_factor must be an integer >= 1, got {bad}"
         assert err.value.key == "prefetch_factor"
 
 

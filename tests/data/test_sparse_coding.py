@@ -155,7 +155,7 @@ def test_determinism_under_seed():
         ({"nonzero_prob": 1.5}, "nonzero_prob"),
         ({"alpha": 0.0}, "alpha"),
         ({"alpha": 1.0}, "alpha"),
-        ({"d": 60}, "p must be >= d"),
+        ({"d": 60}, "p must be an integer >= 60, got 50"),
         ({"d": 0}, "d must be"),
         ({"n": 0}, "n must be"),
         ({"val_n": 0}, "val_n"),

@@ -37,5 +37,5 @@ def test_no_gradient_reaches_the_target() -> None:
 
 
 def test_shape_mismatch_is_reported() -> None:
-    with pytest.raises(ValueError, match="equal shape"):
+    with pytest.raises(ValueError, match=r"z must have shape \[4, 3\], got \(4, 2\)"):
         negative_cosine(torch.randn(4, 3), torch.randn(4, 2))

@@ -14,7 +14,11 @@ from ncl_lightning.losses import InfoNCELoss, SpectralContrastiveLoss
 from ncl_lightning.methods import CL, NCL
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.cli import cli_main, main
-from ncl_lightning.runtime.subclass_defaults import check_declared_defaults, undeclared_defaults
+from ncl_lightning.runtime.subclass_defaults import (
+    check_declared_defaults,
+    check_model_defaults,
+    undeclared_defaults,
+)
 from tests.conftest import ROOT
 from tests.methods import loss_subclasses as subs
 
@@ -98,6 +102,19 @@ def test_the_checks_read_only_undeclared_defaults() -> None:
         check_declared_defaults(subs.SpectralBySetdefault, CL)
     assert err.value.key == "loss"
     assert _build(subs.WarmerByDeclaration).hparams.temperature == 0.5
+
+
+def test_a_default_through_kwargs_works_from_python() -> None:
+    """Only ncl-cli ignores such a default: a module built in Python is not refused, and
+    the check the CLI makes on the model it builds refuses it."""
+    spectral = _build(subs.SpectralBySetdefault)
+    assert isinstance(spectral.loss_fn, SpectralContrastiveLoss)
+    assert _build(subs.WarmerBySetdefault).hparams.temperature == 0.5
+    with pytest.raises(ConfigError, match="defaults 'loss' through \\*\\*kwargs") as err:
+        check_model_defaults(spectral)
+    assert err.value.key == "loss"
+    check_model_defaults(_build(subs.WarmerByDeclaration))
+    check_model_defaults(torch.nn.Linear(1, 1))  # not a trainable module: not checked
 
 
 def test_loss_none_is_the_class_default_and_objective_is_renamed() -> None:

@@ -26,7 +26,7 @@ from ncl_lightning.methods import (
 )
 from ncl_lightning.nn import SmallCNN, SparseCodingEncoder
 from ncl_lightning.nn.nonneg import NONNEG
-from ncl_lightning.optim import LARS, OPTIMIZERS
+from ncl_lightning.optim import LARS
 from ncl_lightning.runtime.preflight import preflight
 
 HEADS = {"proj_hidden_dim": 32, "proj_output_dim": 12}
@@ -183,10 +183,6 @@ _ssl_cases = {
     "objective-no-suggestion": (
         partial(_ssl, CL, loss="byol"),
         "loss: unknown objective 'byol'; valid names: info_nce, spectral",
-    ),
-    "optimizer-registry": (
-        partial(OPTIMIZERS.build, "lrs", params=[nn.Parameter(torch.ones(1))], lr=0.1),
-        "unknown optimizer 'lrs'; valid names: adamw, lars, sgd; did you mean 'lars'?",
     ),
     "lars-lr-zero": (
         partial(LARS, [nn.Parameter(torch.ones(1))], lr=0.0),

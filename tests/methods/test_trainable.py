@@ -17,6 +17,9 @@ import ncl_lightning
 from ncl_lightning import methods
 from ncl_lightning.checkpoints.load import read_checkpoint
 from ncl_lightning.data import DigitsDataModule
+from ncl_lightning.foundation import components
+from ncl_lightning.foundation.components import missing_defaults
+from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.methods import NCL, Classifier, NCEClassifier, SSLMethod, TrainableModule
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
@@ -145,3 +148,28 @@ def test_a_default_the_config_lists_is_the_users_only(tmp_path: Path) -> None:
         assert len(_of_type(cli.trainer, kind)) == 1, kind.__name__
     (guard,) = _of_type(cli.trainer, NonFiniteGuard)
     assert guard not in cli.trainer_defaults["callbacks"]  # the configured one, not ours
+
+
+def test_the_defaults_come_from_the_foundation_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The modules get the run-time callbacks by injection: a subset by key, one clear
+    error for an unknown key or when nothing registered them."""
+    assert [type(c) for c in missing_defaults(None)] == list(DEFAULT_TYPES)
+    (record,) = missing_defaults(None, only=("checkpoint_record",))
+    assert isinstance(record, CheckpointRecord)
+    with pytest.raises(UsageError, match="no default component 'guard'; registered: preflight"):
+        missing_defaults(None, only=("guard",))
+    monkeypatch.setattr(components, "_FACTORIES", {})
+    monkeypatch.setattr(components, "_PROVIDERS", [])
+    with pytest.raises(UsageError, match="no default run-time components are registered"):
+        missing_defaults(None)
+
+
+def test_the_guard_attaches_itself_and_a_trainer_without_one_is_refused(tmp_path: Path) -> None:
+    model = _ncl()
+    trainer = _trainer(tmp_path)
+    trainer.fit(model, DigitsDataModule(batch_size=32, num_workers=0))
+    (guard,) = _of_type(trainer, NonFiniteGuard)
+    assert model.nonfinite_guard() is guard  # attached at setup, not looked up
+    model.trainer = _trainer(tmp_path)  # a trainer whose guard never attached
+    with pytest.raises(UsageError, match=r"no NonFiniteGuard among trainer\.callbacks"):
+        model.nonfinite_guard()

@@ -63,7 +63,7 @@ def test_half_inputs_upcast_and_empty_query():
     [
         ({"k": 0}, "k must"),
         ({"temperature": 0.0}, "temperature"),
-        ({"num_classes": 1}, "bank_labels must lie"),
+        ({"num_classes": 1}, r"bank_labels must hold values in \[0, 1\), got values from 0 to 1"),
         ({"chunk_size": 0}, "chunk_size"),
     ],
 )

@@ -100,7 +100,7 @@ def test_metric_flags_and_validation():
         assert cls.full_state_update is False
         with pytest.raises(ValueError, match="num_features"):
             cls(0)
-        with pytest.raises(ValueError, match="expected features"):
+        with pytest.raises(ValueError, match=r"z must have shape \[N, 3\], got \(2, 4\)"):
             cls(3).update(torch.ones(2, 4))
     with pytest.raises(ValueError, match="eps"):
         OrthogonalityError(3, eps=-1.0)

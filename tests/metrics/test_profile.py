@@ -123,7 +123,7 @@ def test_memory_does_not_grow_with_the_split() -> None:
 def test_bad_input_is_named() -> None:
     with pytest.raises(ConfigError, match="top_k"):
         FeatureProfile(4, 2, top_k=0)
-    with pytest.raises(ConfigError, match=r"features \[B, 4\]"):
+    with pytest.raises(ConfigError, match=r"z must have shape \[B, 4\], got \(3, 5\)"):
         FeatureProfile(4, 2).update(torch.ones(3, 5), torch.zeros(3), torch.arange(3))
     with pytest.raises(ConfigError, match="sample_index"):
         FeatureProfile(4, 2).update(torch.ones(3, 4), torch.zeros(3), torch.arange(2))

@@ -1,4 +1,4 @@
-"""Backbone output shapes, stems and errors."""
+"""Backbone output shapes, stems, the ResNet constructors and errors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from ncl_lightning.nn.backbones import BACKBONES, ResNet, SmallCNN, build_backbone
+from ncl_lightning.nn.backbones import ResNet, SmallCNN, resnet18, resnet34, resnet50
 
 
 def test_resnet18_cifar_stem():
@@ -27,7 +27,7 @@ def test_resnet18_imagenet_stem_and_channels():
 
 
 def test_resnet50_out_dim():
-    net = build_backbone("resnet50", stem="cifar").eval()
+    net = resnet50(stem="cifar").eval()
     assert net.out_dim == 2048
     with torch.no_grad():
         assert net(torch.randn(1, 3, 16, 16)).shape == (1, 2048)
@@ -51,19 +51,22 @@ def test_small_cnn_on_digits_size():
     out.sum().backward()  # trainable end to end
 
 
-def test_registry_builds_all():
-    names = {"resnet18", "resnet34", "resnet50", "small_cnn", "sparse_coding"}
-    assert names <= set(BACKBONES.names) and BACKBONES.names == sorted(BACKBONES.names)
-    assert build_backbone("small_cnn", width=4, out_dim=8).out_dim == 8
-    assert build_backbone("ResNet18", stem="imagenet").out_dim == 512
+def test_resnet_constructors_pass_their_arguments_on():
+    for build, depth, out_dim in ((resnet18, 18, 512), (resnet34, 34, 512), (resnet50, 50, 2048)):
+        net = build(stem="imagenet", in_channels=1, zero_init_residual=True)
+        assert isinstance(net, ResNet) and net.out_dim == out_dim
+        assert net.spec["init_args"] == {
+            "depth": depth, "stem": "imagenet", "in_channels": 1, "zero_init_residual": True,
+        }  # fmt: skip
+        assert net.conv1.in_channels == 1 and net.conv1.kernel_size == (7, 7)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"depth": 101}, r"depth 101; valid: \[18, 34, 50\]"),
-        ({"stem": "tiny"}, "stem 'tiny'; valid"),
-        ({"in_channels": 0}, "in_channels"),
+        ({"depth": 101}, "depth must be one of 18, 34, 50, got 101"),
+        ({"stem": "tiny"}, "stem must be one of 'cifar', 'imagenet', got 'tiny'"),
+        ({"in_channels": 0}, "in_channels must be an integer >= 1, got 0"),
     ],
 )
 def test_resnet_rejects_bad_args(kwargs, match):
@@ -71,11 +74,11 @@ def test_resnet_rejects_bad_args(kwargs, match):
         ResNet(**kwargs)
 
 
-def test_bad_names():
-    with pytest.raises(ValueError, match="resnet18"):
-        build_backbone("vit_b16")
-    with pytest.raises(ValueError, match="width"):
+def test_small_cnn_rejects_bad_widths():
+    with pytest.raises(ValueError, match="width must be an integer >= 1, got 0"):
         SmallCNN(width=0)
+    with pytest.raises(ValueError, match=r"out_dim must be an integer >= 1, got 2\.5"):
+        SmallCNN(out_dim=2.5)
 
 
 def test_small_cnn_without_batch_norm_encodes_each_sample_alone():

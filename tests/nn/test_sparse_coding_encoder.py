@@ -35,7 +35,7 @@ def test_srelu_is_soft_thresholding() -> None:
     assert isinstance(act.bias, torch.nn.Parameter)
     fixed = ThresholdActivation(3, bias_init=0.1, learn_bias=False)
     assert not any(True for _ in fixed.parameters()) and fixed.bias.shape == (3,)
-    with pytest.raises(ValueError, match="activation must be one of"):
+    with pytest.raises(ValueError, match="kind must be one of 'srelu', 'relu', got 'gelu'"):
         ThresholdActivation(3, "gelu")  # type: ignore[arg-type]
 
 
@@ -63,10 +63,14 @@ def test_encoder_init_std_and_bad_arguments() -> None:
     torch.manual_seed(0)
     enc = SparseCodingEncoder(200, 300, init_std=0.05)
     assert enc.dictionary_weight.std().item() == pytest.approx(0.05, rel=0.05)
-    with pytest.raises(ValueError, match="width must be >= 1"):
+    with pytest.raises(ValueError, match="width must be an integer >= 1, got 0"):
         SparseCodingEncoder(10, 0)
     with pytest.raises(ValueError, match="init_std must be > 0"):
         SparseCodingEncoder(10, 10, init_std=0.0)
+    with pytest.raises(ValueError, match="init_std must be > 0, got nan"):
+        SparseCodingEncoder(10, 10, init_std=float("nan"))
+    with pytest.raises(ValueError, match="activation must be one of 'srelu', 'relu', got 'gelu'"):
+        SparseCodingEncoder(10, 10, activation="gelu")  # type: ignore[arg-type]
 
 
 def test_warm_start_covers_every_atom_with_the_stated_noise() -> None:
@@ -103,5 +107,5 @@ def test_normalize_weight(mode: str, dim: int) -> None:
     if mode == "rows":
         expected[2] = 0.0
     assert torch.allclose(norms, expected, atol=1e-6)
-    with pytest.raises(ValueError, match="'rows' or 'columns'"):
+    with pytest.raises(ValueError, match="mode must be one of 'rows', 'columns', got 'both'"):
         normalize_weight_(weight, "both")  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""SpriteEncoder (Burgess et al., 2018): shapes, registry, spec, and why it replaces SmallCNN
+"""SpriteEncoder (Burgess et al., 2018): shapes, spec, and why it replaces SmallCNN
 on dSprites (global average pooling cannot see where a sprite is)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ncl_lightning.data.dsprites import render_sprites
-from ncl_lightning.nn import SmallCNN, SpriteEncoder, build_backbone
+from ncl_lightning.nn import SmallCNN, SpriteEncoder
 
 
 def test_shapes_and_non_negative_output():
@@ -18,9 +18,9 @@ def test_shapes_and_non_negative_output():
     assert net.features[0].weight.grad is not None
 
 
-def test_registry_and_spec_rebuild():
-    net = build_backbone("sprite_encoder", width=4, out_dim=8)
-    assert isinstance(net, SpriteEncoder) and net.out_dim == 8
+def test_spec_rebuild():
+    net = SpriteEncoder(width=4, out_dim=8)
+    assert net.out_dim == 8
     spec = net.spec
     assert spec["class_path"] == "ncl_lightning.nn.SpriteEncoder"
     rebuilt = SpriteEncoder(**spec["init_args"])

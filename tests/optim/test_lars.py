@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ncl_lightning.optim import LARS, OPTIMIZERS, split_decay_params
+from ncl_lightning.optim import LARS, split_decay_params
 
 
 def reference_lars_step(params, grads, bufs, *, lr, momentum, wd, eta, clip, exclude, nesterov):
@@ -129,11 +129,11 @@ def test_lars_minimises_quadratic():
     assert loss.item() < 1e-2 * start
 
 
-def test_works_with_decay_groups_and_registry():
+def test_works_with_decay_groups():
     model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
     decay, no_decay = split_decay_params(model)
     groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0, "lars_exclude": True}]
-    opt = OPTIMIZERS.build("lars", params=groups, lr=0.3, weight_decay=1e-4)
+    opt = LARS(groups, lr=0.3, weight_decay=1e-4)
     assert isinstance(opt, LARS)
     assert [g["lars_exclude"] for g in opt.param_groups] == [False, True]
     assert [g["weight_decay"] for g in opt.param_groups] == [1e-4, 0.0]

@@ -1,12 +1,10 @@
-"""split_decay_params and the optimiser registry."""
+"""split_decay_params: which parameters get weight decay."""
 
 from __future__ import annotations
 
-import pytest
-import torch
 from torch import nn
 
-from ncl_lightning.optim import OPTIMIZERS, split_decay_params
+from ncl_lightning.optim import split_decay_params
 
 
 class Net(nn.Module):
@@ -33,12 +31,3 @@ def test_split_decay_params():
     assert {id(p) for p in no_decay} == {id(p) for p in expected_no_decay}
     all_ids = [id(p) for p in decay + no_decay]
     assert len(all_ids) == len(set(all_ids))  # each parameter once
-
-
-def test_optimizer_registry_names():
-    assert OPTIMIZERS.names == ["adamw", "lars", "sgd"]
-    assert isinstance(
-        OPTIMIZERS.build("sgd", params=[nn.Parameter(torch.ones(1))], lr=0.1), torch.optim.SGD
-    )
-    with pytest.raises(ValueError, match="lars"):
-        OPTIMIZERS.build("adam", params=[], lr=0.1)

@@ -121,7 +121,7 @@ def test_warmup_step_warms_up_then_decays() -> None:
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [((0, 0, [1]), "steps_per_epoch must be an int >= 1"),
+    [((0, 0, [1]), "steps_per_epoch must be an integer >= 1"),
      ((0, 2, []), "lr_milestones must be a non-empty list"),
      ((0, 2, [0]), "lr_milestones must be a non-empty list"),
      ((0, 2, [1], 0.0), r"lr_gamma must be in \(0, 1\]")],

@@ -12,6 +12,7 @@ from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.internals import layer_sync
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import ResNet, SmallCNN
+from ncl_lightning.runtime.preflight import Preflight, check_fit
 from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
 from tests.helpers.cli import refused_fit
 
@@ -33,10 +34,13 @@ def test_cpu_ddp_with_sync_batchnorm_is_refused_before_fit() -> None:
         check_sync_batchnorm(trainer)
     assert info.value.key == "trainer.sync_batchnorm"
     assert "2 processes on cpu" in str(info.value) and "\n" not in str(info.value)
-    # the module's own check (what ncl-cli and the Preflight callback call) runs it too
+    # the fit checks (what ncl-cli and the Preflight callback run) run it for every module
     model = NCL(SmallCNN(in_channels=1), proj_hidden_dim=16, proj_output_dim=8, batch_size=8)
+    for module in (model, L.LightningModule()):
+        with pytest.raises(ConfigError, match=r"trainer\.sync_batchnorm"):
+            check_fit(module, trainer, None)
     with pytest.raises(ConfigError, match=r"trainer\.sync_batchnorm"):
-        model.check_trainer(trainer)
+        Preflight().setup(trainer, model, "fit")
 
 
 def test_single_process_and_plain_ddp_pass() -> None:

@@ -80,7 +80,7 @@ REFUSED = {
     ),
     "overfit_batches": (
         ["--trainer.overfit_batches", "2.5"],
-        "trainer.overfit_batches must be an integer >= 0 (batches) or a fraction in "
+        "trainer.overfit_batches must be an integer >= 0 (a count) or a fraction in "
         "[0.0, 1.0], got 2.5",
     ),
     "clip algorithm": (

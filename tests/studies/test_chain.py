@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ncl_lightning.evaluation import chain
-from ncl_lightning.studies.chain import markdown, run_chain, table_row
+from ncl_lightning.studies import chain
+from ncl_lightning.studies.chain import run_chain
+from ncl_lightning.studies.chain_table import markdown, table_row
 from tests.conftest import ROOT
 from tests.fakes import make_superclass_folder
 

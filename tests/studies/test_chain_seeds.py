@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ncl_lightning.evaluation import chain
+from ncl_lightning.studies import chain
 from ncl_lightning.studies.chain_seeds import (
     aggregate,
     combined_rows,

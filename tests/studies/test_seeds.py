@@ -154,7 +154,7 @@ def test_bad_arguments_fail_in_one_line_before_any_run(tmp_path: Path, capsys) -
         (["demo", "--rows", "NCL", "SimCLR"], "--rows: unknown row(s) ['SimCLR']"),
         (["demo", "--seeds"], "--seeds: expected at least one argument"),
         (["demo", "--seeds", "0", "1", "0"], "--seeds: seed(s) [0] given twice"),
-        (["demo", "--seeds", "-1"], "--seeds: each seed must be an integer in [0, 4294967295]"),
+        (["demo", "--seeds", "-1"], "--seeds must be an integer >= 0, got -1"),
         (["demo", "--seeds", "one"], "--seeds: invalid int value: 'one'"),
         (["demo", "--workers", "0"], "--workers must be an integer >= 1, got 0"),
         (["demo", "--threads", "-2"], "--threads must be an integer >= 1, got -2"),

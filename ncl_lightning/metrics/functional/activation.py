@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_int, check_range, check_shape
 from ncl_lightning.metrics.functional.sparsity import _check_features, l2_normalize_rows
 
 
@@ -36,8 +36,7 @@ def select_by_expected_activation(ea: Tensor, k: int) -> Tensor:
     Returns:
         int64 ``[k]`` indices, by decreasing EA.
     """
-    if ea.ndim != 1:
-        raise ConfigError(f"ea must have shape [d], got {tuple(ea.shape)}", key="ea")
-    if not 1 <= k <= ea.shape[0]:
-        raise ConfigError(f"k must be in [1, d], got k={k} for d={ea.shape[0]}", key="k")
+    check_shape("ea", ea, ("d",))
+    check_int("k", k)
+    check_range("k", k, 1, ea.shape[0])
     return ea.topk(k).indices

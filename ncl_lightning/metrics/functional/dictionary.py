@@ -21,12 +21,17 @@ from ncl_lightning.foundation.errors import ConfigError
 _NORM_EPS = 1e-12
 
 
-def check_weight_dictionary(weight: Tensor, dictionary: Tensor) -> None:
-    """``ConfigError`` unless ``weight`` is ``[m, p]`` and ``dictionary`` is ``[p, d]``."""
+def check_dictionary(dictionary: Tensor) -> None:
+    """``ConfigError`` unless ``dictionary`` is ``[p, d]`` with ``p, d >= 1``."""
     if dictionary.ndim != 2 or min(dictionary.shape) < 1:
         raise ConfigError(
             f"dictionary must have shape [p, d], got {tuple(dictionary.shape)}", key="dictionary"
         )
+
+
+def check_weight_dictionary(weight: Tensor, dictionary: Tensor) -> None:
+    """``ConfigError`` unless ``weight`` is ``[m, p]`` and ``dictionary`` is ``[p, d]``."""
+    check_dictionary(dictionary)
     p = dictionary.shape[0]
     if weight.ndim != 2 or weight.shape[0] < 1 or weight.shape[1] != p:
         raise ConfigError(

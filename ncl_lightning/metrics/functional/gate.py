@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_shape
 
 
 def open_frequency(mask: Tensor) -> Tensor:
     """Per-dimension open frequency ``mean_x m_i(x)`` of a 0/1 mask ``[N, d]`` -> ``[d]``."""
-    if mask.ndim != 2:
-        raise ConfigError(f"mask must have shape [N, d], got {tuple(mask.shape)}", key="mask")
+    check_shape("mask", mask, ("N", "d"))
     return mask.float().mean(dim=0)
 
 

@@ -12,16 +12,18 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import (
+    check_indices,
+    check_int,
+    check_positive,
+    check_shape,
+)
 
 
 def check_knn_arguments(k: int, temperature: float, prefix: str = "") -> None:
     """One-line errors for the neighbour count (>= 1) and the vote temperature (> 0)."""
-    if k < 1:
-        raise ConfigError(f"{prefix}k must be >= 1, got {k}", key=f"{prefix}k")
-    if not temperature > 0.0:
-        raise ConfigError(
-            f"{prefix}temperature must be > 0, got {temperature}", key=f"{prefix}temperature"
-        )
+    check_int(f"{prefix}k", k)
+    check_positive(f"{prefix}temperature", temperature)
 
 
 def weighted_knn_predict(
@@ -57,22 +59,15 @@ def weighted_knn_predict(
             f"and {tuple(bank.shape)}",
             key="query",
         )
-    if bank_labels.shape != (bank.shape[0],):
-        raise ConfigError(
-            f"bank_labels must have shape [{bank.shape[0]}], got {tuple(bank_labels.shape)}",
-            key="bank_labels",
-        )
+    check_shape("bank_labels", bank_labels, (bank.shape[0],))
     if bank.shape[0] == 0:
         raise ConfigError("bank must hold at least one sample", key="bank")
-    if num_classes < 1:
-        raise ConfigError(f"num_classes must be >= 1, got {num_classes}", key="num_classes")
+    check_int("num_classes", num_classes)
     check_knn_arguments(k, temperature)
-    if chunk_size < 1:
-        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}", key="chunk_size")
+    check_int("chunk_size", chunk_size)
     labels = bank_labels.long()
     # Out-of-range labels would corrupt scatter_add (or assert on CUDA): fail clearly.
-    if labels.min() < 0 or labels.max() >= num_classes:
-        raise ConfigError(f"bank_labels must lie in [0, {num_classes})", key="bank_labels")
+    check_indices("bank_labels", labels, num_classes)
 
     dtype = torch.promote_types(torch.promote_types(query.dtype, bank.dtype), torch.float32)
     query = F.normalize(query.to(dtype), dim=1)

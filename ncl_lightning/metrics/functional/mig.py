@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_int
 
 
 def check_codes_factors(codes: Tensor, factors: Tensor) -> None:
@@ -54,8 +55,7 @@ def histogram_discretize(codes: Tensor, num_bins: int = 20) -> Tensor:
     Returns:
         int64 ``[N, d]`` bin indices in ``[0, num_bins)``.
     """
-    if num_bins < 1:
-        raise ConfigError(f"num_bins must be >= 1, got {num_bins}", key="num_bins")
+    check_int("num_bins", num_bins)
     if codes.ndim != 2 or codes.shape[0] < 1:
         raise ConfigError(
             f"codes must have shape [N, d] with N >= 1, got {tuple(codes.shape)}", key="codes"

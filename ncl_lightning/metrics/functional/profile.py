@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_int, check_shape
 from ncl_lightning.metrics.functional.semantic import (
     check_features_labels,
     class_activation_counts,
@@ -102,11 +103,7 @@ def top_activating(z: Tensor, sample_index: Tensor, k: int) -> tuple[Tensor, Ten
     Returns:
         ``(values [k, d], index [k, d])`` as :func:`merge_top_k`.
     """
-    if sample_index.shape != (z.shape[0],):
-        raise ConfigError(
-            f"sample_index must have shape [{z.shape[0]}], got {tuple(sample_index.shape)}",
-            key="sample_index",
-        )
+    check_shape("sample_index", sample_index, (z.shape[0],))
     z_hat = l2_normalize_rows(z)
     index = sample_index.long().to(z.device)[:, None].expand_as(z_hat)
     return merge_top_k(z_hat, index, k)
@@ -176,8 +173,7 @@ def dimension_profile(
     Returns:
         :class:`DimensionProfile`.
     """
-    if top_k < 1:
-        raise ConfigError(f"top_k must be >= 1, got {top_k}", key="top_k")
+    check_int("top_k", top_k)
     if sample_index is None:
         sample_index = torch.arange(z.shape[0], device=z.device)
     sums = profile_sums(z, labels, num_classes, eps)

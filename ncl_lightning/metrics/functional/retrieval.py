@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_int, check_shape
 from ncl_lightning.metrics.functional.sparsity import _check_features, l2_normalize_rows
 
 
@@ -39,16 +40,11 @@ def retrieval_precision(
         Scalar float32 tensor in ``[0, 1]``.
     """
     _check_features(z, 0.0)
-    if labels.shape != (z.shape[0],):
-        raise ConfigError(
-            f"labels must have shape [{z.shape[0]}], got {tuple(labels.shape)}", key="labels"
-        )
+    check_shape("labels", labels, (z.shape[0],))
     if z.shape[0] < 2:
         raise ConfigError(f"retrieval needs at least 2 samples, got {z.shape[0]}", key="z")
-    if k < 1:
-        raise ConfigError(f"k must be >= 1, got {k}", key="k")
-    if chunk_size < 1:
-        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}", key="chunk_size")
+    check_int("k", k)
+    check_int("chunk_size", chunk_size)
     if dims is not None:
         z = z[:, dims]
     z_hat = l2_normalize_rows(z)

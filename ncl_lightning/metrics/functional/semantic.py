@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_choice, check_indices, check_int, check_shape
 from ncl_lightning.metrics.functional.sparsity import (
     _check_features,
     activation_mask,
@@ -34,16 +34,11 @@ _MIN_PROB = 1e-5
 def check_features_labels(z: Tensor, labels: Tensor, num_classes: int, eps: float) -> Tensor:
     """Validate ``z [N, d]``, ``labels [N]`` in ``[0, num_classes)``; return labels as int64."""
     _check_features(z, eps)
-    if num_classes < 1:
-        raise ConfigError(f"num_classes must be >= 1, got {num_classes}", key="num_classes")
-    if labels.shape != (z.shape[0],):
-        raise ConfigError(
-            f"labels must have shape [{z.shape[0]}], got {tuple(labels.shape)}", key="labels"
-        )
+    check_int("num_classes", num_classes)
+    check_shape("labels", labels, (z.shape[0],))
     labels = labels.long()
     # Out-of-range labels would break one_hot / scatter (or assert on CUDA): fail clearly.
-    if labels.numel() and (labels.min() < 0 or labels.max() >= num_classes):
-        raise ConfigError(f"labels must lie in [0, {num_classes})", key="labels")
+    check_indices("labels", labels, num_classes)
     return labels
 
 
@@ -96,8 +91,7 @@ def semantic_consistency_from_counts(counts: Tensor, active: Tensor | None = Non
     Returns:
         Scalar float32 tensor in ``[100 / C, 100]``; NaN when no dimension is active.
     """
-    if counts.ndim != 2:
-        raise ConfigError(f"counts must have shape [d, C], got {tuple(counts.shape)}", key="counts")
+    check_shape("counts", counts, ("d", "C"))
     counts = counts.double()
     total = counts.sum(dim=1)
     if active is None:
@@ -118,10 +112,7 @@ def semantic_entropy_from_counts(weights: Tensor, active: Tensor | None = None) 
     Returns:
         Scalar float32 tensor in ``[0, ln C]``; NaN when no dimension is active.
     """
-    if weights.ndim != 2:
-        raise ConfigError(
-            f"weights must have shape [d, C], got {tuple(weights.shape)}", key="weights"
-        )
+    check_shape("weights", weights, ("d", "C"))
     weights = weights.double()
     total = weights.sum(dim=1, keepdim=True)
     if active is None:
@@ -162,8 +153,7 @@ def semantic_consistency(
         return semantic_consistency_from_counts(
             class_activation_counts(z, labels, num_classes, eps)
         )
-    if top_k < 1:
-        raise ConfigError(f"top_k must be >= 1, got {top_k}", key="top_k")
+    check_int("top_k", top_k)
     z_hat = l2_normalize_rows(z)
     active = (z_hat.abs() > eps).any(dim=0)
     k = min(top_k, z.shape[0])
@@ -214,10 +204,7 @@ def semantic_entropy(
     Returns:
         Scalar float32 tensor in ``[0, ln C]``; NaN when no dimension is active.
     """
-    if weighting not in ENTROPY_WEIGHTINGS:
-        raise ConfigError(
-            f"weighting must be one of {ENTROPY_WEIGHTINGS}, got {weighting!r}", key="weighting"
-        )
+    check_choice("weighting", weighting, ENTROPY_WEIGHTINGS)
     counts = class_activation_counts(z, labels, num_classes, eps)
     active = counts.sum(dim=1) > 0
     if weighting == "frequency":

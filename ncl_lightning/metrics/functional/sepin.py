@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_int, check_positive
 from ncl_lightning.losses.info_nce import info_nce
 from ncl_lightning.metrics.functional.sparsity import l2_normalize_rows
 
@@ -47,8 +48,7 @@ def _check_views(z1: Tensor, z2: Tensor, temperature: float) -> None:
         raise ConfigError(
             f"need B >= 1 pairs and d >= 1 dimensions, got {tuple(z1.shape)}", key="z1"
         )
-    if not temperature > 0:
-        raise ConfigError(f"temperature must be > 0, got {temperature}", key="temperature")
+    check_positive("temperature", temperature)
 
 
 def _upcast(z1: Tensor, z2: Tensor) -> tuple[Tensor, Tensor]:
@@ -112,8 +112,8 @@ def sepin_per_dimension(
         information not present in the other dimensions; can be slightly negative.
     """
     _check_views(z1, z2, temperature)
-    if chunk_size is not None and chunk_size < 1:
-        raise ConfigError(f"chunk_size must be >= 1, got {chunk_size}", key="chunk_size")
+    if chunk_size is not None:
+        check_int("chunk_size", chunk_size)
     z1, z2 = _upcast(z1, z2)
     base = info_nce(z1, z2, temperature, gather_distributed=False)
 
@@ -192,8 +192,8 @@ def check_ks(ks: Iterable[int | None]) -> tuple[int | None, ...]:
     if not ks:
         raise ConfigError("ks must name at least one k (an int >= 1, or None for all)", key="ks")
     for k in ks:
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ConfigError(f"each k must be an int >= 1 or None (all dims), got {k!r}", key="ks")
+        if k is not None:
+            check_int("ks", k)
     return ks
 
 

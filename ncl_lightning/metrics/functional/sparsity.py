@@ -10,14 +10,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_at_least, check_shape
 
 
 def _check_features(z: Tensor, eps: float) -> None:
-    if z.ndim != 2:
-        raise ConfigError(f"features must have shape [N, d], got {tuple(z.shape)}", key="features")
-    if eps < 0.0:
-        raise ConfigError(f"eps must be >= 0, got {eps}", key="eps")
+    check_shape("features", z, ("N", "d"))
+    check_at_least("eps", eps, 0.0)
 
 
 def l2_normalize_rows(z: Tensor) -> Tensor:

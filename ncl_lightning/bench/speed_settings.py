@@ -1,4 +1,4 @@
-"""Which speed switches are fastest here: ``python -m ncl_lightning.bench switches``.
+"""Which speed settings are fastest here: ``python -m ncl_lightning.bench switches``.
 
 The bare ResNet-18 forward and backward of the throughput benchmark (two views of 256
 32x32 images, projector 2048-256) for every combination of precision (``32-true``,

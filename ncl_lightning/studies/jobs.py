@@ -1,0 +1,141 @@
+"""The one way the studies run their ``ncl-cli`` runs: reuse, run, announce, collect.
+
+A study (:mod:`~ncl_lightning.studies.seeds`, :mod:`~ncl_lightning.studies.landscape`,
+:mod:`~ncl_lightning.studies.chain`) is a list of jobs, each one ``ncl-cli`` run (or a
+chain of them) whose record is kept on disk. :func:`run_jobs` reports the jobs done
+before (``[run k/N] reused: <job>``, their records read back) so that an interrupted
+study resumes, runs the rest one after another or ``workers`` at a time in a pool, and
+says each run on a :class:`~ncl_lightning.runtime.progress.Progress` line. The arguments
+every run shares are here too: its folder (:func:`folder_args`), the ``ncl-cli`` run in
+this process with Lightning's banners off (:func:`cli_here`), and a record read back from
+its ``result.json`` (:func:`earlier_record`).
+
+Pure Python at import: Lightning is imported by :func:`cli_here` only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, as_completed
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
+
+J = TypeVar("J")  # a job
+R = TypeVar("R")  # its record
+
+
+def slug(name: str) -> str:
+    """A folder name of a row or variant name: lower case, ``_`` for anything else."""
+    return "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
+
+
+def folder_args(root: Path, logs: bool = False, verbose: bool = False) -> list[str]:
+    """``ncl-cli`` arguments putting a run's output under ``root``.
+
+    Args:
+        root: The run's folder (``default_root_dir`` and the logger's ``save_dir``).
+        logs: The logger writes ``<root>/logs/version_0`` (a fixed place to read back).
+        verbose: Keep the progress bar and the model summary (off otherwise).
+    """
+    args = [
+        "--trainer.default_root_dir", str(root),
+        "--trainer.logger.init_args.save_dir", str(root),
+    ]  # fmt: skip
+    if logs:
+        args += ["--trainer.logger.init_args.name", "logs"]
+        args += ["--trainer.logger.init_args.version", "0"]
+    return args + ([] if verbose else list(QUIET_TRAINER_ARGS))
+
+
+def cli_here(args: Sequence[str], verbose: bool = False) -> Any:
+    """Run ``ncl-cli`` in this process; Lightning's banners are off unless ``verbose``.
+
+    Returns:
+        The finished LightningCLI (its ``trainer``, ``model`` and ``datamodule``).
+    """
+    from ncl_lightning.runtime.cli import cli_main  # Lightning: seconds to import
+
+    with quiet_lightning(verbose):
+        return cli_main(list(args))
+
+
+def earlier_record(result_file: Path) -> dict | None:
+    """The record a job wrote to ``result_file`` when it finished, or ``None``."""
+    return json.loads(result_file.read_text()) if result_file.exists() else None
+
+
+def run_jobs(
+    jobs: Sequence[J],
+    run: Callable[[J], R],
+    describe: Callable[[J], str],
+    earlier: Callable[[J], R | None],
+    *,
+    progress: Progress | None = None,
+    workers: int = 1,
+    pool: Callable[[int], Executor] | None = None,
+    ended: Callable[[J, R], str] | None = None,
+    units: Callable[[J], int] = lambda job: 1,
+    reason: str = "reused",
+    announce: bool = True,
+) -> list[R]:
+    """Every job's record, in the order of ``jobs``: read back, or made by ``run``.
+
+    Args:
+        jobs: What to run.
+        run: Makes one job's record (in a ``pool``: a picklable function for processes).
+        describe: The job on its progress lines.
+        earlier: The record of a job finished before (``None``: run it).
+        progress: Where the jobs are announced; default a new ``[run k/N]`` progress of
+            ``units`` over the jobs, finished (its summary line) after the last job. A
+            given progress is left for its owner to finish.
+        workers: Jobs at once in ``pool``.
+        pool: ``pool(workers)`` is the executor the jobs run in (threads for subprocesses,
+            processes for runs in Python); each is announced when it ends, and a failed
+            job's error is raised once every other job has ended. ``None``: the jobs run
+            here, one after another, each announced as it starts and ends.
+        ended: The description of a job's end line in a pool (default ``describe``).
+        units: Progress units of one job (a chain of runs): so many ``reason`` lines for
+            a job done before.
+        reason: What the line of a job done before says.
+        announce: Announce each job run here; ``False`` when ``run`` announces its own runs
+            on ``progress``.
+    """
+    own = progress is None
+    if progress is None:
+        progress = Progress(sum(units(job) for job in jobs), "run")
+    records: dict[int, R] = {}
+    todo = []
+    for i, job in enumerate(jobs):
+        record = earlier(job)
+        if record is None:
+            todo.append(i)
+            continue
+        records[i] = record
+        for _ in range(units(job)):
+            progress.skip(describe(job), reason)
+    if pool is None:
+        for i in todo:
+            if announce:
+                with progress.unit(describe(jobs[i])):
+                    records[i] = run(jobs[i])
+            else:
+                records[i] = run(jobs[i])
+    elif todo:
+        failed: dict[int, BaseException] = {}
+        with pool(workers) as executor:
+            futures = {executor.submit(run, jobs[i]): i for i in todo}
+            for future in as_completed(futures):
+                i = futures[future]
+                if (error := future.exception()) is not None:
+                    failed[i] = error
+                    continue
+                records[i] = future.result()
+                progress.end(describe(jobs[i]) if ended is None else ended(jobs[i], records[i]))
+        if failed:  # every other job has ended (and kept its record): the first one's error
+            raise failed[min(failed)]
+    if own:
+        progress.finish()
+    return [records[i] for i in range(len(jobs))]
