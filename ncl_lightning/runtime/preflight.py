@@ -233,7 +233,10 @@ def _check_learning_rates(module: CheckedModule) -> None:
     except ValueError as err:  # torch: "Invalid learning rate: -0.1"; LARS: "lr must be"
         match = _LR_IN_ERROR.search(str(err))
         if match:
-            lr = float(match.group(1)) if _is_number(match.group(1)) else math.nan
+            try:
+                lr = float(match.group(1))
+            except ValueError:
+                lr = math.nan
             check_positive(OPTIMIZER_LR_KEY, lr)  # the one line of every bad rate
         raise ConfigError(
             f"model.init_args.optimizer: {_first_line(err)}", key="model.init_args.optimizer"
@@ -333,11 +336,3 @@ def _check_width(h: Any, out_dim: int) -> None:
             f"declares out_dim={out_dim} (the input width of the heads built on it)",
             key="model.init_args.backbone",
         )
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
