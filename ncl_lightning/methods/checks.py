@@ -1,15 +1,23 @@
 """Argument checks the methods share in ``__init__``: one-line
 :class:`~ncl_lightning.foundation.errors.ConfigError` messages of the form
 ``<key> must be ..., got <value>`` naming the ``__init__`` argument (the key under
-``model.init_args`` in a config). The checks that need the built model and the data are
-:func:`ncl_lightning.runtime.preflight.preflight`.
+``model.init_args`` in a config); and :func:`common_arguments`, what the bases pass on to
+:class:`~ncl_lightning.methods.TrainableModule`. The checks that need the built model and
+the data are :func:`ncl_lightning.runtime.preflight.preflight`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.options import (
+    check_compile_mode,
+    check_grad_norm_limit,
+    check_nonfinite_loss,
+)
 from ncl_lightning.foundation.validation import check_at_least, check_range
 
 
@@ -33,11 +41,43 @@ def check_projector(hidden_dim: int, output_dim: int, num_layers: int, low_layer
         check_at_least("proj_hidden_dim", hidden_dim, 1)
 
 
+# The keyword arguments of TrainableModule.__init__, in its order (a name missing here or
+# extra fails its call; tests/methods/test_trainable.py compares them).
+COMMON_ARGUMENTS: tuple[str, ...] = (
+    "batch_size",
+    "optimizer",
+    "warmup_epochs",
+    "min_lr_ratio",
+    "scale_lr",
+    "exclude_bias_n_norm",
+    "channels_last",
+    "torch_compile",
+    "compile_mode",
+    "nonfinite_loss",
+    "grad_norm_limit",
+)
+
+
+def common_arguments(values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` (a subclass ``__init__``'s ``locals()``) that
+    :class:`~ncl_lightning.methods.TrainableModule` takes: what the bases pass on to it."""
+    return {name: values[name] for name in COMMON_ARGUMENTS}
+
+
 def check_common_arguments(
-    batch_size: int | None, warmup_epochs: float, min_lr_ratio: float = 0.0
+    batch_size: int | None,
+    warmup_epochs: float,
+    min_lr_ratio: float,
+    compile_mode: str,
+    nonfinite_loss: str,
+    grad_norm_limit: float | None,
 ) -> None:
-    """One-line ``ConfigError`` for the optimisation arguments every module takes."""
+    """One-line ``ConfigError`` for the arguments of
+    :class:`~ncl_lightning.methods.TrainableModule` that have a constraint."""
+    check_compile_mode(compile_mode)
     if batch_size is not None:
         check_at_least("batch_size", batch_size, 1)
     check_at_least("warmup_epochs", warmup_epochs, 0)
     check_range("min_lr_ratio", min_lr_ratio, 0, 1)
+    check_nonfinite_loss(nonfinite_loss)
+    check_grad_norm_limit(grad_norm_limit)

@@ -1,22 +1,14 @@
-"""The one training base of the package: :class:`TrainableModule`.
+"""The one training base of the package, :class:`TrainableModule` (subclassed by
+:class:`~ncl_lightning.methods.SSLMethod` and :class:`~ncl_lightning.methods.Classifier`).
 
-:class:`~ncl_lightning.methods.SSLMethod` and :class:`~ncl_lightning.methods.Classifier`
-subclass it directly. It holds what every trainable module shares: the checks of the
-common arguments, the hyper-parameters, the optimiser's parameter groups, the
-warmup-cosine optimisation (:mod:`ncl_lightning.optim.schedule_setup`) and the finiteness
-hook of the training step.
-
-The cross-cutting behaviour is in run-time callbacks, which read this module's typed
-attributes (``nonfinite_loss``, ``grad_norm_limit``, ``channels_last``,
-``torch_compile``, ``compile_mode``): ``ncl-cli`` installs them
-(:func:`ncl_lightning.default_callbacks`), and :meth:`TrainableModule.configure_callbacks`
-adds the ones a plain ``Trainer`` lacks, by injection
-(:mod:`ncl_lightning.foundation.components`), so nothing is lost without the CLI.
+Cross-cutting behaviour is in run-time callbacks that read the module's typed attributes
+(``nonfinite_loss``, ``grad_norm_limit``, ``channels_last``, ``torch_compile``,
+``compile_mode``), installed by ``ncl-cli`` (:func:`ncl_lightning.default_callbacks`) or,
+on a plain ``Trainer``, by :meth:`TrainableModule.configure_callbacks`.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -27,55 +19,42 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
 from ncl_lightning.checkpoints.record import RECORD_KEY, make_record, spec_of
-from ncl_lightning.foundation.components import FiniteCheck, missing_defaults, new_default
-from ncl_lightning.foundation.errors import UsageError
+from ncl_lightning.foundation.components import FiniteCheck, missing_defaults
 from ncl_lightning.foundation.internals import attached_trainer, built_by_cli, record_hparams
-from ncl_lightning.foundation.options import (
-    CompileMode,
-    NonFiniteLoss,
-    check_compile_mode,
-    check_grad_norm_limit,
-    check_nonfinite_loss,
-)
+from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss
 from ncl_lightning.methods.checks import check_common_arguments
+from ncl_lightning.methods.finite import FiniteSlot, zero_loss
 from ncl_lightning.optim import decay_param_groups
 from ncl_lightning.optim.schedule_setup import check_schedule_length, configure_warmup_cosine
 
-# Arguments every model takes from the DataModule attribute of the same name: ncl-cli
-# links them (``data.<name>`` -> ``model.init_args.<name>``), and a module built in
-# Python with ``None`` takes them at ``fit`` (:meth:`TrainableModule.setup`).
+# Arguments taken from the DataModule attribute of the same name: ncl-cli links them
+# (data.<name> -> model.init_args.<name>); built in Python with None, at fit (setup).
 DATA_LINKED: tuple[str, ...] = ("num_classes", "batch_size")
 
 
 class TrainableModule(L.LightningModule):
-    """Hyper-parameters, parameter groups, warmup-cosine optimisation and the finiteness
-    hook shared by every trainable module of the package.
-
-    Subclasses pass these arguments on from their own ``__init__`` (which keeps them in
-    its signature, so ``model.init_args`` keys and their defaults stay the subclass's).
+    """Hyper-parameters, parameter groups, warmup-cosine optimisation and the training
+    step's finiteness check of every trainable module. Subclasses pass these arguments on
+    from their ``__init__``, which keeps them in its signature (``model.init_args`` keys).
 
     Args:
         batch_size: The data's ``batch_size`` (CLI-linked; from Python it can stay
             ``None``). The learning rate is scaled by the batch the training loader loads,
             else the attached DataModule's; this value only when neither gives one.
-        optimizer: Callable building the optimiser from parameter groups (``None``: the
-            subclass's :meth:`default_optimizer`).
+        optimizer: Builds the optimiser from parameter groups (``None``: :meth:`default_optimizer`).
         warmup_epochs: Linear warmup length in epochs (fractions allowed).
         min_lr_ratio: Final learning rate of the cosine schedule, relative to the peak.
         scale_lr: Multiply every learning rate by ``global batch / 256``.
         exclude_bias_n_norm: No weight decay and no LARS adaptation for biases and norms.
         channels_last: NHWC memory format for the model and its image inputs.
-        torch_compile: Compile the modules named in :attr:`compile_targets` with
-            ``torch.compile``.
-        compile_mode: ``torch.compile`` mode (``default``, ``reduce-overhead``,
-            ``max-autotune``).
+        torch_compile: ``torch.compile`` the modules named in :attr:`compile_targets`.
+        compile_mode: ``torch.compile`` mode: ``default``, ``reduce-overhead``, ``max-autotune``.
         nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
-            :class:`~ncl_lightning.foundation.errors.NonFiniteLossError`) or ``skip`` the batch; the
-            same for non-finite gradients or BatchNorm statistics with a finite loss.
-        grad_norm_limit: Treat a step whose gradient norm (over every parameter, before
-            any clipping) exceeds this like a non-finite one (``nonfinite_loss``); None
-            (default): only non-finite gradients count. Not clipping: that is
-            ``trainer.gradient_clip_val``.
+            :class:`~ncl_lightning.foundation.errors.NonFiniteLossError`) or ``skip`` the
+            batch; the same for non-finite gradients or BatchNorm statistics.
+        grad_norm_limit: Treat a step whose gradient norm (over every parameter, before any
+            clipping) exceeds this like a non-finite one; ``None`` (default): only
+            non-finite gradients count. Not clipping: see ``trainer.gradient_clip_val``.
 
     Attributes:
         compile_targets: Class value: the sub-modules ``torch_compile`` compiles; the loss
@@ -107,15 +86,12 @@ class TrainableModule(L.LightningModule):
         grad_norm_limit: float | None,
     ) -> None:
         super().__init__()
-        check_compile_mode(compile_mode)
-        check_common_arguments(batch_size, warmup_epochs, min_lr_ratio)
-        check_nonfinite_loss(nonfinite_loss)
-        check_grad_norm_limit(grad_norm_limit)
-        # Under ncl-cli the stored hparams are the parsed config (backbone and optimizer as
-        # class_path dicts), so `load_from_checkpoint` rebuilds the module from the file
-        # alone. Built from Python, the module objects are not put into the checkpoint's
-        # hparams. The subclasses' __init__ arguments are collected too (Lightning walks
-        # the __init__ frames).
+        check_common_arguments(
+            batch_size, warmup_epochs, min_lr_ratio, compile_mode, nonfinite_loss, grad_norm_limit
+        )
+        # Under ncl-cli the hparams are the parsed config (backbone and optimizer as
+        # class_path dicts: `load_from_checkpoint` needs the file alone); from Python, module
+        # objects stay out. Lightning collects the subclasses' __init__ arguments too.
         self.save_hyperparameters(ignore=[] if built_by_cli() else ["backbone", "optimizer"])
         self.optimizer_factory: OptimizerCallable = optimizer or self.default_optimizer
         self.batch_size = batch_size
@@ -128,8 +104,7 @@ class TrainableModule(L.LightningModule):
         self.compile_mode: CompileMode = compile_mode
         self.nonfinite_loss: NonFiniteLoss = nonfinite_loss
         self.grad_norm_limit = grad_norm_limit
-        self._finite_check: FiniteCheck | None = None  # the guard attached to the module
-        self._own_guard: FiniteCheck | None = None  # used without a trainer
+        self._finite = FiniteSlot()  # the guard's check (not pickled), or the module's own
 
     @staticmethod
     def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
@@ -142,9 +117,8 @@ class TrainableModule(L.LightningModule):
         return decay_param_groups(self, self.exclude_bias_n_norm)
 
     def setup(self, stage: str) -> None:
-        """At ``fit``, the :data:`DATA_LINKED` arguments left ``None`` (a module built in
-        Python) take the attached DataModule's values, those ``ncl-cli`` links, recorded
-        in the hyper-parameters the loggers and checkpoints keep."""
+        """At ``fit``, :data:`DATA_LINKED` arguments left ``None`` (built in Python) take the
+        DataModule's values, recorded in the hyper-parameters (loggers, checkpoints)."""
         super().setup(stage)
         if stage != "fit":
             return
@@ -173,14 +147,13 @@ class TrainableModule(L.LightningModule):
         )
 
     def check_trainer(self, trainer: L.Trainer) -> None:
-        """What ``configure_optimizers`` needs of the trainer, checked before ``fit``
-        (``ncl-cli`` and the preflight callback call it): a finite schedule
-        (``max_epochs`` or ``max_steps``)."""
+        """Before ``fit`` (``ncl-cli``, the preflight callback): the schedule needs a finite
+        ``max_epochs`` or ``max_steps``."""
         check_schedule_length(trainer.max_epochs, trainer.max_steps)
 
     def configure_callbacks(self) -> list[Callback]:
-        """The default run-time callbacks the trainer lacks (a user's own instance of a
-        type is kept; ``ncl-cli`` has installed them all already)."""
+        """The default run-time callbacks the trainer lacks, by injection (a user's own
+        instance of a type is kept; ``ncl-cli`` has installed them all already)."""
         return missing_defaults(attached_trainer(self))
 
     def backbone_spec(self) -> dict[str, Any] | None:
@@ -189,53 +162,29 @@ class TrainableModule(L.LightningModule):
         return spec_of(getattr(self, "backbone", None), self.hparams.get("backbone"))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The record's core (method class, backbone spec) for a save the
-        :class:`~ncl_lightning.runtime.checkpoint_record.CheckpointRecord` callback did not see:
-        Lightning calls no callback on a weights-only save, but calls this hook."""
+        """The record's core (method class, backbone spec) for a weights-only save, which
+        Lightning shows to no callback (not to
+        :class:`~ncl_lightning.runtime.checkpoint_record.CheckpointRecord`), only to this hook."""
         checkpoint.setdefault(RECORD_KEY, make_record(self, self.backbone_spec()))
 
-    # -- finiteness ---------------------------------------------------------------------
+    # -- finiteness: the FiniteSlot component (methods.finite) --------------------------
     def attach_finite_check(self, check: FiniteCheck) -> None:
         """Called by the non-finite guard at ``setup``: the training steps use ``check``."""
-        self._finite_check = check
+        self._finite.attached = check
 
     def nonfinite_guard(self) -> FiniteCheck:
-        """The :class:`~ncl_lightning.runtime.guard.NonFiniteGuard` the trainer's guard
-        attached; without a trainer (a step called by hand), one owned by the module."""
-        trainer = attached_trainer(self)
-        if trainer is None:
-            if self._own_guard is None:
-                self._own_guard = new_default("nonfinite_guard")
-            return self._own_guard
-        check = self._finite_check
-        if check is None or not any(c is check for c in trainer.callbacks):
-            raise UsageError(
-                f"{type(self).__name__}: no NonFiniteGuard among trainer.callbacks; train "
-                "with trainer.fit (configure_callbacks adds it) or add "
-                "ncl_lightning.default_callbacks() to the Trainer"
-            )
-        return check
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_finite_check"] = None  # the trainer's callback, like the trainer itself
-        return state
+        """The guard the trainer attached (else ``UsageError``); no trainer: the module's."""
+        return self._finite.check_for(self)
 
     def loss_is_finite(self, loss: Tensor) -> bool:
-        """``True`` when ``loss``, the buffers and the parameters are finite on every rank;
-        otherwise stop (raises :class:`~ncl_lightning.foundation.errors.NonFiniteLossError`)
-        or skip (``False``), per ``nonfinite_loss``. The training step calls it before
-        logging anything: ``if not self.loss_is_finite(loss): return
-        self.skipped_step_loss()`` (:meth:`NonFiniteGuard.check_loss
-        <ncl_lightning.runtime.guard.NonFiniteGuard.check_loss>`)."""
+        """``True`` if ``loss``, buffers and parameters are finite on every rank; else stop
+        (raises ``NonFiniteLossError``) or skip (``False``), per ``nonfinite_loss``. Before
+        logging: ``if not self.loss_is_finite(loss): return self.skipped_step_loss()``."""
         return self.nonfinite_guard().check_loss(self, loss)
 
     def check_finite_later(self, loss: Tensor) -> bool:
-        """:meth:`loss_is_finite` without a host sync: the guard judges this batch on the
-        device and reads the verdict at the start of the next one, undoing the batch if
-        needed (``True`` under a trainer; :meth:`NonFiniteGuard.check_loss_later
-        <ncl_lightning.runtime.guard.NonFiniteGuard.check_loss_later>`). What a skipped
-        batch must not change goes to :meth:`after_finite_step`."""
+        """:meth:`loss_is_finite` without a host sync (``True`` under a trainer): the next
+        batch reads the verdict, undoing this one if needed (see :meth:`after_finite_step`)."""
         return self.nonfinite_guard().check_loss_later(self, loss)
 
     def after_finite_step(self, effect: Callable[[], None]) -> None:
@@ -243,16 +192,5 @@ class TrainableModule(L.LightningModule):
         self.nonfinite_guard().after_finite(effect)
 
     def skipped_step_loss(self) -> Tensor:
-        """What a skipped step returns: a zero loss connected to every trainable parameter
-        (zero gradients, the same backward and all-reduce on every rank)."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        if not params:
-            return torch.zeros((), device=self.device)
-        return sum(p.sum() for p in params) * 0.0  # type: ignore[return-value]
-
-
-def common_arguments(values: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``values`` (a subclass ``__init__``'s ``locals()``) that
-    :class:`TrainableModule` takes: what the bases pass on to it."""
-    names = inspect.signature(TrainableModule.__init__).parameters
-    return {name: values[name] for name in names if name != "self"}
+        """What a skipped step returns: a zero loss on every trainable parameter."""
+        return zero_loss(self, self.device)

@@ -6,6 +6,7 @@ through its defaults, without replacing a callback the user configured."""
 from __future__ import annotations
 
 import inspect
+import pickle
 from pathlib import Path
 
 import lightning as L
@@ -21,6 +22,7 @@ from ncl_lightning.foundation import components
 from ncl_lightning.foundation.components import missing_defaults
 from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.methods import NCL, Classifier, NCEClassifier, SSLMethod, TrainableModule
+from ncl_lightning.methods.checks import COMMON_ARGUMENTS
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
 from ncl_lightning.runtime.cli import cli_main
@@ -170,6 +172,14 @@ def test_the_guard_attaches_itself_and_a_trainer_without_one_is_refused(tmp_path
     trainer.fit(model, DigitsDataModule(batch_size=32, num_workers=0))
     (guard,) = _of_type(trainer, NonFiniteGuard)
     assert model.nonfinite_guard() is guard  # attached at setup, not looked up
+    copied = pickle.loads(pickle.dumps(model))  # the guard is the trainer's: not pickled
+    assert copied._finite.attached is None and model._finite.attached is guard
     model.trainer = _trainer(tmp_path)  # a trainer whose guard never attached
     with pytest.raises(UsageError, match=r"no NonFiniteGuard among trainer\.callbacks"):
         model.nonfinite_guard()
+
+
+def test_common_arguments_are_the_training_base_arguments() -> None:
+    """What the bases pass on (``methods.checks.common_arguments``) is exactly what
+    ``TrainableModule.__init__`` takes."""
+    assert tuple(inspect.signature(TrainableModule.__init__).parameters)[1:] == COMMON_ARGUMENTS
