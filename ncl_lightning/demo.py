@@ -9,9 +9,9 @@ entry point (Lightning progress bar, CSV logs, checkpoints, feature statistics a
 pictures), then prints one table of the final validation numbers, writes it to
 ``<out>/results.md``, puts the top-activation pictures side by side in
 ``<out>/top_activations_<methods>.png`` and draws the training and validation curves of
-the runs on shared panels in ``<out>/curves.png`` (:func:`ncl_lightning.plot.plot_curves`),
+the runs on shared panels in ``<out>/curves.png`` ([`ncl_lightning.plot.plot_curves`][]),
 and writes the feature atlas of the runs' last checkpoints on the test split,
-``<out>/atlas/index.html`` (:func:`ncl_lightning.atlas.build_atlas`: every dimension of every
+``<out>/atlas/index.html`` ([`ncl_lightning.atlas.build_atlas`][]: every dimension of every
 method, and any two compared side by side).
 """
 

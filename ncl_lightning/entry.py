@@ -1,14 +1,14 @@
 """Console entry point ``ncl-cli``: the top-level help at once, every subcommand through
-:mod:`ncl_lightning.runtime.cli`.
+[`ncl_lightning.runtime.cli`][].
 
 Importing Lightning takes seconds (torch alone about two on a small machine), so
 ``ncl-cli``, ``ncl-cli -h``, ``ncl-cli --help`` and ``ncl-cli --version`` are answered here,
 with nothing but the standard library loaded; anything else (``fit``, ``test``,
 ``fit --help``, ``--print_config``...) goes to the LightningCLI of
-:func:`ncl_lightning.runtime.cli.main`. This module therefore imports nothing of torch,
+[`ncl_lightning.runtime.cli.main`][]. This module therefore imports nothing of torch,
 Lightning or the package at its top (a test checks it with ``sys.modules``).
 
-The subcommands and options named in :data:`HELP` are those of the LightningCLI
+The subcommands and options named in [`HELP`][] are those of the LightningCLI
 (``LightningCLI.subcommands()`` and ``NCLCLI.add_arguments_to_parser``); a test checks that
 the help names every one of them.
 """
@@ -79,7 +79,7 @@ def main(args: list[str] | None = None) -> None:
 
     Raises:
         SystemExit: Status 2 with the help for a bare ``ncl-cli`` (a subcommand is
-            required); the statuses of :func:`ncl_lightning.runtime.cli.main` otherwise.
+            required); the statuses of [`ncl_lightning.runtime.cli.main`][] otherwise.
     """
     argv = sys.argv[1:] if args is None else list(args)
     if not argv or argv[0] in HELP_FLAGS:

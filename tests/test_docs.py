@@ -92,3 +92,16 @@ def test_api_reference_covers_every_subpackage(site: Path) -> None:
             # from the submodule, because the package attribute is the submodule to griffe.
             ids = (f'id="{module}.{name}"', f'id="{module}.{name}.{name}"')
             assert any(i in html for i in ids), f"{module}.{name} is not in the API reference"
+
+
+def test_api_pages_render_cross_references(site: Path) -> None:
+    """The docstrings' cross-references are links on the API pages (mkdocstrings' Markdown
+    references), never a raw Sphinx role such as ``:class:`~ncl_lightning.methods.NCL```."""
+    role = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj):`")
+    links = 0
+    for page in sorted((site / "api").glob("*.html")):
+        html = page.read_text()
+        raw = role.findall(re.sub(r"<[^>]+>", "", html))
+        assert not raw, f"{page.name}: {len(raw)} raw Sphinx roles, e.g. {raw[0]}"
+        links += html.count("autorefs-internal")
+    assert links >= 300, f"only {links} cross-reference links on the API pages"

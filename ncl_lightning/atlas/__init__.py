@@ -1,7 +1,7 @@
 """Feature atlas: every dimension of a model in a static web page, and two models compared.
 
-``FeatureAtlas`` (a callback for ``ncl-cli test``), :func:`build_atlas` and
-``python -m ncl_lightning.atlas`` (one or more checkpoints), :func:`read_atlas` (the data a
+``FeatureAtlas`` (a callback for ``ncl-cli test``), [`build_atlas`][] and
+``python -m ncl_lightning.atlas`` (one or more checkpoints), [`read_atlas`][] (the data a
 page embeds).
 """
 

@@ -50,7 +50,7 @@ def chromium() -> Iterator[Any]:
     """A headless Chromium browser context with a fresh profile (closed on exit).
 
     Raises:
-        UsageError: playwright or Chromium is missing (:func:`browser_missing` says which).
+        UsageError: playwright or Chromium is missing ([`browser_missing`][] says which).
     """
     reason = browser_missing()
     if reason is not None:

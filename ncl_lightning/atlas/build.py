@@ -1,6 +1,6 @@
 """Build an atlas for one or more checkpoints on one data split (the atlas command).
 
-Each checkpoint is tested (``trainer.test``) with a :class:`FeatureAtlas` that writes its
+Each checkpoint is tested (``trainer.test``) with a [`FeatureAtlas`][] that writes its
 strips under ``img/<key>/``; one page then holds every model, so two or more can be
 compared side by side.
 """
@@ -31,7 +31,7 @@ def build_atlas(
 ) -> Path:
     """Write ``<out>/index.html`` with every checkpoint's features on the config's test split.
 
-    Every input is checked first (:func:`~ncl_lightning.atlas.checks.check_atlas_inputs`:
+    Every input is checked first (``check_atlas_inputs``:
     the output folder, the data config and its folders, each checkpoint and whether it fits
     the data); nothing is written before.
 
@@ -43,7 +43,7 @@ def build_atlas(
         names: Labels of the models (default: their class names, numbered when repeated).
         title: Page title.
         accelerator: Where the models run (``cpu``, ``gpu``, ``auto``).
-        **atlas: :class:`FeatureAtlas` arguments (``space``, ``images_per_dim``,
+        **atlas: [`FeatureAtlas`][] arguments (``space``, ``images_per_dim``,
             ``card_images``, ``image_format``, ``eps``, ``sepin``).
 
     Returns:

@@ -1,7 +1,7 @@
 """``FeatureAtlas``: write the atlas of the model being tested (``ncl-cli test``).
 
 Every rank profiles its shard of the test split and the metrics reduce over the ranks
-(:mod:`~ncl_lightning.atlas.collect`); rank 0 then writes the image strips and the page, and
+([`collect`][ncl_lightning.atlas.collect]); rank 0 then writes the image strips and the page, and
 hands them to W&B (an HTML panel and an artifact) when W&B is a logger.
 """
 

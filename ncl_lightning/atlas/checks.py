@@ -1,12 +1,13 @@
 """Every input of the atlas command, checked before any model runs or anything is written.
 
-:func:`check_atlas_inputs` raises the first problem as one line naming the argument or the
-file (:class:`~ncl_lightning.foundation.errors.ConfigError`, ``DataError`` or ``CheckpointError``);
+[`check_atlas_inputs`][] raises the first problem as one line naming the argument or the
+file ([`ConfigError`][ncl_lightning.foundation.errors.ConfigError], ``DataError`` or
+``CheckpointError``);
 ``python -m ncl_lightning.atlas`` prints it as ``python -m ncl_lightning.atlas: error:
 <key or path>: <problem>`` with exit status 2. In order: the labels, the output folder, the
 accelerator, the page's settings, the data config (it builds, has class labels, pictures
 and a readable test split), then each checkpoint (it loads through
-:func:`~ncl_lightning.checkpoints.load.load_method`, has features of the chosen space and
+[`load_method`][ncl_lightning.checkpoints.load.load_method], has features of the chosen space and
 fits the data's images: input channels and size).
 """
 
@@ -30,7 +31,7 @@ from ncl_lightning.runtime.trainer_checks import check_hardware
 
 
 class AtlasInputs(NamedTuple):
-    """What :func:`check_atlas_inputs` built while checking (the work reuses it)."""
+    """What [`check_atlas_inputs`][] built while checking (the work reuses it)."""
 
     checkpoints: list[Path]
     out: Path
@@ -90,7 +91,8 @@ def _in_file(config: Path, err: NCLError) -> NCLError:
 
 def check_model(module: Any, path: Path, space: str, datamodule: Any, config: Path) -> None:
     """``module`` has ``space`` features and fits the data: a batch of two zero images
-    shaped like the data's runs through it (:func:`~ncl_lightning.runtime.preflight.preflight`)."""
+    shaped like the data's runs through it
+    ([`preflight`][ncl_lightning.runtime.preflight.preflight])."""
     check_encoder(module, space, str(path))
     example = example_batch(datamodule)
     if example is None:
@@ -110,7 +112,7 @@ def check_atlas_inputs(
     accelerator: str = "cpu",
     **atlas: Any,
 ) -> AtlasInputs:
-    """Check every argument of :func:`~ncl_lightning.atlas.build.build_atlas`; nothing
+    """Check every argument of [`build_atlas`][ncl_lightning.atlas.build.build_atlas]; nothing
     is written (the output folder is probed with a temporary folder, removed at once).
 
     Raises:

@@ -2,7 +2,7 @@
 
 Each rank encodes samples ``rank::world_size`` of the clean split (the DataModule's
 ``clean_dataloader``), so every sample's dataset index is known and no sample is counted
-twice; the metrics (:class:`~ncl_lightning.metrics.FeatureProfile`, ``OpenFrequency``,
+twice; the metrics ([`FeatureProfile`][ncl_lightning.metrics.FeatureProfile], ``OpenFrequency``,
 ``SEPIN``) then reduce their states over the ranks, so every rank ends with what one process
 measures on the whole split.
 """
@@ -23,7 +23,7 @@ from ncl_lightning.metrics.sepin import sepin_on_views
 
 
 class SplitProfile(NamedTuple):
-    """What :func:`profile_split` measured."""
+    """What [`profile_split`][] measured."""
 
     profile: DimensionProfile
     gate: Tensor | None  # [d] gate open frequency (BayesNCL), else None
@@ -117,7 +117,7 @@ def profile_split(
         most_batches: Batches of each loader read at most (``fast_dev_run``, limits).
 
     Returns:
-        :class:`SplitProfile`.
+        [`SplitProfile`][].
     """
     where = f"FeatureAtlas({split})"
     check_encoder(module, space, where)

@@ -87,13 +87,13 @@ def write_strips(
     ext: str,
 ) -> list[Path]:
     """Write the strip of every dimension ``j`` with a non-empty ``tops[j]`` at
-    ``<site>/``:func:`~ncl_lightning.atlas.schema.image_path` (``img/<key>/<j>.<ext>``).
+    ``<site>/``[`image_path`][ncl_lightning.atlas.schema.image_path] (``img/<key>/<j>.<ext>``).
 
     Args:
         site: The atlas folder.
         key: The model's key.
         tops: Per dimension, the dataset indices of its images, in strip order.
-        read: Index to ``uint8 [H, W, 3]`` image (e.g. an :class:`ImageReader`).
+        read: Index to ``uint8 [H, W, 3]`` image (e.g. an [`ImageReader`][]).
         ext: ``png``, ``jpeg`` or ``webp`` (``IMAGE_FORMATS``).
 
     Returns:

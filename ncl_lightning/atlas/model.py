@@ -1,4 +1,4 @@
-"""One model's entry of the atlas document (see :mod:`ncl_lightning.atlas.schema`)."""
+"""One model's entry of the atlas document (see [`ncl_lightning.atlas.schema`][])."""
 
 from __future__ import annotations
 
@@ -80,17 +80,17 @@ def model_entry(
     top_labels: list[list[int]] | None = None,
     accuracy: float | None = None,
 ) -> dict[str, Any]:
-    """The ``MODEL`` document of :mod:`~ncl_lightning.atlas.schema`.
+    """The ``MODEL`` document of [`schema`][ncl_lightning.atlas.schema].
 
     Args:
-        measured: What :func:`~ncl_lightning.atlas.collect.profile_split` measured.
+        measured: What [`profile_split`][ncl_lightning.atlas.collect.profile_split] measured.
         key: Folder-safe id (``img/<key>/``).
         name: Label on the page.
         info: ``method``, ``checkpoint``, ``data``, ``split``, ``space``.
         class_names: One name per class.
         eps: The activation threshold used.
         images: ``width``, ``height``, ``per_dim``, ``card``, ``ext``.
-        tops: :func:`strip_indices`.
+        tops: [`strip_indices`][].
         top_labels: The class of each of those samples.
         accuracy: Top-1 accuracy on the split where the model measures one.
     """

@@ -1,9 +1,9 @@
 """The atlas page: one self-contained ``index.html`` (template, CSS, scripts and data inline).
 
 The template, the stylesheet and the scripts live in ``ncl_lightning/atlas/static/`` (package
-data); :func:`render_page` fills the template's ``{{slot}}`` markers in one pass, so nothing
+data); [`render_page`][] fills the template's ``{{slot}}`` markers in one pass, so nothing
 substituted is read again as a marker. The scripts run in one function scope, in the order
-of :data:`SCRIPTS`; ``main.js`` documents the page's DOM contract and URL forms.
+of [`SCRIPTS`][]; ``main.js`` documents the page's DOM contract and URL forms.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def page_script() -> str:
 
 
 def render_page(atlas: dict[str, Any]) -> str:
-    """The complete ``index.html`` of an atlas document (see :mod:`ncl_lightning.atlas.schema`).
+    """The complete ``index.html`` of an atlas document (see [`ncl_lightning.atlas.schema`][]).
 
     Args:
         atlas: The document; its images are read by the page from ``img/`` beside

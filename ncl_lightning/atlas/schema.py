@@ -1,7 +1,7 @@
 """The data an atlas page embeds: one JSON document, ``FORMAT`` ``ncl-atlas/1``.
 
 ``index.html`` carries it in ``<script type="application/json" id="atlas-data">``; the page's
-script draws everything from it, and tests read it back (:func:`read_atlas`). The document::
+script draws everything from it, and tests read it back ([`read_atlas`][]). The document::
 
     {
       "format": "ncl-atlas/1",

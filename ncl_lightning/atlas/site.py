@@ -12,7 +12,7 @@ from ncl_lightning.atlas.schema import FORMAT, image_path
 
 
 def atlas_document(models: list[dict[str, Any]], title: str) -> dict[str, Any]:
-    """The document of :mod:`~ncl_lightning.atlas.schema` for ``models``."""
+    """The document of [`schema`][ncl_lightning.atlas.schema] for ``models``."""
     return {"format": FORMAT, "title": title, "models": models}
 
 

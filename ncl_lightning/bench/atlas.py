@@ -4,18 +4,18 @@ An NCL with the CIFAR ResNet-18 and a 2048-2048 projector (untrained, seed 0: th
 cost depends on the width, not on the weights), 16 images per dimension, on the real
 CIFAR-10 subset (``NCL_BENCH_DATA``, as the throughput benchmark): the 932 images of
 ``val`` and the 3,728 of ``train``, each tested as the test split. Each size runs in a fresh
-child process (``spawn``) through ``Trainer.test`` with :class:`FeatureAtlas` (no SEPIN,
+child process (``spawn``) through ``Trainer.test`` with [`FeatureAtlas`][] (no SEPIN,
 one process, loader without workers, images decoded per item: no dataset in memory); the
 method's own test step is skipped, so the loop only reads the batches. It reports
 
-(a) profiling: encode + :class:`~ncl_lightning.metrics.FeatureProfile` (the callback's
+(a) profiling: encode + [`FeatureProfile`][ncl_lightning.metrics.FeatureProfile] (the callback's
     ``on_test_epoch_end``) and writing: the strips and ``index.html`` (``on_test_end``), in
     PNG and in WebP (file count, total MB);
 (b) memory: the child's RSS high-water mark (``ru_maxrss``) after the model and the data
     module are built (the base) and after each phase; the growth over the base bounds the
     atlas's working memory, which should not grow with the split;
 (c) page load of the largest PNG atlas in headless Chromium
-    (:func:`~ncl_lightning.bench.atlas_page.page_load_ms`: load event, first cards, JS
+    ([`page_load_ms`][ncl_lightning.bench.atlas_page.page_load_ms]: load event, first cards, JS
     heap), the median of ``repeats`` tabs; skipped with the reason when playwright or
     Chromium is missing.
 """
@@ -90,12 +90,12 @@ class UntestedNCL(NCL):
 
 
 class TimedAtlas(FeatureAtlas):
-    """:class:`FeatureAtlas` that times its two phases and writes the site once per format.
+    """[`FeatureAtlas`][] that times its two phases and writes the site once per format.
 
     Args:
         root: The site of format ``f`` goes to ``<root>/<f>``.
         formats: Image formats written, one after the other, from the same profile.
-        **kwargs: :class:`FeatureAtlas` arguments.
+        **kwargs: [`FeatureAtlas`][] arguments.
     """
 
     def __init__(self, root: Path, formats: tuple[str, ...], **kwargs: Any) -> None:
@@ -224,7 +224,7 @@ def run(
         page: Measure the page load too.
 
     Returns:
-        The rows of :func:`generation_rows` per split, then :func:`page_rows`.
+        The rows of [`generation_rows`][] per split, then [`page_rows`][].
     """
     check_choice("backbone", backbone, BACKBONES)
     root, rows = data_root(), []

@@ -5,7 +5,7 @@ launch the host pays for (microseconds each, whatever the tensor size), and ever
 a device value on the host (``Tensor.item``, ``bool(t)``, ``tolist``, ``nonzero``, a
 boolean-mask index, ``.cpu()``) makes the host wait until the device has caught up.
 Both can be counted on the CPU, where the same code dispatches the same operators:
-:class:`OpCounter` counts the ATen operators dispatched inside it, and sorts out the
+[`OpCounter`][] counts the ATen operators dispatched inside it, and sorts out the
 sync-prone ones.
 
 Example:
@@ -102,7 +102,7 @@ class OpCounter(TorchDispatchMode):
     which inherits the mode, on a GPU), an optimiser's, a metric's. A multi-tensor
     (``_foreach_*``) operator counts once, as it launches once per chunk of tensors on a
     GPU. Operators that only make a view (``view``, ``t``, ``expand``, ``detach``...:
-    ``OpOverload.is_view``) are counted in :attr:`views` as well: they launch no kernel.
+    ``OpOverload.is_view``) are counted in [`views`][] as well: they launch no kernel.
 
     ``tolist()`` and ``.cpu()`` of a CPU tensor dispatch nothing that marks a sync, so
     they are counted by wrapping the two methods while the block runs (and
@@ -116,7 +116,7 @@ class OpCounter(TorchDispatchMode):
             ``bool_mask_index``, ``masked_select``, ``tolist``, ``cpu``, ...).
         part: Label of the code running now; set it from outside (e.g. from training
             hooks) to split the counts by part.
-        parts: The counts of each label, a :class:`Tally` each (one ``""`` tally when
+        parts: The counts of each label, a [`Tally`][] each (one ``""`` tally when
             ``part`` is never set).
     """
 

@@ -1,6 +1,6 @@
 """Where a training step's time and operators go, part by part, inside ``Trainer.fit``.
 
-:class:`StepParts` is a callback that labels every moment of a training step with the part
+[`StepParts`][] is a callback that labels every moment of a training step with the part
 of the step that runs then, by wrapping (for the run only) the methods that Lightning and
 the module call for that part:
 
@@ -25,7 +25,7 @@ A step runs from the end of the previous one (the logger connector's
 parts add up to the wall-clock step. After ``warmup`` steps, ``timed`` steps measure each
 part's host seconds and, on a GPU, its device milliseconds (CUDA events recorded at the
 part boundaries, read after the run: nothing waits inside the timed steps); then
-``counted`` steps run under an :class:`~ncl_lightning.bench.counting.OpCounter` that
+``counted`` steps run under an [`OpCounter`][ncl_lightning.bench.counting.OpCounter] that
 attributes every dispatched operator and sync-prone call to the running part (counted
 apart from the timed steps: counting costs host time). A step during which an epoch ends
 or starts (the epoch's metrics, the loader's restart) is left out and another one taken;
@@ -87,9 +87,9 @@ class StepParts(Callback):
         step_seconds: Wall-clock seconds of each timed step.
         host: Seconds of each part summed over the timed steps.
         device: Device milliseconds of each part summed over the timed steps (GPU only).
-        tallies: :class:`~ncl_lightning.bench.counting.Tally` of each part summed over the
+        tallies: [`Tally`][ncl_lightning.bench.counting.Tally] of each part summed over the
             counted steps.
-        total: The counted steps' whole :class:`~ncl_lightning.bench.counting.Tally`
+        total: The counted steps' whole [`Tally`][ncl_lightning.bench.counting.Tally]
             (the parts' tallies add up to it).
         by_name: Operators by name over the counted steps.
         counted_steps: Counted steps kept.

@@ -3,7 +3,7 @@
 Wall-clock seconds of ``ncl-cli`` as a user runs it, a fresh process each time (the
 console script next to this interpreter):
 
-* ``ncl-cli --help`` (goal: under 3 s) — answered by :mod:`ncl_lightning.entry` without
+* ``ncl-cli --help`` (goal: under 3 s) — answered by [`ncl_lightning.entry`][] without
   importing torch or Lightning; at least 5 timed runs;
 * ``ncl-cli fit --help`` and ``ncl-cli fit --model.help NCL`` — these build the
   LightningCLI parser, so they pay for importing Lightning (seconds); the number of lines
@@ -70,7 +70,7 @@ def time_command(command: list[str], repeats: int) -> tuple[float, int]:
 
 
 def run(repeats: int = 3) -> list[Timing]:
-    """One row per command of :data:`COMMANDS`: median seconds, the goal of the top-level
+    """One row per command of [`COMMANDS`][]: median seconds, the goal of the top-level
     help, and the lines printed."""
     script = str(console_script())
     progress = Progress(len(COMMANDS), "startup")

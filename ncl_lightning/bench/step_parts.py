@@ -4,7 +4,7 @@ For CL, NCL and BayesNCL and both augmentation pipelines (``device``: batched on
 training device; ``cpu``: torchvision in the loader workers), a real ``Trainer.fit`` on the
 CIFAR-10 images beside the project (``NCL_BENCH_DATA``, decoded once into memory; batch
 256, two views, the online probe and kNN bank, a CSV logger every 10 steps) runs under
-:class:`~ncl_lightning.bench.parts.StepParts`, which reports per steady-state step each
+[`StepParts`][ncl_lightning.bench.parts.StepParts], which reports per steady-state step each
 part's host milliseconds, on a GPU its device milliseconds, the operators dispatched (and
 of them views, which launch no kernel) and the sync-prone calls (``item``, ``nonzero``, a
 boolean-mask index, ``tolist``, copies to the host...). Two networks:
@@ -12,10 +12,10 @@ boolean-mask index, ``tolist``, copies to the host...). Two networks:
 * ``resnet18`` (the default on a GPU): ResNet-18 with the CIFAR stem and the papers'
   projector 2048-256, with the switches of ``throughput`` (bf16-mixed, channels_last);
   the bare backbone + projector forward and backward on pre-made tensors
-  (:class:`~ncl_lightning.bench.throughput.BareStep`) gives the full step / bare network
+  ([`BareStep`][ncl_lightning.bench.throughput.BareStep]) gives the full step / bare network
   ratio.
 * ``tiny`` (the default on a CPU): the framework-overhead mode. A model of two to three
-  thousand parameters (:class:`TinyNet`, one patch convolution, a projector 16-32-16 and
+  thousand parameters ([`TinyNet`][], one patch convolution, a projector 16-32-16 and
   for BayesNCL a gating head 16-32-16) in float32, so that the network no longer hides
   the harness: the step's milliseconds minus the bare network's are the harness's
   (loading and views, loss, probe, guard, optimiser, logging, Lightning), and its
@@ -32,7 +32,7 @@ logging steps (one in 10), then the median over the rounds for times and the mea
 counts. The per-part tables and a table of all configurations are printed after the runs;
 the rows returned (the table under ``## step``) are the full steps. BayesNCL's step
 against NCL's on random tensors alone is the ``step-ratio`` benchmark
-(:mod:`ncl_lightning.bench.step`).
+([`ncl_lightning.bench.step`][]).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def settings_for(net: str) -> dict[str, Any]:
 
 
 def make_tiny(name: str, settings: dict[str, Any], num_classes: int = 10) -> CL:
-    """``name`` on :class:`TinyNet` with a 16-32-16 projector (and gating head)."""
+    """``name`` on [`TinyNet`][] with a 16-32-16 projector (and gating head)."""
     return METHODS[name](
         TinyNet(),
         proj_hidden_dim=TINY_HIDDEN,
@@ -130,7 +130,7 @@ def make_tiny(name: str, settings: dict[str, Any], num_classes: int = 10) -> CL:
 
 
 class TinyBareStep(BareStep):
-    """:class:`~ncl_lightning.bench.throughput.BareStep` of the tiny network."""
+    """[`BareStep`][ncl_lightning.bench.throughput.BareStep] of the tiny network."""
 
     warmup = WARMUP
 
@@ -140,7 +140,7 @@ class TinyBareStep(BareStep):
 
 
 def measure(name: str, pipeline: str, net: str, settings: dict[str, Any]) -> StepParts:
-    """One ``Trainer.fit`` of ``name`` with ``pipeline`` under :class:`StepParts`."""
+    """One ``Trainer.fit`` of ``name`` with ``pipeline`` under [`StepParts`][]."""
     torch.manual_seed(0)
     datamodule = bench_data(pipeline, BATCH_SIZE)
     build = make_model if net == "resnet18" else make_tiny

@@ -2,7 +2,7 @@
 
 For data with known generative factors (dSprites: shape, scale, orientation, posX, posY),
 the callback streams the features that the method's ``validation_step`` / ``test_step``
-return (:class:`~ncl_lightning.methods.ssl.Encoded`: ``z`` after the non-negative map,
+return ([`Encoded`][ncl_lightning.methods.ssl.Encoded]: ``z`` after the non-negative map,
 ``h`` the backbone output) together with the batch's integer factor labels ``[B, K]``,
 and at the end of the epoch logs the Mutual Information Gap (Chen et al., NeurIPS 2018;
 disentanglement_lib estimator with 20 equal-width bins) of each space:
@@ -36,7 +36,7 @@ from ncl_lightning.metrics.mig import MutualInformationGap
 
 
 class _PerFactorMIG(MutualInformationGap):
-    """:class:`MutualInformationGap` whose ``compute`` returns the per-factor gaps ``[K]``."""
+    """[`MutualInformationGap`][] whose ``compute`` returns the per-factor gaps ``[K]``."""
 
     def compute(self) -> Tensor:
         """float64 ``[K]`` gaps over every stored sample (all ranks, after the sync)."""

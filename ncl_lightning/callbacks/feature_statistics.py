@@ -1,7 +1,7 @@
 """``FeatureStatistics``: every interpretability metric of docs/metrics.md, during training.
 
 At validation (every ``every_n_epochs`` epochs) and at every test, the callback streams
-the features the method's ``validation_step`` / ``test_step`` return (:class:`Encoded`:
+the features the method's ``validation_step`` / ``test_step`` return ([`Encoded`][]:
 ``z``, the features entering the objective after the non-negative map or gate, and ``h``,
 the backbone output) into torchmetrics states, and logs
 ``{stage}/{space}/{metric}`` (e.g. ``val/z/semantic_consistency``). SEPIN needs two

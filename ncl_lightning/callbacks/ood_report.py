@@ -100,7 +100,7 @@ class OODReport(L.Callback):
 
     Reads ``trainer.callback_metrics["test/<name>/<metric>"]`` for each name of
     ``trainer.datamodule.test_names`` (does nothing when the DataModule has none), builds
-    :func:`ood_table`, logs it and, on rank 0, writes ``<run dir>/<filename>`` (markdown)
+    [`ood_table`][], logs it and, on rank 0, writes ``<run dir>/<filename>`` (markdown)
     and the JSON twin (same stem, ``.json``).
 
     Args:

@@ -12,7 +12,7 @@ from ncl_lightning.foundation.errors import ConfigError
 
 def check_spaces(spaces: list[str]) -> None:
     """``ConfigError`` unless ``spaces`` is a non-empty list of feature names (``z``, ``h``:
-    fields of the method's :class:`~ncl_lightning.methods.ssl.Encoded`)."""
+    fields of the method's [`Encoded`][ncl_lightning.methods.ssl.Encoded])."""
     if not spaces or not all(isinstance(s, str) and s.isidentifier() for s in spaces):
         raise ConfigError(
             f"spaces must be a non-empty list of feature names, got {spaces}", key="spaces"

@@ -1,13 +1,13 @@
 """Callbacks of the sparse-coding study (Pokle et al., AISTATS 2022).
 
 They work with any method whose ``backbone`` exposes ``dictionary_weight`` (the
-``[m, p]`` first-layer weight of :class:`~ncl_lightning.nn.SparseCodingEncoder`) and any
-DataModule exposing the ground-truth ``dictionary`` ``[p, d]``
-(:class:`~ncl_lightning.data.SparseCodingDataModule`):
+``[m, p]`` first-layer weight of [`SparseCodingEncoder`][ncl_lightning.nn.SparseCodingEncoder]) and
+any DataModule exposing the ground-truth ``dictionary`` ``[p, d]``
+([`SparseCodingDataModule`][ncl_lightning.data.SparseCodingDataModule]):
 
-* :class:`WarmStart` initialises the encoder at the dictionary plus noise;
-* :class:`EncoderNormalization` renormalises the rows or columns of ``W`` after every step;
-* :class:`DictionaryRecoveryMonitor` logs the max / median / min over atoms of the best
+* [`WarmStart`][] initialises the encoder at the dictionary plus noise;
+* [`EncoderNormalization`][] renormalises the rows or columns of ``W`` after every step;
+* [`DictionaryRecoveryMonitor`][] logs the max / median / min over atoms of the best
   absolute cosine with any encoder row (``ncl_lightning.metrics.DictionaryRecovery``).
 """
 
@@ -28,7 +28,7 @@ from ncl_lightning.nn.sparse_coding import normalize_weight_, warm_start_
 
 def encoder_weight(pl_module: L.LightningModule, owner: str) -> Tensor:
     """The ``dictionary_weight`` ``[m, p]`` of ``pl_module.backbone``; one-line
-    :class:`ConfigError` if it has none."""
+    [`ConfigError`][] if it has none."""
     backbone = getattr(pl_module, "backbone", None)
     weight = getattr(backbone, "dictionary_weight", None)
     if not isinstance(weight, Tensor):
@@ -42,8 +42,8 @@ def encoder_weight(pl_module: L.LightningModule, owner: str) -> Tensor:
 
 def ground_truth_dictionary(trainer: L.Trainer, owner: str) -> Tensor:
     """The DataModule's ground-truth ``dictionary`` ``[p, d]``
-    (:class:`~ncl_lightning.foundation.protocols.GroundTruthDictionary`); one-line
-    :class:`ConfigError` if it has none."""
+    ([`GroundTruthDictionary`][ncl_lightning.foundation.protocols.GroundTruthDictionary]); one-line
+    [`ConfigError`][] if it has none."""
     what = "the ground-truth `dictionary` (e.g. ncl_lightning.data.SparseCodingDataModule)"
     return require_extra(trainer.datamodule, GroundTruthDictionary, owner, what, "data").dictionary
 

@@ -1,11 +1,11 @@
 """Checkpoints of the package: the record they carry, its validation and safe reading.
 
-* :mod:`~ncl_lightning.checkpoints.record`: the record's core (method class, backbone spec);
-* :mod:`~ncl_lightning.checkpoints.check`: structure and trusted class paths, checked
+* [`record`][ncl_lightning.checkpoints.record]: the record's core (method class, backbone spec);
+* [`check`][ncl_lightning.checkpoints.check]: structure and trusted class paths, checked
   before anything is imported;
-* :mod:`~ncl_lightning.checkpoints.load`: the one reader (``read_checkpoint``) and
-  :func:`~ncl_lightning.checkpoints.load.load_backbone` /
-  :func:`~ncl_lightning.checkpoints.load.load_method`.
+* [`load`][ncl_lightning.checkpoints.load]: the one reader (``read_checkpoint``) and
+  [`load_backbone`][ncl_lightning.checkpoints.load.load_backbone] /
+  [`load_method`][ncl_lightning.checkpoints.load.load_method].
 
 Writing checkpoints (atomic files, the logger versions) is the run-time shell's.
 """

@@ -1,10 +1,10 @@
 """One validator for every checkpoint reader: structure first, then the class paths.
 
 Every reader of the package (``ncl-cli fit/test --ckpt_path``,
-:func:`~ncl_lightning.checkpoints.load.load_backbone`,
-:func:`~ncl_lightning.checkpoints.load.load_method`, the evaluation modules, the atlas)
-goes through :func:`~ncl_lightning.checkpoints.load.read_checkpoint`, which calls
-:func:`check_structure` and :func:`check_class_paths` here before anything else looks at
+[`load_backbone`][ncl_lightning.checkpoints.load.load_backbone],
+[`load_method`][ncl_lightning.checkpoints.load.load_method], the evaluation modules, the atlas)
+goes through [`read_checkpoint`][ncl_lightning.checkpoints.load.read_checkpoint], which calls
+[`check_structure`][] and [`check_class_paths`][] here before anything else looks at
 the file's contents:
 
 * **Structure**: a damaged file (a list where a mapping belongs, a string record, no
@@ -14,7 +14,7 @@ the file's contents:
   ``class_path`` in its hyper-parameters) that are imported when the model is rebuilt.
   Importing a module runs its code, so a class path read from a file is imported only if
   its module is trusted: this package and the libraries it builds on
-  (:data:`TRUSTED_PACKAGES`), modules the user's own config names (``ncl-cli`` passes
+  (``TRUSTED_PACKAGES``), modules the user's own config names (``ncl-cli`` passes
   them), and modules listed in ``$NCL_TRUSTED_MODULES`` (comma-separated, e.g.
   ``mylab.models``). The check reads strings only: nothing is imported to make it.
 """
@@ -157,8 +157,8 @@ def check_structure(ckpt: Any, path: Path | str) -> dict[str, Any]:
 
 
 def trusted_modules(extra: Iterable[str] = ()) -> tuple[str, ...]:
-    """Module prefixes a checkpoint's class paths may name: :data:`TRUSTED_PACKAGES`,
-    ``$NCL_TRUSTED_MODULES``, those of an enclosing :func:`trusting` and ``extra``."""
+    """Module prefixes a checkpoint's class paths may name: ``TRUSTED_PACKAGES``,
+    ``$NCL_TRUSTED_MODULES``, those of an enclosing [`trusting`][] and ``extra``."""
     env = [m.strip() for m in os.environ.get(TRUSTED_ENV, "").split(",") if m.strip()]
     return tuple(dict.fromkeys([*TRUSTED_PACKAGES, *env, *_TRUSTED_HERE.get(), *extra]))
 
@@ -182,7 +182,7 @@ def modules_of(class_paths: Iterable[str]) -> list[str]:
 
 def is_trusted(class_path: str, extra: Iterable[str] = ()) -> bool:
     """Whether ``class_path`` (or a module path) lies in a trusted module
-    (:func:`trusted_modules`, plus ``extra``)."""
+    ([`trusted_modules`][], plus ``extra``)."""
     return any(class_path == t or class_path.startswith(f"{t}.") for t in trusted_modules(extra))
 
 
@@ -222,9 +222,9 @@ def check_class_paths(
     """Refuse a checkpoint naming a class whose module is not trusted (module docstring).
 
     Args:
-        ckpt: A checkpoint that passed :func:`check_structure`.
+        ckpt: A checkpoint that passed [`check_structure`][].
         path: The file, for the message.
-        trusted: Module prefixes trusted besides :func:`trusted_modules`' (``ncl-cli``
+        trusted: Module prefixes trusted besides [`trusted_modules`][]' (``ncl-cli``
             passes the modules of the classes the user's config names).
 
     Raises:

@@ -1,16 +1,16 @@
 """Safe checkpoint reading: backbones and whole methods from any checkpoint we write.
 
 Every checkpoint of the package carries a small record (``checkpoint["ncl_lightning"]``,
-written by the :class:`~ncl_lightning.runtime.checkpoint_record.CheckpointRecord` callback): the
-method's class path and how to build its backbone (``{"class_path", "init_args"}``). With
-it, :func:`load_backbone` rebuilds the encoder of a CL, NCL, BayesNCL, NCE or probe
+written by the [`CheckpointRecord`][ncl_lightning.runtime.checkpoint_record.CheckpointRecord]
+callback): the method's class path and how to build its backbone (``{"class_path", "init_args"}``).
+With it, [`load_backbone`][] rebuilds the encoder of a CL, NCL, BayesNCL, NCE or probe
 checkpoint from the file alone.
 
 Files are read with ``torch.load(weights_only=True)``: only tensors and plain containers
 are unpickled, so a checkpoint carrying a pickled object that would run code is refused
 before anything in it executes. The structure is validated and every class path the file
 names must come from a trusted module before anything is imported
-(:mod:`ncl_lightning.checkpoints.check`); the classes must then be ``nn.Module``
+([`ncl_lightning.checkpoints.check`][]); the classes must then be ``nn.Module``
 (backbone) or ``LightningModule`` (method) subclasses.
 """
 
@@ -46,9 +46,9 @@ def read_checkpoint(path: str | Path, trusted: Iterable[str] = ()) -> dict[str, 
     """Read one of our checkpoints with tensor-only unpickling, and validate it.
 
     The one reader of every checkpoint of the package: the structure is checked
-    (:func:`~ncl_lightning.checkpoints.check.check_structure`) and every class path
+    ([`check_structure`][ncl_lightning.checkpoints.check.check_structure]) and every class path
     it names must come from a trusted module
-    (:func:`~ncl_lightning.checkpoints.check.check_class_paths`), before anything
+    ([`check_class_paths`][ncl_lightning.checkpoints.check.check_class_paths]), before anything
     in it is used or imported.
 
     Args:
@@ -172,7 +172,7 @@ def load_method(path: str | Path) -> L.LightningModule:
     tensor-only. Returned on the CPU in eval mode.
 
     Raises:
-        CheckpointError: As :func:`load_backbone`, or the module's state does not fit.
+        CheckpointError: As [`load_backbone`][], or the module's state does not fit.
     """
     ckpt = read_checkpoint(path)
     record = ckpt[RECORD_KEY]

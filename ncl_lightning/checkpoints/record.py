@@ -1,9 +1,9 @@
 """The record every checkpoint of the package carries, and what reads it back.
 
 ``checkpoint["ncl_lightning"]`` holds the module's class path, how to build its backbone
-(``{"class_path", "init_args"}``, so :func:`~ncl_lightning.checkpoints.load.load_backbone`
+(``{"class_path", "init_args"}``, so [`load_backbone`][ncl_lightning.checkpoints.load.load_backbone]
 rebuilds the encoder from the file alone) and, written by the run-time callback
-:class:`~ncl_lightning.runtime.checkpoint_record.CheckpointRecord`, the run's logger
+[`CheckpointRecord`][ncl_lightning.runtime.checkpoint_record.CheckpointRecord], the run's logger
 versions and identity. This module has the record's core: pure functions of a module.
 """
 

@@ -12,15 +12,15 @@ Batches:
       Supervised runs (probes, fine-tuning, NCE) use ``n_views: 1`` and
       ``train_transform: crop_flip``. With ``augment_on: device`` the loader yields
       uint8 images ``[B, C, S, S]`` and the views are made on the training device, after
-      the transfer (:meth:`MultiViewDataModule.on_after_batch_transfer`), by
-      :class:`~ncl_lightning.data.batch_augmentation.BatchAugmentation`: same batch
+      the transfer ([`MultiViewDataModule.on_after_batch_transfer`][]), by
+      [`BatchAugmentation`][ncl_lightning.data.batch_augmentation.BatchAugmentation]: same batch
       format for the method, same distribution of augmentations.
     * ``val_dataloader`` / ``test_dataloader`` / ``predict_dataloader``: ``(images,
       labels)`` with ``images`` ``[B, C, H, W]`` through the clean (non-augmented)
       transform; in order, no batch dropped.
 
 ``B`` is the per-device batch: ``batch_size``, or ``batch_size // world_size`` with
-``batch_scope: global`` (:mod:`ncl_lightning.data.batch_scope`).
+``batch_scope: global`` ([`ncl_lightning.data.batch_scope`][]).
 """
 
 from __future__ import annotations
@@ -80,12 +80,12 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         batch_scope: What ``batch_size`` counts. ``device``: each process loads
             ``batch_size`` (the global batch grows with the device count). ``global``: the
             run's batch over all ``world_size`` processes, each loading
-            ``batch_size // world_size`` (:attr:`per_device_batch_size`), so a paper's
+            ``batch_size // world_size`` (``per_device_batch_size``), so a paper's
             global batch and its scaled learning rate hold on any device count; a
             ``world_size`` that does not divide it is refused before training.
         num_workers: DataLoader worker processes (0 loads in the main process); ``None``
             picks them from the CPUs available to each device process
-            (:func:`~ncl_lightning.data.loader_defaults.default_workers`: 15 with 16 CPUs
+            (``default_workers``: 15 with 16 CPUs
             and one GPU; at most 2 with ``augment_on: device`` when no image file is
             decoded per item).
         n_views: Augmented views per training image (>= 2 for contrastive learning,
@@ -172,9 +172,9 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         raise NotImplementedError(f"{type(self).__name__} must implement default_augmentation")
 
     def split_size(self, split: Split) -> int:
-        """Number of samples of ``split``, for :meth:`check_inputs`.
+        """Number of samples of ``split``, for [`check_inputs`][].
 
-        The default builds the split (cached by :meth:`base_dataset`, so ``setup`` does
+        The default builds the split (cached by [`base_dataset`][], so ``setup`` does
         not build it again): right for in-memory data. DataModules whose building is
         expensive (image decoding) override it with a count that reads no image.
         """
@@ -184,7 +184,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         """Check, before any training, that ``stage`` can get the data it needs.
 
         Read-only: nothing is written or downloaded, and image folders are listed, not
-        decoded (:meth:`split_size`); scans are cached on the instance, so ``setup``
+        decoded ([`split_size`][]); scans are cached on the instance, so ``setup``
         (which calls this first) does not repeat them. The CLI
         calls it before ``trainer.fit``/``test``, so a bad path fails before any output
         is written. Subclasses extend it (missing folders or files) and call ``super()``.
@@ -214,7 +214,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
     @property
     def num_workers(self) -> int:
         """Loader worker processes: the configured ``num_workers``, or with ``None``
-        :func:`~ncl_lightning.data.loader_defaults.default_workers` for this pipeline, its
+        ``default_workers`` for this pipeline, its
         files and, once a trainer is attached, its devices per machine."""
         return self._auto_workers()[0] if self._num_workers is None else self._num_workers
 
@@ -232,7 +232,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
 
     def loader_summary(self) -> str:
         """The training loader's settings for the batch line of ``fit``
-        (:func:`~ncl_lightning.data.loader_defaults.describe_loader`)."""
+        (``describe_loader``)."""
         rule = "configured" if self._num_workers is not None else self._auto_workers()[1]
         return describe_loader(
             self.num_workers,
@@ -366,7 +366,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         return self._loader(TransformedDataset(base, clean), split, False)
 
     def clean_train_dataloader(self, rank: int = 0, world_size: int = 1) -> DataLoader:
-        """:meth:`clean_dataloader` of the training split."""
+        """[`clean_dataloader`][] of the training split."""
         return self.clean_dataloader("train", rank, world_size)
 
     def view_dataloader(self, split: Split, rank: int = 0, world_size: int = 1) -> DataLoader:
@@ -379,7 +379,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         rank ``rank`` of ``world_size`` gets batches ``rank::world_size``, so the batches do
         not depend on the number of ranks. The last incomplete batch is dropped if a full
         one exists. The order and the views of sample ``i`` depend only on ``(seed, i)``
-        (:class:`EvalViewSampler`): not on the global generator, the workers or a resume.
+        ([`EvalViewSampler`][]): not on the global generator, the workers or a resume.
 
         Args:
             split: ``"val"`` or ``"test"``.

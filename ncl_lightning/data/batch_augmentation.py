@@ -1,7 +1,7 @@
 """The SimCLR view pipeline on whole batches, on the training device (GPU or CPU).
 
-:class:`BatchAugmentation` draws the same per-sample random parameters as the torchvision
-pipeline that :meth:`SimCLRAugmentation.build` makes (random resized crop with
+[`BatchAugmentation`][] draws the same per-sample random parameters as the torchvision
+pipeline that [`SimCLRAugmentation.build`][] makes (random resized crop with
 torchvision's ten tries and centre-crop fallback, rotation, horizontal flip, colour
 jitter in a random order per image, grayscale, Gaussian blur, solarisation) and applies
 them to a uint8 batch ``[B, C, H, W]`` with a handful of batched tensor ops:
@@ -73,7 +73,7 @@ def _sampling_grid(
     and the ``[B, 1, size, size]`` mask of output pixels that rotation brings from
     outside the crop (torchvision fills them with 0), or ``None`` without rotation.
 
-    Built on the device of ``packed`` (``[B, 18]``, :func:`pack_params`)."""
+    Built on the device of ``packed`` (``[B, 18]``, [`pack_params`][])."""
     n, device = packed.shape[0], packed.device
     coords = (torch.arange(size, dtype=torch.float32, device=device) + 0.5) * (2.0 / size) - 1.0
     sign = 1.0 - 2.0 * packed[:, FLIP, None, None]  # flip is applied last: undo it first

@@ -50,7 +50,7 @@ def per_device_batch(batch_size: int, batch_scope: BatchScope, world_size: int) 
 
 
 class ScopedBatch:
-    """DataModule mixin: :attr:`per_device_batch_size` from ``batch_size``,
+    """DataModule mixin: [`per_device_batch_size`][] from ``batch_size``,
     ``batch_scope`` (``device`` unless the DataModule takes the argument) and the
     attached trainer's world size."""
 
@@ -76,7 +76,7 @@ def check_train_batches(
     hint: str = "",
     batch_scope: BatchScope = "device",
 ) -> None:
-    """Raise :class:`DataError` unless every rank gets at least one training batch.
+    """Raise [`DataError`][] unless every rank gets at least one training batch.
 
     Args:
         count: Samples of the training split.
@@ -85,10 +85,10 @@ def check_train_batches(
             ``batch_scope: global``).
         drop_last: Whether the last incomplete batch is dropped.
         hint: Extra remedy appended to "lower batch_size" (e.g. "or raise ...").
-        batch_scope: What ``batch_size`` counts (:func:`per_device_batch`).
+        batch_scope: What ``batch_size`` counts ([`per_device_batch`][]).
 
     Raises:
-        ConfigError: See :func:`per_device_batch`.
+        ConfigError: See [`per_device_batch`][].
     """
     per_rank = per_device_batch(batch_size, batch_scope, world_size)
     per_device = count // max(1, world_size)

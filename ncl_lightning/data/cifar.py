@@ -172,11 +172,11 @@ class CIFAR10DataModule(_CIFARDataModule):
     Args:
         root: Folder holding (or to receive) ``cifar-10-batches-py``.
         download: Download the archive if the files are missing (never otherwise).
-        **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
+        **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
 
     Raises:
-        DataNotFoundError: At :meth:`check_inputs` (called by ``setup``) when the files
+        DataNotFoundError: At ``check_inputs`` (called by ``setup``) when the files
             are missing and cannot be obtained; the message names the folder and how to
             fix it.
     """
@@ -192,11 +192,11 @@ class CIFAR100DataModule(_CIFARDataModule):
     Args:
         root: Folder holding (or to receive) ``cifar-100-python``.
         download: Download the archive if the files are missing (never otherwise).
-        **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
+        **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
 
     Raises:
-        DataNotFoundError: At :meth:`check_inputs` (called by ``setup``) when the files
+        DataNotFoundError: At ``check_inputs`` (called by ``setup``) when the files
             are missing and cannot be obtained; the message names the folder and how to
             fix it.
     """

@@ -2,8 +2,8 @@
 
 Each takes a float batch ``[B, C, H, W]`` in [0, 1] and per-sample factors ``[B]``, and
 runs as a handful of whole-batch tensor ops (no per-sample loop, no host read), so that a
-GPU batch is queued work only. Used by :class:`~ncl_lightning.data.batch_augmentation.
-BatchAugmentation`; the formulas and factor ranges are torchvision's (``adjust_brightness``,
+GPU batch is queued work only. Used by ``
+BatchAugmentation``; the formulas and factor ranges are torchvision's (``adjust_brightness``,
 ``adjust_contrast``, ``adjust_saturation``, ``adjust_hue``, ``gaussian_blur``).
 """
 
@@ -64,7 +64,7 @@ _HSV_OFFSETS = (5.0, 3.0, 1.0)
 
 
 def hue_shift(x: Tensor, turns6: Tensor) -> Tensor:
-    """:func:`adjust_hue` with the shift ``turns6`` ``[B, 1, 1, 1]`` in sixths of a turn."""
+    """[`adjust_hue`][] with the shift ``turns6`` ``[B, 1, 1, 1]`` in sixths of a turn."""
     maxc, largest = x.max(dim=1, keepdim=True)  # [B, 1, H, W]
     delta = maxc - x.amin(dim=1, keepdim=True)
     # Hue in sixths: 2 i + (x[i + 1] - x[i - 1]) / delta for the largest channel i. Where

@@ -3,7 +3,7 @@
 PIL's ``convert("RGB")`` is right for most modes but not all: 16-bit grayscale (``I;16``,
 what a 16-bit PNG opens as) is clipped at 255, a near-white image; ``LAB`` is copied
 channel by channel as if it were RGB; alpha is dropped, showing whatever colour the
-transparent pixels happen to store. :func:`to_8bit` decodes each mode as follows:
+transparent pixels happen to store. [`to_8bit`][] decodes each mode as follows:
 
 * ``1``, ``L``: gray as stored (``1`` as 0 / 255).
 * ``P``, ``RGB``, ``RGBX``, ``CMYK``, ``YCbCr``, ``HSV``: PIL's conversion (palette
@@ -21,7 +21,7 @@ transparent pixels happen to store. :func:`to_8bit` decodes each mode as follows
   file and the mode. Their range is not defined (0..1? 0..255? 0..65535?), so no
   scaling would be right for every file.
 
-Single-channel sources give ``L``, the others ``RGB``; :func:`read_image` converts to the
+Single-channel sources give ``L``, the others ``RGB``; [`read_image`][] converts to the
 DataModule's mode (``L`` from colour by PIL's ITU-R 601-2 luma).
 """
 
@@ -123,7 +123,7 @@ def read_image(path: str, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
 
     Raises:
         CorruptImageError: The file cannot be decoded (not an image, truncated, a mode
-            refused by :func:`to_8bit`); the message names the path. PIL's
+            refused by [`to_8bit`][]); the message names the path. PIL's
             ``LOAD_TRUNCATED_IMAGES`` is never set, so a truncated file fails instead of
             loading with grey rows.
     """

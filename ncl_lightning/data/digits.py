@@ -32,7 +32,7 @@ class DigitsDataModule(MultiViewDataModule):
         seed: Seed of the split (the same seed always gives the same split).
         batch_size: Images per batch (128: the training split has 1,437 images).
         num_workers: DataLoader workers (0: the data is a small in-memory tensor).
-        **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
+        **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
     """
 

@@ -2,7 +2,7 @@
 
 ``torchvision``'s downloads surface a failure as whatever ``urllib`` raised (often a
 ``URLError`` wrapping the socket error, sometimes re-raised after an https -> http
-retry). :func:`download_failure_cause` walks that chain and names the true cause: no
+retry). [`download_failure_cause`][] walks that chain and names the true cause: no
 network / DNS failure, host or network unreachable, connection refused or reset, a
 time-out, an HTTP error status, or a downloaded file that failed its check.
 """

@@ -2,19 +2,19 @@
 
 The NCL paper (Wang et al., ICLR 2024, Table 6) evaluates disentanglement on dSprites
 (Matthey et al., 2017); the grid and its renderer live in
-:mod:`ncl_lightning.data.sprite_render`. ``DSpritesDataModule`` serves disjoint random
+[`ncl_lightning.data.sprite_render`][]. ``DSpritesDataModule`` serves disjoint random
 train / val / test subsets of the grid for contrastive pre-training and disentanglement
 evaluation (MIG, Chen et al., 2018):
 
 * ``train_dataloader``: ``(views, factors)``, ``views`` a list of ``n_views`` float
-  tensors ``[B, 1, 64, 64]`` (independent :class:`SpriteAugmentation` draws of the same
+  tensors ``[B, 1, 64, 64]`` (independent [`SpriteAugmentation`][] draws of the same
   sprites), ``factors`` int64 ``[B, 5]``; shuffled, last incomplete batch dropped.
 * ``val_dataloader`` / ``test_dataloader``: clean ``(images [B, 1, 64, 64], factors
   [B, 5])`` in order, no batch dropped.
 
-Randomness follows the one scheme of :mod:`ncl_lightning.data.seeding`: the epoch's order
-and every sample's seed come from ``(seed, epoch, sample)`` (:class:`EpochSampler`), a
-batch's views from :func:`batch_seed` of its keys, so runs are the same with any number
+Randomness follows the one scheme of [`ncl_lightning.data.seeding`][]: the epoch's order
+and every sample's seed come from ``(seed, epoch, sample)`` ([`EpochSampler`][]), a
+batch's views from [`batch_seed`][] of its keys, so runs are the same with any number
 of workers and a run resumed from a mid-epoch checkpoint continues exactly.
 """
 
@@ -63,8 +63,8 @@ class RenderBatch:
     ``(views, factors)`` when an augmentation is given.
 
     A key is a position in ``grid_indices`` or an ``(position, sample_seed)`` pair
-    (:class:`EpochSampler`, :class:`EvalViewSampler`); the views of a batch are drawn
-    from a generator seeded with :func:`batch_seed` of its keys, so they do not depend on
+    ([`EpochSampler`][], [`EvalViewSampler`][]); the views of a batch are drawn
+    from a generator seeded with [`batch_seed`][] of its keys, so they do not depend on
     the worker that renders them or on a resume.
 
     Args:
@@ -119,7 +119,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
     ``train_size + val_size + test_size`` distinct grid indices are drawn at construction
     from one permutation of the 737,280 combinations (``seeded_generator(seed, DATA_KEY)``)
     and split in that order, so the splits are disjoint and fixed by ``seed``. Images are
-    rendered per batch in the ``collate_fn`` (:func:`render_sprites`), never all at once;
+    rendered per batch in the ``collate_fn`` ([`render_sprites`][]), never all at once;
     training views come from ``(seed, epoch, sample)`` (see the module docstring).
 
     Args:
@@ -241,7 +241,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
 
     def loader_summary(self) -> str:
         """The training loader's settings, for the batch line a run prints at the start
-        of ``fit`` (:func:`~ncl_lightning.data.base.describe_loader`)."""
+        of ``fit`` (``describe_loader``)."""
         pinned = self.pin_memory and torch.cuda.is_available()
         return describe_loader(self.num_workers, "configured", pinned, True, self.prefetch_factor)
 
@@ -270,7 +270,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         return self._loader(RenderBatch(self.split_indices(split)[rank::world_size]))
 
     def clean_train_dataloader(self, rank: int = 0, world_size: int = 1) -> DataLoader:
-        """:meth:`clean_dataloader` of the training split."""
+        """[`clean_dataloader`][] of the training split."""
         return self.clean_dataloader("train", rank, world_size)
 
     def view_dataloader(self, split: str, rank: int = 0, world_size: int = 1) -> DataLoader:
@@ -279,7 +279,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         The split in a random order seeded by ``seed``, cut into batches of ``batch_size``;
         rank ``rank`` of ``world_size`` gets batches ``rank::world_size`` (the last
         incomplete batch dropped if a full one exists). The views of a batch depend only on
-        ``(seed, its samples)`` (:class:`EvalViewSampler` keys): the same at every call,
+        ``(seed, its samples)`` ([`EvalViewSampler`][] keys): the same at every call,
         with any number of workers or ranks and after a resume.
         """
         check_choice("split", split, ("val", "test"))

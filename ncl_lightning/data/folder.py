@@ -4,7 +4,7 @@
 (any user folder), ``ImageNet100DataModule`` (a fixed class subset) and the OOD sets. The
 scan walks only the class folders it is given, so selecting 100 classes of a full
 ImageNet tree never lists the other 900. Directory links are followed by the rules of
-:mod:`ncl_lightning.data.scan` (never back into the dataset; outside it, once), with one
+[`ncl_lightning.data.scan`][] (never back into the dataset; outside it, once), with one
 warning per split counting the links skipped. Every error names the config key and the
 path.
 """
@@ -36,7 +36,7 @@ SHOWN = 5  # paths or names listed in a message before "(+N more)"
 
 
 def require_dir(path: Path, what: str, key: str = "data", expected: str = "") -> Path:
-    """Return ``path`` if it is a directory, else raise :class:`DataNotFoundError`.
+    """Return ``path`` if it is a directory, else raise [`DataNotFoundError`][].
 
     Args:
         path: The folder.
@@ -86,7 +86,7 @@ def scan_class_folders(
     """List the images of the given class folders, label = position in ``classes``.
 
     Only directory listings: no image is opened. Directory links are followed by the
-    rules of :mod:`ncl_lightning.data.scan`; the links skipped (also those met by
+    rules of [`ncl_lightning.data.scan`][]; the links skipped (also those met by
     ``scan`` while listing the classes) are counted in one warning.
 
     Args:
@@ -95,7 +95,7 @@ def scan_class_folders(
         key: Config key named in the errors (the setting that points at the folder).
         what: Name of the data set in the errors, e.g. ``"ImageNet-100"``.
         hint: Appended to the missing-class error, e.g. where the class list comes from.
-        scan: The split's :class:`~ncl_lightning.data.scan.FolderScan`, whose ``trees``
+        scan: The split's [`FolderScan`][ncl_lightning.data.scan.FolderScan], whose ``trees``
             are the dataset root and its split folders; ``None``: ``[split_dir]``.
 
     Returns:
@@ -155,25 +155,25 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
         image_size: Side of the batched images; the default augmentation is the CIFAR
             recipe up to 64 px and the ImageNet recipe above.
         cache: Decode every image once, resized (shorter side) and centre-cropped to
-            :attr:`source_size`, into uint8: ``none`` (decode per item, every epoch),
+            ``source_size``, into uint8: ``none`` (decode per item, every epoch),
             ``memory`` (a tensor in RAM, per process) or ``disk`` (a memory-mapped file
             in ``cache_dir``, written once, shared by the ranks and later runs). The
             random crops then come from that square, not the full original image.
         cache_dir: Folder of the ``disk`` cache.
         skip_corrupt: Leave out the images that cannot be decoded (one warning per split
-            naming them; listed in :attr:`skipped_images`) instead of failing with
-            :class:`~ncl_lightning.foundation.errors.CorruptImageError`. Cost: with ``cache: none``,
-            ``setup`` decodes every image of the splits it builds once more (a thread
-            pool); with a cache, the check is the cache's decode pass (free).
-        **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
+            naming them; listed in ``skipped_images``) instead of failing with
+            [`CorruptImageError`][ncl_lightning.foundation.errors.CorruptImageError]. Cost: with
+            ``cache: none``, ``setup`` decodes every image of the splits it builds once more (a
+            thread pool); with a cache, the check is the cache's decode pass (free).
+        **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``augment_on``, ...).
 
     Raises:
         DataNotFoundError: At construction if ``root`` or ``root/train_dir`` is missing
-            or holds no class folder; at :meth:`check_inputs` (called by ``setup``) if a
+            or holds no class folder; at ``check_inputs`` (called by ``setup``) if a
             split folder or a class folder of a split is missing, or a class folder
             holds no image.
-        DataError: At :meth:`check_inputs` if a split has class folders the training
+        DataError: At ``check_inputs`` if a split has class folders the training
             folder lacks, or the training split is smaller than one batch.
         CorruptImageError: When an image cannot be decoded and ``skip_corrupt`` is false.
     """

@@ -1,5 +1,5 @@
 """Reading the images of an image folder: the dataset of ``(path, label)`` pairs, the
-check that skips unreadable files, and :class:`DecodedCacheMixin` (scans, skipping, the
+check that skips unreadable files, and [`DecodedCacheMixin`][] (scans, skipping, the
 decoded-once cache and the input checks of an image-folder DataModule)."""
 
 from __future__ import annotations
@@ -93,9 +93,9 @@ class DecodedCacheMixin:
     """Folder scanning, unreadable-file skipping and the decoded-once cache of an
     image-folder DataModule.
 
-    ``__init__`` calls :meth:`use_cache`; the DataModule implements :meth:`split_folder`
-    and :meth:`scan_split`, and ``build_split`` returns :meth:`image_dataset`. Scans are
-    cached per folder, so :meth:`check_inputs` (which scans) and ``setup`` list each
+    ``__init__`` calls [`use_cache`][]; the DataModule implements [`split_folder`][]
+    and [`scan_split`][], and ``build_split`` returns [`image_dataset`][]. Scans are
+    cached per folder, so [`check_inputs`][] (which scans) and ``setup`` list each
     folder once. The DataModule has ``num_workers``, ``source_size`` and ``classes``.
 
     Attributes:
@@ -125,7 +125,7 @@ class DecodedCacheMixin:
     def reads_files(self) -> bool:
         """With ``cache: none`` the loader workers decode an image file per item, so
         ``augment_on: device`` needs as many automatic workers as ``cpu``
-        (:func:`~ncl_lightning.data.loader_defaults.default_workers`)."""
+        ([`default_workers`][ncl_lightning.data.loader_defaults.default_workers])."""
         return getattr(self, "cache", "none") == "none"
 
     def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:

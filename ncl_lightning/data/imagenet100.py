@@ -70,22 +70,22 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
         train_dir: Training folder, relative to ``root``.
         val_dir: Validation folder, relative to ``root``.
         cache: Decoded-once cache, ``none``, ``memory`` or ``disk``, stored at 256 px
-            (as :class:`~ncl_lightning.data.ImageFolderDataModule`'s ``cache``).
+            (as [`ImageFolderDataModule`][ncl_lightning.data.ImageFolderDataModule]'s ``cache``).
         cache_dir: Folder of the ``disk`` cache.
         skip_corrupt: Leave out the images that cannot be decoded (one warning per split
             naming them; listed in ``skipped_images``) instead of failing with
-            :class:`~ncl_lightning.foundation.errors.CorruptImageError`. Cost: with ``cache: none``,
-            ``setup`` decodes every image of the splits it builds once more (a thread
-            pool; minutes for the 126k ImageNet-100 training images); with a cache, the
+            [`CorruptImageError`][ncl_lightning.foundation.errors.CorruptImageError]. Cost: with
+            ``cache: none``, ``setup`` decodes every image of the splits it builds once more (a
+            thread pool; minutes for the 126k ImageNet-100 training images); with a cache, the
             check is the cache's decode pass (free).
-        **kwargs: Loader and view options of :class:`MultiViewDataModule` (``batch_size``,
+        **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``augment_on``, ...).
 
     Raises:
-        DataNotFoundError: At :meth:`check_inputs` (called by ``setup``), naming the
+        DataNotFoundError: At ``check_inputs`` (called by ``setup``), naming the
             missing root or split folder, the missing WNID folders (all counted), or an
             empty WNID folder.
-        DataError: At :meth:`check_inputs` when the training split is smaller than one
+        DataError: At ``check_inputs`` when the training split is smaller than one
             batch.
         CorruptImageError: When an image cannot be decoded and ``skip_corrupt`` is false.
     """

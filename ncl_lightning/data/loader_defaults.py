@@ -37,8 +37,8 @@ def _plural(n: int, word: str) -> str:
 def auto_workers(
     augment_on: AugmentOn, devices: object = None, reads_files: bool = False
 ) -> tuple[int, str]:
-    """:func:`default_workers` and the rule that gave it, in words (``auto: 16 CPUs / 1
-    process - 1``) for :meth:`MultiViewDataModule.loader_summary`."""
+    """[`default_workers`][] and the rule that gave it, in words (``auto: 16 CPUs / 1
+    process - 1``) for [`MultiViewDataModule.loader_summary`][]."""
     cpus, local = available_cpus(), local_processes(devices)
     share = cpus // local - 1
     workers = max(1, share)
@@ -55,8 +55,8 @@ def default_workers(
 ) -> int:
     """Loader workers of each training process when ``num_workers`` is ``None``.
 
-    ``augment_on: cpu``: every CPU this process may run on (:func:`available_cpus`)
-    shared among the training processes of the machine (:func:`local_processes`), less
+    ``augment_on: cpu``: every CPU this process may run on ([`available_cpus`][])
+    shared among the training processes of the machine ([`local_processes`][]), less
     one for the training process itself, at least 1: 16 CPUs and one GPU give 15
     workers, 16 CPUs and 2 GPUs 7 each. No fixed cap: the workers make the views, and
     at the former cap of 8 they were the bottleneck of a 16-core GPU machine (66 ms per

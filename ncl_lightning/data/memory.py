@@ -2,12 +2,12 @@
 
 Small datasets (CIFAR, the digits) are held as one uint8 tensor ``[N, C, H, W]``: a
 quarter of the float32 memory, shared by fork with the loader workers, and exactly what
-the batched device augmentation (:class:`~ncl_lightning.data.batch_augmentation.
-BatchAugmentation`) wants. Image folders can be decoded once into the same form
-(:func:`decode_images`), in memory or in a memory-mapped ``.npy`` file that later runs
+the batched device augmentation (``
+BatchAugmentation``) wants. Image folders can be decoded once into the same form
+([`decode_images`][]), in memory or in a memory-mapped ``.npy`` file that later runs
 (and the other DDP ranks of a node) reuse, so JPEG decoding leaves the training loop.
-The file is written by :func:`ncl_lightning.foundation.disk.atomic_write`: a full disk is
-one :class:`~ncl_lightning.foundation.errors.DiskFullError` before the decoding starts,
+The file is written by [`ncl_lightning.foundation.disk.atomic_write`][]: a full disk is
+one [`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] before the decoding starts,
 never a SIGBUS or a half-written cache.
 """
 
@@ -66,7 +66,7 @@ class TensorImageDataset(Dataset):
 
 
 class DecodedImages(TensorImageDataset):
-    """The images of an image folder decoded once (:func:`decode_images`), without the
+    """The images of an image folder decoded once ([`decode_images`][]), without the
     rows of the files that could not be decoded.
 
     Args:
@@ -266,7 +266,7 @@ def decode_images(
             of raising. The check is the decode pass itself.
 
     Returns:
-        A :class:`DecodedImages` of uint8 images.
+        A [`DecodedImages`][] of uint8 images.
 
     Raises:
         CorruptImageError: A file cannot be decoded and ``skip_corrupt`` is false (also
@@ -309,7 +309,7 @@ def decode_images(
 
 
 def check_cache(mode: str, cache_dir: str | None) -> None:
-    """Raise :class:`ConfigError` for an unknown cache mode or ``disk`` without ``cache_dir``."""
+    """Raise [`ConfigError`][] for an unknown cache mode or ``disk`` without ``cache_dir``."""
     check_choice("cache", mode, get_args(CacheMode))
     if mode == "disk" and not cache_dir:
         raise ConfigError(

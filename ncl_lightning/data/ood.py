@@ -99,10 +99,10 @@ class ImageNetOODDataModule(MultiViewDataModule):
         severities: ImageNet-C severities to evaluate, among 1..5.
         skip_corrupt: Leave out the images that cannot be decoded (one warning per set
             naming them; listed in ``skipped_images``) instead of failing with
-            :class:`~ncl_lightning.foundation.errors.CorruptImageError`. Cost: ``setup`` decodes
-            every image once more (a thread pool).
+            [`CorruptImageError`][ncl_lightning.foundation.errors.CorruptImageError]. Cost:
+            ``setup`` decodes every image once more (a thread pool).
         num_workers: DataLoader worker processes.
-        **kwargs: Loader options of :class:`MultiViewDataModule` (``batch_size``,
+        **kwargs: Loader options of [`MultiViewDataModule`][] (``batch_size``,
             ``augmentation``, ``pin_memory``, ...).
 
     Attributes:
@@ -112,9 +112,9 @@ class ImageNetOODDataModule(MultiViewDataModule):
 
     Raises:
         ConfigError: At construction if no root is given, or for an unknown or repeated
-            corruption or severity; at :meth:`check_inputs` and ``setup`` for the ``fit``
+            corruption or severity; at [`check_inputs`][] and ``setup`` for the ``fit``
             and ``validate`` stages.
-        DataNotFoundError: At :meth:`check_inputs` (called by ``setup``), naming a
+        DataNotFoundError: At [`check_inputs`][] (called by ``setup``), naming a
             missing root, corruption or severity folder, or missing/empty WNID folders.
         CorruptImageError: When an image cannot be decoded and ``skip_corrupt`` is false.
     """

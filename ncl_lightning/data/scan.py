@@ -1,7 +1,7 @@
 """Listing image folders without walking into directory links that lead back into the data.
 
-One walker for every DataModule that scans folders (:func:`~ncl_lightning.data.folder.
-scan_class_folders`). Rules for a **directory link** met during a scan (file links are
+One walker for every DataModule that scans folders (``
+scan_class_folders``). Rules for a **directory link** met during a scan (file links are
 always read: a subset built by symlinking image files works):
 
 * a link to the folder that holds it or to one of its ancestors is skipped (a loop:
@@ -15,13 +15,13 @@ always read: a subset built by symlinking image files works):
 
 The folders passed in as starting points (a split folder, a class folder) are always
 read, links or not. Every skipped link is recorded with its target and the reason, and
-:func:`warn_skipped_links` reports them in one warning per split.
+[`warn_skipped_links`][] reports them in one warning per split.
 
 A scan never blocks, whatever a folder holds: only regular files are listed (checked
 with ``stat``, nothing is opened: a named pipe opened for reading would wait forever
 for a writer); a named pipe, a device, a socket, a broken link or a link loop with an
 image's extension is recorded and reported in one warning; a scan listing more than
-:data:`MAX_ENTRIES` entries stops with an error naming the folder.
+[`MAX_ENTRIES`][] entries stops with an error naming the folder.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class FolderScan:
 
     def _follow(self, path: str, parent_real: str, mark: bool = True) -> str | None:
         """The real path to descend into for the folder ``path`` (whose parent's real
-        path is ``parent_real``), or ``None`` (recorded in :attr:`skipped`) for a link
+        path is ``parent_real``), or ``None`` (recorded in [`skipped`][]) for a link
         that must not be followed or a folder already scanned; ``mark``: remember it as
         scanned."""
         real = os.path.realpath(path) if os.path.islink(path) else None
@@ -146,7 +146,7 @@ class FolderScan:
         """Sorted paths (as seen through ``top``) of the files under ``top`` whose names
         end with one of ``extensions`` (lower-cased), by the rules of this module.
 
-        ``top`` itself is read as given (check it with :meth:`enter` first).
+        ``top`` itself is read as given (check it with [`enter`][] first).
 
         Raises:
             DataError: A folder cannot be listed (permissions, I/O error); names it.
@@ -206,7 +206,7 @@ def warn_skipped_links(skipped: Sequence[SkippedLink], folder: Path, key: str) -
 
 
 def _first(items: Sequence[SkippedLink], describe: Callable[[SkippedLink], str]) -> str:
-    """The first :data:`SHOWN` items described, then how many more."""
+    """The first [`SHOWN`][] items described, then how many more."""
     more = f"; and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
     return "; ".join(describe(s) for s in items[:SHOWN]) + more
 

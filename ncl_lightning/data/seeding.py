@@ -5,11 +5,11 @@ seen. Loader workers, persistent or not, and Lightning's order of hooks (the fir
 iterator of a process is made before ``on_train_epoch_start``) make any scheme that
 re-seeds a global generator fragile, so nothing here reads a global RNG:
 
-* :class:`EpochSampler` draws the epoch's permutation from ``(seed, epoch)``, shards it
+* [`EpochSampler`][] draws the epoch's permutation from ``(seed, epoch)``, shards it
   over ranks like ``DistributedSampler`` (which it subclasses, so Lightning keeps it
   under DDP) and yields ``(index, sample_seed)`` keys with
   ``sample_seed = mix_seed(seed, epoch, index)``;
-* :class:`SeededTransformDataset` applies its random transform with the CPU generator
+* [`SeededTransformDataset`][] applies its random transform with the CPU generator
   set to the key's seed (restored afterwards, so the training process' own stream is
   untouched when loading in the main process).
 
@@ -17,11 +17,11 @@ The views of a sample then depend only on the seed, the epoch and the sample: th
 with 0 or 8 workers, persistent or not, and after a resume.
 
 Vectorised data (dSprites, sparse coding) is built a whole batch at a time: a
-:class:`KeyDataset` hands the batch's keys to the ``collate_fn``, which draws the
-batch's randomness from :func:`batch_seed` of those keys. Data drawn once at
+[`KeyDataset`][] hands the batch's keys to the ``collate_fn``, which draws the
+batch's randomness from [`batch_seed`][] of those keys. Data drawn once at
 construction (splits, dictionaries, samples) uses ``seeded_generator(seed, DATA_KEY,
 stream)``. Every DataModule's training data is thus a function of (seed, epoch, sample)
-and resumes exactly (:class:`ResumableData`).
+and resumes exactly ([`ResumableData`][]).
 """
 
 from __future__ import annotations
@@ -140,11 +140,11 @@ class EvalViewSampler(Sampler[tuple[int, int]]):
     class-sorted folder they mix the classes. The last incomplete batch is dropped when a
     full one exists (SEPIN's InfoNCE bound depends on the batch size). Sample ``i`` has the
     seed ``mix_seed(seed, EVAL_KEY, i)`` at every iteration, so with
-    :class:`SeededTransformDataset` its views depend only on ``(seed, i)``.
+    [`SeededTransformDataset`][] its views depend only on ``(seed, i)``.
 
     Args:
         size: Samples in the split.
-        seed: The run's seed (``None``: :func:`global_seed`).
+        seed: The run's seed (``None``: [`global_seed`][]).
         rank: This rank.
         world_size: Ranks sharing the split.
         batch_size: Samples per batch (the loader's ``batch_size``; 1 shards sample by
@@ -181,7 +181,7 @@ class ResumableData(ScopedBatch):
     """DataModule mixin: the training data's position, kept in checkpoints.
 
     Needs ``trainer``, ``seed`` (the training data's seed), ``batch_size`` (with
-    ``batch_scope``: :class:`~ncl_lightning.data.batch_scope.ScopedBatch`) and ``resumed``
+    ``batch_scope``: [`ScopedBatch`][ncl_lightning.data.batch_scope.ScopedBatch]) and ``resumed``
     (``(epoch, batches done)`` of the checkpoint resumed from, ``(0, 0)`` if none).
     """
 
@@ -196,7 +196,7 @@ class ResumableData(ScopedBatch):
         return {"seed": self.seed, "epoch": self.train_epoch(), "batches": self.batches_done()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (Lightning calls it before the first training iterator)."""
+        """Restore [`state_dict`][] (Lightning calls it before the first training iterator)."""
         if state_dict.get("seed") is not None:
             self.seed = int(state_dict["seed"])
         self.resumed = int(state_dict.get("epoch", 0)), int(state_dict.get("batches", 0))
@@ -234,7 +234,7 @@ class ResumableData(ScopedBatch):
         return mix_seed(self.seed or 0, rank, count)
 
     def train_sampler(self, dataset: Dataset) -> EpochSampler:
-        """The :class:`EpochSampler` of the training loader: keys from (seed, epoch, sample),
+        """The [`EpochSampler`][] of the training loader: keys from (seed, epoch, sample),
         sharded over the trainer's ranks, skipping the batches a resumed run already did."""
         trainer = self.trainer
         return EpochSampler(
@@ -248,10 +248,10 @@ class ResumableData(ScopedBatch):
 
 
 class ResumableLoader(DataLoader):
-    """The training ``DataLoader`` of a :class:`ResumableData` DataModule.
+    """The training ``DataLoader`` of a [`ResumableData`][] DataModule.
 
     Its position (epoch, batches done) is saved and restored with the DataModule's state,
-    and its :class:`EpochSampler` skips the batches already trained on; these two methods
+    and its [`EpochSampler`][] skips the batches already trained on; these two methods
     tell Lightning that a mid-epoch checkpoint resumes exactly (it warns otherwise).
     """
 
@@ -266,8 +266,8 @@ class KeyDataset(Dataset):
     """``size`` samples whose item ``key`` is the key itself.
 
     With a ``collate_fn`` that builds a whole batch from its keys (vectorised data), the
-    loader hands it the batch's ``(index, sample_seed)`` keys of :class:`EpochSampler` or
-    :class:`EvalViewSampler`, or plain indices, in one call (``__getitems__``).
+    loader hands it the batch's ``(index, sample_seed)`` keys of [`EpochSampler`][] or
+    [`EvalViewSampler`][], or plain indices, in one call (``__getitems__``).
 
     Args:
         size: Number of samples.
@@ -289,7 +289,7 @@ class KeyDataset(Dataset):
 class TransformedDataset(Dataset):
     """Apply ``transform`` to the image of every ``(image, label)`` pair of ``dataset``.
 
-    Takes a plain index or the ``(index, sample_seed)`` keys of :class:`EpochSampler`
+    Takes a plain index or the ``(index, sample_seed)`` keys of [`EpochSampler`][]
     (whose seed it ignores: use it for transforms that are not random).
 
     Args:
@@ -313,7 +313,7 @@ class SeededTransformDataset(TransformedDataset):
     """``(transform(image), label)`` with the transform's randomness fixed by the key.
 
     The transform draws from torch's global CPU generator (torchvision transforms do). With
-    an ``(index, sample_seed)`` key from :class:`EpochSampler` the generator is set to the
+    an ``(index, sample_seed)`` key from [`EpochSampler`][] the generator is set to the
     sample's seed for the call and restored after it; a plain ``int`` index uses the
     generator as it is.
     """

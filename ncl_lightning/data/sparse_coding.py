@@ -17,9 +17,9 @@ Batches of ``SparseCodingDataModule``:
       latents ``[B, d]``; shuffled, last incomplete batch dropped.
     * ``val_dataloader``: clean ``(x [B, p], z [B, d])`` in order, no batch dropped.
 
-Randomness follows the one scheme of :mod:`ncl_lightning.data.seeding`: the dictionary and
+Randomness follows the one scheme of [`ncl_lightning.data.seeding`][]: the dictionary and
 the samples come from ``seeded_generator(seed, DATA_KEY, stream)``, the epoch's order from
-``(seed, epoch)`` (:class:`EpochSampler`) and a batch's masks from :func:`batch_seed` of
+``(seed, epoch)`` ([`EpochSampler`][]) and a batch's masks from [`batch_seed`][] of
 its keys, so a run resumed from a mid-epoch checkpoint continues exactly.
 """
 
@@ -119,7 +119,7 @@ def mask_views(
 class SparseCodingModel:
     """The generative model ``x = M z + ε`` of Pokle et al. (AISTATS 2022).
 
-    Latents (``β = nonzero_prob``, :mod:`ncl_lightning.data.sparse_latents`): with
+    Latents (``β = nonzero_prob``, ``ncl_lightning.data.sparse_latents``): with
     ``support="bernoulli"`` every entry is non-zero independently with probability ``β``,
     conditioned on at least one non-zero entry, so the expected fraction of non-zero
     entries is ``β / (1 - (1 - β)^d)`` (0.154 at ``β = 0.1``, ``d = 10``). With
@@ -128,7 +128,7 @@ class SparseCodingModel:
     their rule ``k = max(⌈dβ⌉, ⌈dβ/2⌉ + 1)`` (2 at ``β = 0.1`` and ``0.2``, 3 at ``0.3``,
     ``d = 10``). Non-zero entries are ``±1`` (``latent="symmetric"``: i.i.d. fair signs
     under ``"bernoulli"``; exactly ``⌈k/2⌉`` of them ``-1`` under ``"fixed_count"``, as the
-    authors) or 1 (``"binary"``). See :meth:`expected_nonzero_fraction`.
+    authors) or 1 (``"binary"``). See [`expected_nonzero_fraction`][].
 
     Args:
         p: Input dimension (>= d).
@@ -219,14 +219,14 @@ class SparseCodingModel:
 class MaskBatch:
     """``collate_fn``: the ``(index, sample_seed)`` keys of a batch -> ``([v_1, v_2], z)``.
 
-    The masks are drawn from a generator seeded with :func:`batch_seed` of the keys: a
+    The masks are drawn from a generator seeded with [`batch_seed`][] of the keys: a
     function of the run's seed, the epoch and the batch's samples.
 
     Args:
         inputs: Samples ``x`` ``[n, p]``.
         latents: Their latents ``z`` ``[n, d]``.
         alpha: Probability that a coordinate survives a mask.
-        views: ``"independent"`` or ``"dependent"`` (:func:`mask_views`).
+        views: ``"independent"`` or ``"dependent"`` ([`mask_views`][]).
     """
 
     def __init__(self, inputs: Tensor, latents: Tensor, alpha: float, views: ViewScheme) -> None:
@@ -284,7 +284,7 @@ class SparseCodingDataModule(ResumableData, L.LightningDataModule):
         num_classes: 0 (no labels; batches carry the latents ``z``).
         n_views: 2 (the two masked views).
         in_dim: Input dimension ``p``.
-        model: The :class:`SparseCodingModel`.
+        model: The [`SparseCodingModel`][].
         dictionary: ``M`` ``[p, d]``.
         train_inputs / train_latents: ``[n, p]`` / ``[n, d]`` noisy inputs and latents.
         val_inputs / val_latents: ``[val_n, p]`` / ``[val_n, d]``.

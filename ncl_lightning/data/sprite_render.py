@@ -6,7 +6,7 @@ factors, in the original's row-major order, are shape (square, ellipse, heart), 
 (``linspace(0, 1, 32)`` each); the original's constant "color" factor is omitted. Images
 are rendered on demand by an implicit inside-test on the pixel grid, so the 737,280
 combinations are never held in memory. The renderer approximates, but does not copy
-pixel for pixel, the original sprites; :func:`render_sprites` renders a batch at once.
+pixel for pixel, the original sprites; [`render_sprites`][] renders a batch at once.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def index_to_factors(index: Tensor | int) -> Tensor:
 
 
 def factors_to_index(factors: Tensor | Sequence[int]) -> Tensor:
-    """Inverse of :func:`index_to_factors`.
+    """Inverse of [`index_to_factors`][].
 
     Args:
         factors: Integer ``[..., 5]`` factor values, each in ``[0, size)``.
@@ -124,7 +124,7 @@ _WINDOW = 20
 
 
 def _render_tables(device: torch.device) -> dict[str, Tensor]:
-    """Per-factor-value constants, computed in Python floats exactly as :func:`render_sprite`
+    """Per-factor-value constants, computed in Python floats exactly as ``render_sprite``
     computes them, so the batched renderer reproduces it bit for bit."""
     span = IMAGE_SIZE - 2 * _MARGIN
     scales = [0.5 + 0.1 * s for s in range(DSPRITES_FACTOR_SIZES[1])]
@@ -142,7 +142,7 @@ def _render_tables(device: torch.device) -> dict[str, Tensor]:
 
 
 def render_sprites(factors: Tensor) -> Tensor:
-    """Render a batch of sprites; bit-identical to :func:`render_sprite` per row.
+    """Render a batch of sprites; bit-identical to ``render_sprite`` per row.
 
     Vectorised over the batch: each sprite is tested only on a ``20 x 20`` pixel window
     around its centre (every sprite fits within 7 px of it) and scattered into a blank

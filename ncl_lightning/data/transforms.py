@@ -69,7 +69,7 @@ class SimCLRAugmentation:
     Order of operations: random resized crop, rotation, horizontal flip, colour jitter,
     grayscale, Gaussian blur, solarisation, then normalisation. An operation whose
     probability (or strength) is 0 is left out of the pipeline. The defaults are the CIFAR
-    recipe (:func:`cifar_augmentation`), so a config that sets some fields keeps the others.
+    recipe ([`cifar_augmentation`][]), so a config that sets some fields keeps the others.
 
     Args:
         crop_size: Output side length of the random resized crop (pixels).
@@ -85,7 +85,7 @@ class SimCLRAugmentation:
         blur_p: Probability of a Gaussian blur (0.5, as in the CIFAR and ImageNet recipes).
         blur_sigma: Range of the blur standard deviation, in pixels (drawn uniformly).
         blur_kernel: Odd side of the blur kernel in pixels; ``None`` picks
-            :func:`blur_kernel_size` (``±3 σ_max``, at least ~10 % of ``crop_size``): 13 at
+            ``blur_kernel_size`` (``±3 σ_max``, at least ~10 % of ``crop_size``): 13 at
             32 px, 23 at 224 px for ``σ_max = 2``. Set 3 for the 3-px kernel that earlier
             versions used at 32 px. Reflect padding needs ``blur_kernel // 2 < crop_size``.
         solarize_p: Probability of solarising (threshold at half the intensity range).
@@ -171,7 +171,7 @@ class SimCLRAugmentation:
 
     @property
     def blur_kernel_side(self) -> int:
-        """The blur kernel side in pixels: ``blur_kernel``, or :func:`blur_kernel_size`
+        """The blur kernel side in pixels: ``blur_kernel``, or ``blur_kernel_size``
         of ``blur_sigma`` and ``crop_size``; both pipelines use it."""
         if self.blur_kernel is not None:
             return self.blur_kernel
@@ -249,16 +249,16 @@ def cifar_augmentation(crop_size: int = 32) -> SimCLRAugmentation:
     The releases' ``scripts/pretrain/cifar/augmentations/symmetric.yaml``:
     RandomResizedCrop(32, scale 0.08-1), colour jitter (0.8, 0.8, 0.8, 0.2) with p=0.8,
     grayscale p=0.2, Gaussian blur p=0.5 with σ ~ U(0.1, 2) (the range of their
-    ``GaussianBlur``; a 13-px kernel, :func:`blur_kernel_size`), horizontal flip p=0.5,
+    ``GaussianBlur``; a 13-px kernel, ``blur_kernel_size``), horizontal flip p=0.5,
     no solarisation; CIFAR mean/std. The default of the CIFAR-10/100 DataModules and,
-    through :func:`scaled_augmentation`, of image folders up to 64 px (the CIFAR subset).
+    through [`scaled_augmentation`][], of image folders up to 64 px (the CIFAR subset).
     """
     return SimCLRAugmentation(crop_size=crop_size, blur_p=0.5, blur_sigma=(0.1, 2.0))
 
 
 @AUGMENTATIONS.register("cifar100")
 def cifar100_augmentation(crop_size: int = 32) -> SimCLRAugmentation:
-    """:func:`cifar_augmentation` normalised with CIFAR-100's statistics, as the releases'
+    """[`cifar_augmentation`][] normalised with CIFAR-100's statistics, as the releases'
     pre-training on CIFAR-100 (``MEANS_N_STD`` in ``solo/data/pretrain_dataloader.py``)."""
     return replace(cifar_augmentation(crop_size), mean=CIFAR100_MEAN, std=CIFAR100_STD)
 

@@ -1,8 +1,8 @@
 """The random parameters of a batch of SimCLR views: drawn on the CPU as torchvision's
 pipeline draws them, and packed into one tensor for a single copy to the device.
 
-:func:`sample_view_params` gives the per-sample parameters of ``B`` views
-(:class:`ViewParams`); :func:`params_to` moves them to the training device in one
+[`sample_view_params`][] gives the per-sample parameters of ``B`` views
+([`ViewParams`][]); [`params_to`][] moves them to the training device in one
 ``[B, 18]`` float32 tensor whose columns are named by the constants below.
 """
 
@@ -159,7 +159,7 @@ def pack_params(params: ViewParams) -> Tensor:
 
 
 def params_to(params: ViewParams, device: torch.device) -> Tensor:
-    """:func:`pack_params` on ``device``: one host-to-device copy, from pinned memory on a
+    """[`pack_params`][] on ``device``: one host-to-device copy, from pinned memory on a
     GPU so that it is asynchronous (a copy from pageable memory makes the host wait)."""
     packed = pack_params(params)
     if device.type == "cuda":

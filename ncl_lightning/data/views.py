@@ -1,6 +1,6 @@
-"""The training views of a :class:`~ncl_lightning.data.base.MultiViewDataModule`: made
-per image on the CPU (:func:`cpu_views`) or per batch on the training device
-(:class:`DeviceViews`, ``augment_on: device``)."""
+"""The training views of a [`MultiViewDataModule`][ncl_lightning.data.base.MultiViewDataModule]:
+made per image on the CPU ([`cpu_views`][]) or per batch on the training device
+([`DeviceViews`][], ``augment_on: device``)."""
 
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ def fit_linear_probe(
 def probe_accuracy(
     train: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor], num_classes: int, **fit_kwargs
 ) -> float:
-    """Top-1 accuracy on ``test`` of :func:`fit_linear_probe` trained on ``train``."""
+    """Top-1 accuracy on ``test`` of [`fit_linear_probe`][] trained on ``train``."""
     predict = fit_linear_probe(*train, num_classes, **fit_kwargs)
     x, y = test
     return (predict(x).argmax(1) == y).float().mean().item()

@@ -1,6 +1,6 @@
 """Offline linear probe and full fine-tuning of a pretrained backbone.
 
-Both start from any checkpoint the package writes (:func:`ncl_lightning.load_backbone`,
+Both start from any checkpoint the package writes ([`ncl_lightning.load_backbone`][],
 tensor-only loading) and classify the *encoder* output ``h`` (not the projector), the
 protocol of SimCLR, NCL and BayesNCL. The probe freezes the backbone entirely: weights,
 and BatchNorm statistics (it stays in eval mode), so only the linear layer learns.
@@ -30,7 +30,7 @@ class LinearProbe(Classifier):
     Args:
         checkpoint: Pretrained checkpoint (CL, NCL, BayesNCL, NCE, ...).
         num_classes: Number of classes (CLI-linked from the DataModule).
-        **kwargs: Optimisation settings of :class:`~ncl_lightning.methods.Classifier`
+        **kwargs: Optimisation settings of [`Classifier`][ncl_lightning.methods.Classifier]
             (paper settings: SGD or LARS, 50-100 epochs, warmup-cosine).
 
     Example:
@@ -65,7 +65,7 @@ class FineTune(LinearProbe):
     Args:
         checkpoint: Pretrained checkpoint.
         num_classes: Number of classes (CLI-linked).
-        **kwargs: Optimisation settings of :class:`~ncl_lightning.methods.Classifier`.
+        **kwargs: Optimisation settings of [`Classifier`][ncl_lightning.methods.Classifier].
     """
 
     label = "offline_finetune"

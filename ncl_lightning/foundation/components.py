@@ -3,15 +3,15 @@
 The layers below the shell (the methods, the evaluation modules) need the run-time
 callbacks (preflight, speed switches, the non-finite guard, the checkpoint record) on a
 plain ``Trainer`` too, without importing the shell that defines them. The shell registers
-them here (:mod:`ncl_lightning.runtime.components` at import, through
-:func:`register_default`); a module's ``configure_callbacks`` asks for the ones the trainer
-lacks (:func:`missing_defaults`). The package's entry point names the module that registers
-them (:func:`provide_defaults_from`), imported the first time they are asked for, so
+them here ([`ncl_lightning.runtime.components`][] at import, through
+[`register_default`][]); a module's ``configure_callbacks`` asks for the ones the trainer
+lacks ([`missing_defaults`][]). The package's entry point names the module that registers
+them ([`provide_defaults_from`][]), imported the first time they are asked for, so
 ``import ncl_lightning`` stays light.
 
 The non-finite guard is also injected into the module it guards: it attaches itself
-(:class:`FiniteCheckHost`), and the training step calls what it was given
-(:class:`FiniteCheck`), never looking the guard up.
+([`FiniteCheckHost`][]), and the training step calls what it was given
+([`FiniteCheck`][]), never looking the guard up.
 """
 
 from __future__ import annotations

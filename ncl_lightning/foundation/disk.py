@@ -1,8 +1,8 @@
 """One way to write a file that a later run reads back: beside its target, checked for
 room, never half-written.
 
-Checkpoints (:mod:`ncl_lightning.runtime.checkpoint_io`) and the decoded-image disk cache
-(:func:`ncl_lightning.data.memory.decode_images`) are written by :func:`atomic_write`:
+Checkpoints ([`ncl_lightning.runtime.checkpoint_io`][]) and the decoded-image disk cache
+([`ncl_lightning.data.memory.decode_images`][]) are written by [`atomic_write`][]:
 
 * into a temporary file in the target's folder (same file system, so the final
   ``os.replace`` is atomic), synced, then renamed over the target: a reader sees the
@@ -14,10 +14,10 @@ Checkpoints (:mod:`ncl_lightning.runtime.checkpoint_io`) and the decoded-image d
   (whose page faults on a full disk kill the process with SIGBUS);
 * a full disk, a quota or a file-size limit (``ENOSPC``, ``EDQUOT``, ``EFBIG``) met at any
   point (writing, syncing, renaming) removes the temporary file, leaves the target as it
-  was and raises one :class:`~ncl_lightning.foundation.errors.DiskFullError` naming the
+  was and raises one [`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] naming the
   path and the space it needs against the space free (``ncl-cli`` prints it in one
   line); any other error or an interrupt removes the temporary file and is re-raised;
-* a process killed while writing leaves its temporary file; :func:`remove_stale` (run
+* a process killed while writing leaves its temporary file; [`remove_stale`][] (run
   when the checkpoint writer or the cache next starts in that folder) deletes those of
   processes that are no longer alive, never one of a live process.
 """
@@ -55,7 +55,7 @@ REMEDY = {
 STALE_AFTER_S = 3600.0
 BUFFER_SIZE = 1 << 20
 TMP_MARK = ".tmp-"
-#: Temporary files of :func:`atomic_write` (default names).
+#: Temporary files of [`atomic_write`][] (default names).
 TMP_PATTERN = re.compile(r"^\..+\.tmp-(?P<pid>\d+)$")
 _UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -94,7 +94,7 @@ def disk_full_error(
     lower_bound: bool = False,
     hint: str = "",
 ) -> DiskFullError:
-    """The :class:`DiskFullError` for ``path`` that could not be written.
+    """The [`DiskFullError`][] for ``path`` that could not be written.
 
     Args:
         path: The target file.
@@ -124,7 +124,7 @@ def disk_full_error(
 def check_free_space(
     path: str | Path, needed: int, *, estimate: bool = False, hint: str = ""
 ) -> None:
-    """Raise :class:`DiskFullError` when ``path``'s folder has fewer than ``needed`` bytes
+    """Raise [`DiskFullError`][] when ``path``'s folder has fewer than ``needed`` bytes
     free (nothing is written; an unknown free space passes)."""
     free = free_bytes(Path(path).parent)
     if free is not None and free < needed:
@@ -181,7 +181,7 @@ def _reserve(fd: int, size: int) -> None:
 
 
 def temporary_path(path: str | Path) -> Path:
-    """``<folder>/.<name>.tmp-<pid>``: where :func:`atomic_write` puts ``path`` first."""
+    """``<folder>/.<name>.tmp-<pid>``: where [`atomic_write`][] puts ``path`` first."""
     path = Path(path)
     return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
 
@@ -205,7 +205,7 @@ def atomic_write(
         estimate: ``size`` is an estimate (a lower bound: the check passes files that
             may still not fit; those fail on the write, as cleanly).
         preallocate: Reserve ``size`` bytes at once (exact sizes only).
-        temp: The temporary file (default: :func:`temporary_path`).
+        temp: The temporary file (default: [`temporary_path`][]).
         hint: Where else to write (the disk-full message's last resort), e.g. which
             setting moves the file to another disk.
 
@@ -282,7 +282,7 @@ def remove_stale(folder: str | Path, pattern: re.Pattern[str] = TMP_PATTERN) -> 
 
     Returns:
         The files removed: of this host, whose process is gone; of another host,
-        unmodified for :data:`STALE_AFTER_S`. A live process's file is never touched.
+        unmodified for ``STALE_AFTER_S``. A live process's file is never touched.
     """
     removed: list[Path] = []
     try:

@@ -65,7 +65,7 @@ class RunFailedError(NCLError, RuntimeError):
 class DiskFullError(NCLError, OSError, RuntimeError):
     """A file could not be written for lack of room (``ENOSPC``, ``EDQUOT``, ``EFBIG``):
     names the path and the space it needs against the space free; the previous file is
-    kept and nothing half-written is left (:mod:`ncl_lightning.foundation.disk`). A fault of
+    kept and nothing half-written is left ([`ncl_lightning.foundation.disk`][]). A fault of
     the machine, not of the input: also a ``RuntimeError`` (``ncl-cli`` exits 1).
 
     Attributes:

@@ -2,7 +2,7 @@
 wandb.
 
 Every other module calls the small functions here. When an upgrade moves one of these
-names, :func:`missing_private_apis` lists it and the test suite fails with a message naming
+names, [`missing_private_apis`][] lists it and the test suite fails with a message naming
 the name and this module (``tests/runtime/test_internals.py``), instead of a run failing
 later in some unrelated place.
 
@@ -14,32 +14,32 @@ What is used, and why:
   paths included) from one built in Python; loading a nested checkpoint must clear it.
 * ``HyperparametersMixin._hparams_initial``: the copy of the hyper-parameters the loggers
   write; values a module fills in from the DataModule at ``setup`` (``batch_size``,
-  ``num_classes``) are recorded there too (:func:`record_hparams`).
+  ``num_classes``) are recorded there too ([`record_hparams`][]).
 * ``LightningModule._trainer``: the trainer a module is attached to, or ``None``
-  (:func:`attached_trainer`); the public ``module.trainer`` raises without one.
+  ([`attached_trainer`][]); the public ``module.trainer`` raises without one.
 * ``Trainer.fit_loop.setup_data``: builds the training loader a ``max_steps`` run has not
-  built yet, so the schedule knows the steps of an epoch (:func:`build_train_loader`).
+  built yet, so the schedule knows the steps of an epoch ([`build_train_loader`][]).
 * ``Trainer.fit_loop`` progress counters: the epoch and the batch a training epoch is at,
   for the exact mid-epoch resume of the DataModules and for naming the step in errors.
 * ``LightningCLI._parse_ckpt_path``: overridden by ``ncl-cli`` to read a checkpoint safely
-  and lay the user's values over its hyper-parameters (:func:`override_ckpt_path_parsing`).
+  and lay the user's values over its hyper-parameters ([`override_ckpt_path_parsing`][]).
 * ``ArgumentParser._actions`` (argparse's, inherited by jsonargparse) and
-  ``ActionTypeHint._typehint``: the options of a parser (:func:`parser_actions`), and the
-  type jsonargparse reads an option's value as (:func:`action_typehint`,
-  :func:`set_action_typehint`).
+  ``ActionTypeHint._typehint``: the options of a parser ([`parser_actions`][]), and the
+  type jsonargparse reads an option's value as ([`action_typehint`][],
+  [`set_action_typehint`][]).
 * ``lightning.fabric.utilities.cloud_io._is_local_file_protocol``: whether a checkpoint
-  path is on the local file system (:func:`is_local_path`).
+  path is on the local file system ([`is_local_path`][]).
 * ``Trainer._logger_connector`` and ``Precision._wrap_closure``: where a training step's
   logging and its optimiser closure run, timed by ``python -m ncl_lightning.bench``
-  (:func:`logger_connector`, :data:`CLOSURE_WRAPPER`).
+  ([`logger_connector`][], ``CLOSURE_WRAPPER``).
 * ``torch.utils._python_dispatch.TorchDispatchMode``: the base of the operation counter of
-  ``python -m ncl_lightning.bench`` (:data:`TorchDispatchMode`); ``torch.nn.modules.
+  ``python -m ncl_lightning.bench`` (``TorchDispatchMode``); ``torch.nn.modules.
   batchnorm._NormBase``: the base of every BatchNorm and InstanceNorm layer
-  (:data:`NormBase`).
+  (``NormBase``).
 * ``wandb.sdk.wandb_setup`` and ``wandb.sdk.lib.wbauth``: wandb's settings and API-key
   lookup, without network, to fall back to offline logging before ``wandb.init`` hangs.
 
-Message formats relied on (:data:`MESSAGE_FORMATS`, read by ``runtime/cli_errors.py``):
+Message formats relied on (``MESSAGE_FORMATS``, read by ``runtime/cli_errors.py``):
 jsonargparse reports a bad config as plain text. Its ``ArgumentError`` is built as
 ``ArgumentError(None, message)`` and the type errors under it are plain ``ValueError``s,
 so no attribute carries the key, the value or the choices (jsonargparse 4.53); the one
@@ -110,7 +110,7 @@ _INSTANCE_KWARGS: dict[str, dict[str, Any]] = {
 
 
 def missing_private_apis() -> list[str]:
-    """``module:attribute`` of each entry of :data:`PRIVATE_APIS` the installed versions lack.
+    """``module:attribute`` of each entry of ``PRIVATE_APIS`` the installed versions lack.
 
     An attribute the class does not have is looked up on an instance built without
     arguments (``LightningModule._trainer`` is set in ``__init__``). The fit-loop counters

@@ -1,29 +1,29 @@
 """What callbacks, evaluation modules and ``ncl-cli`` may ask of a DataModule beyond Lightning.
 
 Every DataModule is a ``LightningDataModule``; the extras below are optional, and each is
-a :class:`typing.Protocol` (``runtime_checkable``: ``isinstance(datamodule, ViewData)``
+a ``typing.Protocol`` (``runtime_checkable``: ``isinstance(datamodule, ViewData)``
 tells whether a DataModule has it). A caller that needs an extra checks for its protocol
 and raises a one-line error naming the missing extra; a caller that can do without one
 (e.g. feature statistics without class labels) skips that part. The DataModules of
-:mod:`ncl_lightning.data` provide them; the protocols sit in the foundation so that any
+[`ncl_lightning.data`][] provide them; the protocols sit in the foundation so that any
 layer can check for an extra without importing ``data``.
 
 Who provides and who calls each:
 
-* :class:`ChecksInputs` (every DataModule): ``ncl-cli`` before fit/test.
-* :class:`ClassLabels` (every DataModule; 0 when no class labels): ``FeatureStatistics``,
+* [`ChecksInputs`][] (every DataModule): ``ncl-cli`` before fit/test.
+* [`ClassLabels`][] (every DataModule; 0 when no class labels): ``FeatureStatistics``,
   the CLI's link into ``model.init_args.num_classes``.
-* :class:`ImageShape` (image DataModules, dSprites): the CLI's links into the backbone,
+* [`ImageShape`][] (image DataModules, dSprites): the CLI's links into the backbone,
   ``runtime.preflight.example_batch``.
-* :class:`MultiViewData` (image DataModules, dSprites, sparse coding): ``ncl-cli``
+* [`MultiViewData`][] (image DataModules, dSprites, sparse coding): ``ncl-cli``
   (``n_views`` against the method's ``views_per_image``).
-* :class:`CleanData` (image DataModules, dSprites): the kNN monitor's bank,
+* [`CleanData`][] (image DataModules, dSprites): the kNN monitor's bank,
   ``FeatureSelection``.
-* :class:`ViewData` (image DataModules, dSprites): ``FeatureStatistics(sepin=True)``.
-* :class:`PictureData` (image DataModules): ``TopActivations``.
-* :class:`FactorData` (dSprites): ``Disentanglement`` (per-factor names).
-* :class:`MultipleTestSets` (``ImageNetOODDataModule``): ``OODReport``, ``Classifier``.
-* :class:`GroundTruthDictionary` (``SparseCodingDataModule``): ``WarmStart``,
+* [`ViewData`][] (image DataModules, dSprites): ``FeatureStatistics(sepin=True)``.
+* [`PictureData`][] (image DataModules): ``TopActivations``.
+* [`FactorData`][] (dSprites): ``Disentanglement`` (per-factor names).
+* [`MultipleTestSets`][] (``ImageNetOODDataModule``): ``OODReport``, ``Classifier``.
+* [`GroundTruthDictionary`][] (``SparseCodingDataModule``): ``WarmStart``,
   ``DictionaryRecoveryMonitor``, the landscape study.
 """
 
@@ -43,7 +43,7 @@ Extra = TypeVar("Extra")
 def require_extra(
     datamodule: object, extra: type[Extra], user: str, what: str, key: str, hint: str = ""
 ) -> Extra:
-    """``datamodule`` if it has the ``extra`` protocol, else a one-line :class:`ConfigError`.
+    """``datamodule`` if it has the ``extra`` protocol, else a one-line [`ConfigError`][].
 
     Args:
         datamodule: The trainer's DataModule (``None`` when there is none).
@@ -67,7 +67,7 @@ class ChecksInputs(Protocol):
     """Checks, read-only, that a stage can get its data before anything is written."""
 
     def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
-        """Raise a :class:`~ncl_lightning.foundation.errors.DataError` (or a subclass) naming
+        """Raise a [`DataError`][ncl_lightning.foundation.errors.DataError] (or a subclass) naming
         the config key when ``stage`` (``fit``, ``validate``, ``test``, ``predict``,
         ``None``: all) cannot get its data with ``world_size`` ranks."""
 

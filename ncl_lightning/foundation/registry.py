@@ -3,7 +3,7 @@
 A registry maps lower-case names to factories (classes or callables). ``build`` accepts a
 name, a class/callable, or an already-built object, so configs can name a built-in choice
 while researchers pass their own implementation. Unknown names raise one
-:class:`~ncl_lightning.foundation.errors.ConfigError` (a ``ValueError``) that lists the
+[`ConfigError`][ncl_lightning.foundation.errors.ConfigError] (a ``ValueError``) that lists the
 valid names and suggests the closest one, never a silent fallback.
 """
 

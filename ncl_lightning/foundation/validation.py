@@ -1,11 +1,11 @@
-"""Argument checks shared by every layer: one-line :class:`ConfigError` messages.
+"""Argument checks shared by every layer: one-line [`ConfigError`][] messages.
 
 Each check names the argument (the key under ``init_args`` in a config) and carries it as
 ``err.key``: ``<key> must be ..., got <value>``. NaN and infinities fail every numeric check.
 These are the only copies: modules, DataModules, metrics and callbacks all call them
 (``tests/foundation/test_validation.py`` fails on such a message written anywhere else).
-Tensors given as arguments are checked here too: their shape (:func:`check_shape`) and
-the range of their labels or indices (:func:`check_indices`).
+Tensors given as arguments are checked here too: their shape ([`check_shape`][]) and
+the range of their labels or indices ([`check_indices`][]).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 the method's ``temperature`` and ``gather_distributed``; register a new objective with
 ``OBJECTIVES.register("name")`` on such a factory. The supervised contrastive loss
 (``supcon``) also takes labels, so it is used by the SupCon methods directly.
-:func:`view_pairs` gives a new contrastive loss the layout every one of them shares
+[`view_pairs`][] gives a new contrastive loss the layout every one of them shares
 (queries, keys gathered across ranks, positive and self columns).
 """
 

@@ -35,7 +35,7 @@ def info_nce(
 
 
 class InfoNCELoss(nn.Module):
-    """Module wrapper of :func:`info_nce`.
+    """Module wrapper of [`info_nce`][].
 
     Args:
         temperature: Softmax temperature, > 0 (SimCLR/NCL CIFAR setting: 0.2).

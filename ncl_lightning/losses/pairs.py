@@ -11,9 +11,9 @@ Layout (the same on every rank, ``r`` this rank's index)::
     keys    [2N, d] = [ z1 of ranks 0..W-1    ; z2 of ranks 0..W-1    ]
 
 Query ``i < n`` is view 1 of global sample ``offset + i`` (``offset = r * n``); query
-``n + i`` is its view 2. Its own entry among the keys is :attr:`ViewPairs.self_index`
+``n + i`` is its view 2. Its own entry among the keys is [`ViewPairs.self_index`][]
 (``offset + i`` or ``N + offset + i``) and the other view of the same image, its positive,
-is :attr:`ViewPairs.positive_index`. A new loss builds :func:`view_pairs` once and reads
+is [`ViewPairs.positive_index`][]. A new loss builds [`view_pairs`][] once and reads
 the logits, masks and labels from it::
 
     pairs = view_pairs(normalize_rows(z1), normalize_rows(z2), gather_distributed)
@@ -105,7 +105,7 @@ class ViewPairs(NamedTuple):
 
 
 def view_pairs(z1: Tensor, z2: Tensor, gather_distributed: bool = True) -> ViewPairs:
-    """The :class:`ViewPairs` of two views: local queries, global keys and their indices.
+    """The [`ViewPairs`][] of two views: local queries, global keys and their indices.
 
     Features are used as given (normalise them first if the loss needs unit rows).
 

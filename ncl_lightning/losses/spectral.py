@@ -38,7 +38,7 @@ def spectral_contrastive(z1: Tensor, z2: Tensor, gather_distributed: bool = True
 
 
 class SpectralContrastiveLoss(nn.Module):
-    """Module wrapper of :func:`spectral_contrastive` (it has no temperature).
+    """Module wrapper of [`spectral_contrastive`][] (it has no temperature).
 
     Args:
         gather_distributed: Gather the other ranks' features under DDP.

@@ -3,7 +3,7 @@
 The ``L_out`` form of the paper (its Eq. 2): every other sample of the batch with the
 anchor's label is a positive, and the log-likelihoods of the positives are averaged
 outside the log. With all labels distinct it is exactly InfoNCE / NT-Xent
-(:func:`~ncl_lightning.losses.info_nce.info_nce`).
+([`info_nce`][ncl_lightning.losses.info_nce.info_nce]).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def supcon(
 
 
 class SupConLoss(nn.Module):
-    """Module wrapper of :func:`supcon`.
+    """Module wrapper of [`supcon`][].
 
     Args:
         temperature: Softmax temperature, > 0 (NCL CIFAR setting: 0.2; SupCon paper: 0.1).

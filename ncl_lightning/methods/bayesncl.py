@@ -20,7 +20,7 @@ from ncl_lightning.nn.protocols import Backbone, TorchModule
 
 
 class GatedEncoded(NamedTuple):
-    """What :meth:`BayesNCL.encode` returns for ``B`` images (an ``Encoded`` plus the gate)."""
+    """What ``BayesNCL.encode`` returns for ``B`` images (an ``Encoded`` plus the gate)."""
 
     h: Tensor
     """Backbone features ``[B, D]``."""
@@ -47,7 +47,7 @@ class BayesNCL(NCL):
         backbone: Encoder exposing ``out_dim``.
         gate: ``ste`` (paper), ``gumbel`` (the release's Gumbel ablation), ``logistic``
             (binary Concrete) or ``soft``, or a gate module (see
-            :mod:`ncl_lightning.nn.gates`).
+            [`ncl_lightning.nn.gates`][]).
         prior: Prior open probability ``ρ`` (paper: 0.8).
         kl_weight: ``λ`` (paper: 3e-5).
         kl_eps: ``α`` and ``ρ`` are clamped to ``[kl_eps, 1 − kl_eps]`` in the KL (release:
@@ -62,7 +62,7 @@ class BayesNCL(NCL):
             statistics in one and running statistics in the other).
         gate_lr: Learning rate of the gating head (paper: 0.1; scaled by batch like all).
         detach_gate_input: Feed the gating head detached backbone features.
-        **kwargs: Everything :class:`~ncl_lightning.methods.NCL` takes.
+        **kwargs: Everything [`NCL`][ncl_lightning.methods.NCL] takes.
     """
 
     compile_targets = ("backbone", "projector", "gating_head")

@@ -42,7 +42,7 @@ class BYOL(SimSiam):
         ema_decay: Base target decay ``τ_base`` in ``[0, 1]`` (BYOL: 0.996; 0 makes the
             target a copy of the online network, i.e. SimSiam).
         ema_schedule: ``"cosine"`` (``τ`` rises to 1 over training) or ``"constant"``.
-        **kwargs: Everything :class:`SimSiam` takes (BYOL ImageNet: projector and predictor
+        **kwargs: Everything [`SimSiam`][] takes (BYOL ImageNet: projector and predictor
             4096-256, two layers each).
     """
 

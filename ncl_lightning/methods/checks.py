@@ -1,9 +1,9 @@
 """Argument checks the methods share in ``__init__``: one-line
-:class:`~ncl_lightning.foundation.errors.ConfigError` messages of the form
+[`ConfigError`][ncl_lightning.foundation.errors.ConfigError] messages of the form
 ``<key> must be ..., got <value>`` naming the ``__init__`` argument (the key under
-``model.init_args`` in a config); and :func:`common_arguments`, what the bases pass on to
-:class:`~ncl_lightning.methods.TrainableModule`. The checks that need the built model and
-the data are :func:`ncl_lightning.runtime.preflight.preflight`.
+``model.init_args`` in a config); and [`common_arguments`][], what the bases pass on to
+[`TrainableModule`][ncl_lightning.methods.TrainableModule]. The checks that need the built model and
+the data are [`ncl_lightning.runtime.preflight.preflight`][].
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ COMMON_ARGUMENTS: tuple[str, ...] = (
 
 def common_arguments(values: dict[str, Any]) -> dict[str, Any]:
     """The entries of ``values`` (a subclass ``__init__``'s ``locals()``) that
-    :class:`~ncl_lightning.methods.TrainableModule` takes: what the bases pass on to it."""
+    [`TrainableModule`][ncl_lightning.methods.TrainableModule] takes: what the bases pass on to
+    it."""
     return {name: values[name] for name in COMMON_ARGUMENTS}
 
 
@@ -73,7 +74,7 @@ def check_common_arguments(
     grad_norm_limit: float | None,
 ) -> None:
     """One-line ``ConfigError`` for the arguments of
-    :class:`~ncl_lightning.methods.TrainableModule` that have a constraint."""
+    [`TrainableModule`][ncl_lightning.methods.TrainableModule] that have a constraint."""
     check_compile_mode(compile_mode)
     if batch_size is not None:
         check_at_least("batch_size", batch_size, 1)

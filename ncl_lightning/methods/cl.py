@@ -19,9 +19,9 @@ from ncl_lightning.nn.protocols import Backbone, TorchModule
 class CL(SSLMethod):
     """Backbone -> MLP projector -> (L2-normalised in the loss) -> InfoNCE or spectral loss.
 
-    Subclasses change the features with :meth:`features` (NCL's non-negative map), the
-    loss by name with :attr:`default_loss`, or the loss itself with the
-    :meth:`objective` hook; the training step is inherited unchanged.
+    Subclasses change the features with [`features`][] (NCL's non-negative map), the
+    loss by name with ``default_loss``, or the loss itself with the
+    [`objective`][] hook; the training step is inherited unchanged.
 
     Args:
         backbone: Encoder exposing ``out_dim``.
@@ -32,17 +32,17 @@ class CL(SSLMethod):
             is the NCL and BayesNCL releases' projector, Linear–ReLU–Linear
             (``solo/methods/simclr.py`` of both); ``True`` is the SimCLR paper's.
         loss: Registered loss name (``info_nce``, ``spectral``; see
-            :data:`~ncl_lightning.losses.OBJECTIVES`) or a module
-            ``(z1 [n, d], z2 [n, d]) -> loss`` that :meth:`objective` applies; ``None``:
-            the class's :attr:`default_loss`.
+            [`OBJECTIVES`][ncl_lightning.losses.OBJECTIVES]) or a module
+            ``(z1 [n, d], z2 [n, d]) -> loss`` that [`objective`][] applies; ``None``:
+            the class's ``default_loss``.
         temperature: InfoNCE temperature (CIFAR: 0.2); unused by ``spectral``.
         gather_distributed: Take negatives from every rank under DDP.
-        **kwargs: Optimisation and online-evaluation settings of :class:`SSLMethod`.
+        **kwargs: Optimisation and online-evaluation settings of [`SSLMethod`][].
 
     Attributes:
         default_loss: Class value: the loss when ``loss`` is ``None``. A subclass changes
             its default loss here, never with ``kwargs.setdefault("loss", ...)``, which
-            ``ncl-cli`` would override (:mod:`ncl_lightning.runtime.subclass_defaults`).
+            ``ncl-cli`` would override (``ncl_lightning.runtime.subclass_defaults``).
     """
 
     default_loss: ClassVar[str] = "info_nce"
@@ -79,7 +79,7 @@ class CL(SSLMethod):
         )
 
     def resolve_loss(self, loss: str | nn.Module | None) -> str | nn.Module:
-        """``loss``, or :attr:`default_loss` for ``None``; warns when a configured name
+        """``loss``, or ``default_loss`` for ``None``; warns when a configured name
         replaces a default that a subclass declared."""
         cls = type(self)
         if loss is None:
@@ -102,7 +102,7 @@ class CL(SSLMethod):
         return Encoded(h=h, z=self.features(self.projector(h)))
 
     def objective(self, views: list[Encoded]) -> Tensor:
-        """The loss module (``loss`` / :attr:`default_loss`) on the two views' ``z``."""
+        """The loss module (``loss`` / ``default_loss``) on the two views' ``z``."""
         if len(views) != 2:
             raise ConfigError(f"{type(self).__name__} expects 2 views per image, got {len(views)}")
         return self.loss_fn(views[0].z, views[1].z)

@@ -1,15 +1,15 @@
 """Base LightningModule of every supervised classifier: probes, fine-tuning, NCE.
 
-A subclass builds ``self.backbone`` and implements :meth:`Classifier.encode` (images
-to the representation the head reads) and :meth:`Classifier.head` (representation to
+A subclass builds ``self.backbone`` and implements [`Classifier.encode`][] (images
+to the representation the head reads) and [`Classifier.head`][] (representation to
 logits). The base trains with cross entropy on the first view of ``(views, labels)``
 batches (DataModules with ``n_views: 1``; plain ``(images, labels)`` also work), logs
 top-1/top-5 accuracy under ``{stage}/{label}/acc_top1`` and ``.../acc_top5`` and returns
-:class:`~ncl_lightning.methods.Encoded` from evaluation steps so the interpretability
+[`Encoded`][ncl_lightning.methods.Encoded] from evaluation steps so the interpretability
 callbacks read the representation like they do for pre-training.
 
 A DataModule with several test sets exposes ``test_names`` (e.g.
-:class:`~ncl_lightning.data.ImageNetOODDataModule`); each set is then logged as
+[`ImageNetOODDataModule`][ncl_lightning.data.ImageNetOODDataModule]); each set is then logged as
 ``test/<name>/{label}/acc_top1``.
 """
 
@@ -60,8 +60,8 @@ class Classifier(TrainableModule):
 
     Args:
         num_classes: Number of classes (> 0; the CLI links it from the DataModule).
-        batch_size: See :class:`~ncl_lightning.methods.trainable.TrainableModule`, like
-            ``optimizer`` (default SGD, :func:`default_sgd`), ``warmup_epochs``,
+        batch_size: See [`TrainableModule`][ncl_lightning.methods.trainable.TrainableModule], like
+            ``optimizer`` (default SGD, ``default_sgd``), ``warmup_epochs``,
             ``min_lr_ratio``, ``scale_lr``, ``exclude_bias_n_norm``, ``channels_last``,
             ``torch_compile``, ``compile_mode``, ``nonfinite_loss`` and
             ``grad_norm_limit``.

@@ -1,10 +1,10 @@
-"""The finiteness component of a training module: :class:`FiniteSlot`, the check its
-training steps call, and :func:`zero_loss`, what a skipped step returns.
+"""The finiteness component of a training module: [`FiniteSlot`][], the check its
+training steps call, and [`zero_loss`][], what a skipped step returns.
 
-The :class:`~ncl_lightning.runtime.guard.NonFiniteGuard` attaches itself to the module at
-``setup`` (:class:`~ncl_lightning.foundation.components.FiniteCheckHost`); a
-:class:`~ncl_lightning.methods.TrainableModule` keeps the attachment in a
-:class:`FiniteSlot` and delegates to it, so the behaviour is a component, not a mixin.
+The [`NonFiniteGuard`][ncl_lightning.runtime.guard.NonFiniteGuard] attaches itself to the module at
+``setup`` ([`FiniteCheckHost`][ncl_lightning.foundation.components.FiniteCheckHost]); a
+[`TrainableModule`][ncl_lightning.methods.TrainableModule] keeps the attachment in a
+[`FiniteSlot`][] and delegates to it, so the behaviour is a component, not a mixin.
 """
 
 from __future__ import annotations

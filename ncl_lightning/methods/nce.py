@@ -32,7 +32,7 @@ class NCEClassifier(Classifier):
     ``loss: ce`` is the ordinary classifier; ``loss: nce`` adds the non-negative map on
     the representation and ``ReLU`` on the classifier weights. Evaluation steps return
     ``Encoded(h, z)`` with ``z`` the representation the classifier reads, so
-    :class:`~ncl_lightning.callbacks.FeatureStatistics` measures its sparsity and
+    [`FeatureStatistics`][ncl_lightning.callbacks.FeatureStatistics] measures its sparsity and
     semantic consistency.
 
     Args:
@@ -48,7 +48,7 @@ class NCEClassifier(Classifier):
             reached 48.6 % on the digits demo after 10 epochs, 97.8 % with it).
         pretrained: A checkpoint of this package whose backbone weights initialise
             ``backbone`` (tensor-only loading); ``None`` trains from scratch.
-        **kwargs: Optimisation settings of :class:`Classifier`.
+        **kwargs: Optimisation settings of [`Classifier`][].
     """
 
     label = "classifier"

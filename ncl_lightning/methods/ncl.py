@@ -23,7 +23,7 @@ class NCL(CL):
         backbone: Encoder exposing ``out_dim``.
         nonneg: Registered name (``relu``, ``rep_relu``, ``softplus``, ``sigmoid``, ``exp``)
             or a module. CIFAR configs use ``rep_relu``, ImageNet configs ``relu``.
-        **kwargs: Everything :class:`CL` takes.
+        **kwargs: Everything [`CL`][] takes.
     """
 
     def __init__(
@@ -42,7 +42,7 @@ class NCLTopK(NCL):
     Args:
         backbone: Encoder exposing ``out_dim``.
         topk: Activations kept per sample (``1 <= topk <= proj_output_dim``).
-        **kwargs: Everything :class:`NCL` takes.
+        **kwargs: Everything [`NCL`][] takes.
     """
 
     def __init__(self, backbone: Backbone, topk: int = 32, **kwargs: Any) -> None:

@@ -31,7 +31,7 @@ class SimSiam(SSLMethod):
     No negatives: the stop-gradient on the target branch (and, in practice, the predictor)
     is what avoids collapse. ``D`` is the negative cosine
     (``ncl_lightning.losses.negative_cosine``). Subclasses change the targets with
-    :meth:`targets` (BYOL's momentum encoder).
+    [`targets`][] (BYOL's momentum encoder).
 
     The sparse-coding study (Pokle et al., AISTATS 2022, Table 1) builds its SimSiam as
     encoder → projector → linear predictor: the projector is the encoder's second layer
@@ -45,7 +45,7 @@ class SimSiam(SSLMethod):
         proj_num_layers: Linear layers of the projector (0: no projector, ``z = h``).
         pred_hidden_dim: Predictor bottleneck width (SimSiam: 512).
         pred_num_layers: Linear layers of the predictor (0: none, 1: linear, 2: SimSiam).
-        **kwargs: Optimisation and online-evaluation settings of :class:`SSLMethod`.
+        **kwargs: Optimisation and online-evaluation settings of [`SSLMethod`][].
     """
 
     compile_targets = ("backbone", "projector", "predictor")

@@ -1,6 +1,6 @@
 """Base LightningModule for self-supervised methods: the training loop and its hooks.
 
-A method subclasses :class:`SSLMethod` and implements two hooks:
+A method subclasses [`SSLMethod`][] and implements two hooks:
 
 * ``encode(x) -> Encoded``: backbone features ``h`` and the features ``z`` that enter the
   objective (and that the interpretability metrics read);
@@ -9,11 +9,11 @@ A method subclasses :class:`SSLMethod` and implements two hooks:
 
 Everything else (online linear probe and kNN, optimiser groups with
 bias/norm exclusion, learning-rate scaling by global batch / 256, warmup-cosine schedule)
-is here or in :class:`~ncl_lightning.methods.trainable.TrainableModule`, once. The module
+is here or in [`TrainableModule`][ncl_lightning.methods.trainable.TrainableModule], once. The module
 never sees which dataset it is trained on: batches are ``(views, labels)`` for training and
 ``(images, labels)`` for evaluation. A NaN/Inf loss stops training with a checkpoint of the
 last finite state, or skips the batch (``nonfinite_loss``;
-:mod:`ncl_lightning.runtime.guard`), and :func:`~ncl_lightning.runtime.preflight.preflight`
+[`ncl_lightning.runtime.guard`][]), and [`preflight`][ncl_lightning.runtime.preflight.preflight]
 checks learning rates and the fit of model and data before training.
 """
 
@@ -41,7 +41,7 @@ from ncl_lightning.optim import LARS, decay_param_groups
 
 
 class Encoded(NamedTuple):
-    """What :meth:`SSLMethod.encode` returns for a batch of ``B`` images."""
+    """What [`SSLMethod.encode`][] returns for a batch of ``B`` images."""
 
     h: Tensor
     """Backbone features ``[B, D]`` (what probes and fine-tuning use)."""
@@ -65,9 +65,9 @@ class SSLMethod(TrainableModule):
         num_classes: Classes for the online probe and kNN (0 turns them off). The CLI links
             it from the DataModule; ``None`` (from Python): the attached DataModule's
             ``num_classes`` at the start of ``fit`` (0 when it has none), then stored in
-            the hyper-parameters (:meth:`setup`).
-        batch_size: See :class:`~ncl_lightning.methods.trainable.TrainableModule`, like
-            ``optimizer`` (default LARS, :func:`default_optimizer`), ``warmup_epochs``,
+            the hyper-parameters ([`setup`][]).
+        batch_size: See [`TrainableModule`][ncl_lightning.methods.trainable.TrainableModule], like
+            ``optimizer`` (default LARS, ``default_optimizer``), ``warmup_epochs``,
             ``min_lr_ratio``, ``scale_lr``, ``exclude_bias_n_norm``, ``channels_last``,
             ``torch_compile``, ``compile_mode``, ``nonfinite_loss`` and
             ``grad_norm_limit``.
@@ -178,7 +178,7 @@ class SSLMethod(TrainableModule):
         return self.encode(x)
 
     def log_train(self, metrics: dict[str, Tensor]) -> None:
-        """Log training values from inside :meth:`objective` once the step's loss is known
+        """Log training values from inside [`objective`][] once the step's loss is known
         to be finite (a skipped batch logs nothing; ``sync_dist=True``)."""
         self._train_logs.update(metrics)
 

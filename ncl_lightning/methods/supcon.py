@@ -1,7 +1,7 @@
 """Supervised contrastive variants of CL and NCL (Khosla et al., NeurIPS 2020).
 
 The positives of an anchor are all other samples of the (global) batch with its label,
-across both views; see :func:`~ncl_lightning.losses.supcon.supcon`. Features are those of
+across both views; see [`supcon`][ncl_lightning.losses.supcon.supcon]. Features are those of
 the parent method (CL's projector output, NCL's non-negative map); only the loss changes.
 """
 
@@ -20,7 +20,7 @@ from ncl_lightning.nn.protocols import Backbone
 
 
 class _SupConMixin:
-    """Replaces the objective of :class:`CL` (or a subclass) by :class:`SupConLoss`.
+    """Replaces the objective of [`CL`][] (or a subclass) by [`SupConLoss`][].
 
     Args:
         backbone: Encoder exposing ``out_dim``.
@@ -67,10 +67,10 @@ class SupConCL(_SupConMixin, CL):
 
     Args:
         backbone: Encoder exposing ``out_dim``.
-        loss: ``info_nce`` or ``None`` (kept for config compatibility with :class:`CL`).
+        loss: ``info_nce`` or ``None`` (kept for config compatibility with [`CL`][]).
         temperature: SupCon temperature (CIFAR: 0.2).
         gather_distributed: Take candidates and their labels from every rank under DDP.
-        **kwargs: Everything :class:`CL` takes.
+        **kwargs: Everything [`CL`][] takes.
     """
 
 
@@ -79,8 +79,8 @@ class SupConNCL(_SupConMixin, NCL):
 
     Args:
         backbone: Encoder exposing ``out_dim``.
-        loss: ``info_nce`` or ``None`` (kept for config compatibility with :class:`NCL`).
+        loss: ``info_nce`` or ``None`` (kept for config compatibility with [`NCL`][]).
         temperature: SupCon temperature (CIFAR: 0.2).
         gather_distributed: Take candidates and their labels from every rank under DDP.
-        **kwargs: Everything :class:`NCL` takes (``nonneg``, projector sizes, ...).
+        **kwargs: Everything [`NCL`][] takes (``nonneg``, projector sizes, ...).
     """

@@ -1,10 +1,11 @@
-"""The one training base of the package, :class:`TrainableModule` (subclassed by
-:class:`~ncl_lightning.methods.SSLMethod` and :class:`~ncl_lightning.methods.Classifier`).
+"""The one training base of the package, [`TrainableModule`][] (subclassed by
+[`SSLMethod`][ncl_lightning.methods.SSLMethod] and
+[`Classifier`][ncl_lightning.methods.Classifier]).
 
 Cross-cutting behaviour is in run-time callbacks that read the module's typed attributes
 (``nonfinite_loss``, ``grad_norm_limit``, ``channels_last``, ``torch_compile``,
-``compile_mode``), installed by ``ncl-cli`` (:func:`ncl_lightning.default_callbacks`) or,
-on a plain ``Trainer``, by :meth:`TrainableModule.configure_callbacks`.
+``compile_mode``), installed by ``ncl-cli`` ([`ncl_lightning.default_callbacks`][]) or,
+on a plain ``Trainer``, by [`TrainableModule.configure_callbacks`][].
 """
 
 from __future__ import annotations
@@ -41,17 +42,17 @@ class TrainableModule(L.LightningModule):
         batch_size: The data's ``batch_size`` (CLI-linked; from Python it can stay
             ``None``). The learning rate is scaled by the batch the training loader loads,
             else the attached DataModule's; this value only when neither gives one.
-        optimizer: Builds the optimiser from parameter groups (``None``: :meth:`default_optimizer`).
+        optimizer: Builds the optimiser from parameter groups (``None``: [`default_optimizer`][]).
         warmup_epochs: Linear warmup length in epochs (fractions allowed).
         min_lr_ratio: Final learning rate of the cosine schedule, relative to the peak.
         scale_lr: Multiply every learning rate by ``global batch / 256``.
         exclude_bias_n_norm: No weight decay and no LARS adaptation for biases and norms.
         channels_last: NHWC memory format for the model and its image inputs.
-        torch_compile: ``torch.compile`` the modules named in :attr:`compile_targets`.
+        torch_compile: ``torch.compile`` the modules named in ``compile_targets``.
         compile_mode: ``torch.compile`` mode: ``default``, ``reduce-overhead``, ``max-autotune``.
         nonfinite_loss: On a NaN/Inf loss, ``stop`` (save ``last-finite.ckpt`` and raise
-            :class:`~ncl_lightning.foundation.errors.NonFiniteLossError`) or ``skip`` the
-            batch; the same for non-finite gradients or BatchNorm statistics.
+            [`NonFiniteLossError`][ncl_lightning.foundation.errors.NonFiniteLossError]) or ``skip``
+            the batch; the same for non-finite gradients or BatchNorm statistics.
         grad_norm_limit: Treat a step whose gradient norm (over every parameter, before any
             clipping) exceeds this like a non-finite one; ``None`` (default): only
             non-finite gradients count. Not clipping: see ``trainer.gradient_clip_val``.
@@ -117,7 +118,7 @@ class TrainableModule(L.LightningModule):
         return decay_param_groups(self, self.exclude_bias_n_norm)
 
     def setup(self, stage: str) -> None:
-        """At ``fit``, :data:`DATA_LINKED` arguments left ``None`` (built in Python) take the
+        """At ``fit``, ``DATA_LINKED`` arguments left ``None`` (built in Python) take the
         DataModule's values, recorded in the hyper-parameters (loggers, checkpoints)."""
         super().setup(stage)
         if stage != "fit":
@@ -133,7 +134,7 @@ class TrainableModule(L.LightningModule):
         self.batch_size = found.get("batch_size", self.batch_size)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        """The optimiser over :meth:`param_groups`, learning rates scaled by the global
+        """The optimiser over [`param_groups`][], learning rates scaled by the global
         batch, and a per-step warmup-cosine schedule (step decay with ``lr_milestones``)."""
         return configure_warmup_cosine(
             self,
@@ -164,7 +165,8 @@ class TrainableModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The record's core (method class, backbone spec) for a weights-only save, which
         Lightning shows to no callback (not to
-        :class:`~ncl_lightning.runtime.checkpoint_record.CheckpointRecord`), only to this hook."""
+        [`CheckpointRecord`][ncl_lightning.runtime.checkpoint_record.CheckpointRecord]), only to
+        this hook."""
         checkpoint.setdefault(RECORD_KEY, make_record(self, self.backbone_spec()))
 
     # -- finiteness: the FiniteSlot component (methods.finite) --------------------------
@@ -183,8 +185,8 @@ class TrainableModule(L.LightningModule):
         return self.nonfinite_guard().check_loss(self, loss)
 
     def check_finite_later(self, loss: Tensor) -> bool:
-        """:meth:`loss_is_finite` without a host sync (``True`` under a trainer): the next
-        batch reads the verdict, undoing this one if needed (see :meth:`after_finite_step`)."""
+        """[`loss_is_finite`][] without a host sync (``True`` under a trainer): the next
+        batch reads the verdict, undoing this one if needed (see [`after_finite_step`][])."""
         return self.nonfinite_guard().check_loss_later(self, loss)
 
     def after_finite_step(self, effect: Callable[[], None]) -> None:

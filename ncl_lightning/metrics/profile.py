@@ -26,7 +26,7 @@ class FeatureProfile(Metric):
     The sums reduce over ranks by addition and the top-``k`` slots by concatenation and a
     new top-``k`` (ties to the smaller sample index), so ``compute`` gives under DDP what one
     process gives on the whole split. Memory is ``O(d · (C + k))`` whatever the split size.
-    See :func:`~ncl_lightning.metrics.functional.profile.dimension_profile`.
+    See [`dimension_profile`][ncl_lightning.metrics.functional.profile.dimension_profile].
 
     Args:
         num_features: Feature width ``d``.
@@ -39,7 +39,7 @@ class FeatureProfile(Metric):
         dataset index of each row ``[B]``, unique across updates and ranks.
 
     Compute:
-        :class:`~ncl_lightning.metrics.functional.profile.DimensionProfile`.
+        ``DimensionProfile``.
     """
 
     higher_is_better = None

@@ -3,7 +3,7 @@
 Each ``update`` gets one batch of paired augmented views and evaluates the per-dimension
 SEPIN with that batch's in-batch negatives (as in training); the metric keeps the
 sample-weighted sum over batches, so it reduces across ranks with a plain sum.
-:func:`sepin_on_views` runs it over a loader of view pairs (the ``FeatureStatistics``
+[`sepin_on_views`][] runs it over a loader of view pairs (the ``FeatureStatistics``
 callback and the atlas both call it).
 """
 

@@ -56,7 +56,7 @@ class ActiveDimensions(Metric):
     """Number (or fraction) of dimensions with ``|ẑ| > eps`` on at least one sample.
 
     Keeps a per-dimension activation count ``[num_features]`` (reduced by sum), so dead
-    dimensions can also be read from :attr:`activation_count`.
+    dimensions can also be read from ``activation_count``.
 
     Args:
         num_features: Feature dimension ``d`` (>= 1).

@@ -1,8 +1,8 @@
 """Encoders ("backbones") mapping images to representation vectors.
 
-* :class:`ResNet` — torchvision ResNet-18/34/50 (He et al., 2016) without the classifier,
+* [`ResNet`][] — torchvision ResNet-18/34/50 (He et al., 2016) without the classifier,
   with the CIFAR stem of SimCLR (Chen et al., 2020, Appendix B.9) for 32x32 images.
-* :class:`SmallCNN` — a few 3x3 conv layers for tiny images (e.g. 8x8 scikit-learn digits)
+* [`SmallCNN`][] — a few 3x3 conv layers for tiny images (e.g. 8x8 scikit-learn digits)
   that keeps tests and demos fast on CPU.
 """
 
@@ -28,7 +28,7 @@ _STEMS = ("cifar", "imagenet")
 
 def backbone_spec(cls: type, **init_args: Any) -> dict[str, Any]:
     """``{"class_path", "init_args"}`` that rebuilds a backbone: written into checkpoints
-    so :func:`ncl_lightning.load_backbone` can rebuild a module made from Python."""
+    so [`ncl_lightning.load_backbone`][] can rebuild a module made from Python."""
     return {"class_path": f"ncl_lightning.nn.{cls.__name__}", "init_args": init_args}
 
 
@@ -152,7 +152,7 @@ def resnet18(
     in_channels: int = 3,
     zero_init_residual: bool = False,
 ) -> ResNet:
-    """ResNet-18 backbone (``out_dim`` 512); see :class:`ResNet`."""
+    """ResNet-18 backbone (``out_dim`` 512); see [`ResNet`][]."""
     return ResNet(18, stem, in_channels, zero_init_residual)
 
 
@@ -161,7 +161,7 @@ def resnet34(
     in_channels: int = 3,
     zero_init_residual: bool = False,
 ) -> ResNet:
-    """ResNet-34 backbone (``out_dim`` 512); see :class:`ResNet`."""
+    """ResNet-34 backbone (``out_dim`` 512); see [`ResNet`][]."""
     return ResNet(34, stem, in_channels, zero_init_residual)
 
 
@@ -170,6 +170,6 @@ def resnet50(
     in_channels: int = 3,
     zero_init_residual: bool = False,
 ) -> ResNet:
-    """ResNet-50 backbone (``out_dim`` 2048); see :class:`ResNet`."""
+    """ResNet-50 backbone (``out_dim`` 2048); see [`ResNet`][]."""
     return ResNet(50, stem, in_channels, zero_init_residual)
 

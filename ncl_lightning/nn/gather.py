@@ -69,7 +69,7 @@ def gather_no_grad(x: Tensor) -> Tensor:
 
 
 def gather_uneven(x: Tensor) -> Tensor:
-    """Like :func:`gather_no_grad` for per-rank tensors of different lengths along dim 0
+    """Like [`gather_no_grad`][] for per-rank tensors of different lengths along dim 0
     (shards ``rank::world`` of a dataset): pad to the longest, gather, drop the padding."""
     if not is_distributed():
         return x

@@ -1,7 +1,7 @@
 """Precision helpers of the objectives: float32 outside autocast.
 
-Objectives run outside autocast on float32 features (:func:`autocast_off`,
-:func:`float32`): at InfoNCE temperatures of 0.1-0.2, bf16 logits (8 bits of mantissa)
+Objectives run outside autocast on float32 features ([`autocast_off`][],
+[`float32`][]): at InfoNCE temperatures of 0.1-0.2, bf16 logits (8 bits of mantissa)
 would round the loss.
 """
 

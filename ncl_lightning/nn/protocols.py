@@ -5,15 +5,15 @@ A method's arguments are read by ``ncl-cli`` (jsonargparse) from their annotatio
 short name resolves to the project's classes. These protocols say what the methods need
 instead:
 
-* :class:`Backbone` — the project's encoders subclass it explicitly, so ``ncl-cli`` lists
+* [`Backbone`][] — the project's encoders subclass it explicitly, so ``ncl-cli`` lists
   them and resolves their short names (``--model.backbone SmallCNN``).
-* :class:`TorchModule` — any ``nn.Module`` given by ``class_path`` (a non-negative map, a
+* [`TorchModule`][] — any ``nn.Module`` given by ``class_path`` (a non-negative map, a
   gate, a loss), next to the registered names these arguments usually take.
 
 Neither is needed as a base class: jsonargparse takes any class that implements the
 protocol's methods, so a researcher's own ``nn.Module`` works through its ``class_path``.
 What a protocol cannot state (that a backbone's ``out_dim`` is an integer >= 1) is checked
-when the method is built (:func:`ncl_lightning.methods.checks.check_backbone`).
+when the method is built (``ncl_lightning.methods.checks.check_backbone``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Burgess, Higgins, Pal, Matthey, Watters, Desjardins, Lerchner, "Understanding
 disentangling in β-VAE" (2018), Appendix A.1; the same encoder is disentanglement_lib's
 ``conv_encoder`` (Locatello et al., ICML 2019). Four 4x4 stride-2 convolutions halve the
 resolution down to 4x4 and the feature map is *flattened*, not pooled: a globally pooled
-CNN (:class:`~ncl_lightning.nn.SmallCNN`) is translation invariant away from the image
+CNN ([`SmallCNN`][ncl_lightning.nn.SmallCNN]) is translation invariant away from the image
 border, so it cannot represent the posX / posY factors that MIG measures.
 """
 

@@ -1,8 +1,8 @@
 """The batch a run actually trains with, and the learning rates scaled from it.
 
-:func:`batch_layout` reads the per-device batch from the training loader Lightning built
+[`batch_layout`][] reads the per-device batch from the training loader Lightning built
 (the DataModule's ``batch_scope`` has already split a global batch there) and the device
-layout from the trainer; :func:`describe_batch` formats the one or two lines a run prints
+layout from the trainer; [`describe_batch`][] formats the one or two lines a run prints
 at the start of ``fit``. Learning rates follow the linear scaling rule of Goyal et al.
 (2017), ``lr = base_lr * samples per update / 256``, as SimCLR and solo-learn do.
 """
@@ -78,7 +78,7 @@ def per_device_batch(trainer: Any, fallback: int | None) -> int | None:
 
 
 def batch_layout(trainer: Any, fallback: int | None, required: bool) -> BatchLayout:
-    """The layout of ``trainer``'s fit, the per-device batch from :func:`per_device_batch`
+    """The layout of ``trainer``'s fit, the per-device batch from [`per_device_batch`][]
     (call after the training loader is built, e.g. after
     ``trainer.estimated_stepping_batches``).
 
@@ -125,7 +125,7 @@ def describe_batch(
     """What a run trains with, in one line (two with gradient accumulation).
 
     Args:
-        layout: The device layout and batch (:func:`batch_layout`).
+        layout: The device layout and batch ([`batch_layout`][]).
         lrs: ``(configured, peak)`` learning rate of each parameter group; distinct pairs
             are shown once, in order.
         scaled: Whether the rates were scaled by ``layout.per_update / 256``.

@@ -35,7 +35,7 @@ class LARS(Optimizer):
       buf`` (Nesterov) or ``buf``
     * ``p = p - lr * d``
 
-    Multi-tensor: :meth:`step` updates all the parameters of a group (per device and
+    Multi-tensor: [`step`][] updates all the parameters of a group (per device and
     dtype) with a constant number of ``torch._foreach_*`` calls, whatever the number of
     tensors, and never synchronises with the host: the norms come from one
     ``_foreach_norm`` and the trust ratios of all adapted tensors are computed at once on

@@ -39,20 +39,20 @@ def configure_warmup_cosine(
             accumulation / 256`` (samples per update / 256, Goyal et al., 2017).
         batch_size: The module's per-device batch size: used only when neither the
             training loader nor the attached DataModule gives an integer one
-            (:func:`~ncl_lightning.optim.batch_report.batch_layout`).
+            ([`batch_layout`][ncl_lightning.optim.batch_report.batch_layout]).
         warmup_epochs: Linear warmup length in epochs (fractions allowed), converted with
             the steps of one epoch, also when ``max_steps`` ends the run
-            (:func:`schedule_steps`).
+            ([`schedule_steps`][]).
         min_lr_ratio: Final rate of the cosine, relative to the peak; reached at the last
             step, ``trainer.estimated_stepping_batches``.
         milestones: Epochs at which the rate is multiplied by ``gamma``
-            (:func:`~ncl_lightning.optim.warmup_step`) instead of the cosine.
+            ([`warmup_step`][ncl_lightning.optim.warmup_step]) instead of the cosine.
         gamma: Step-decay factor.
 
     Prints once (rank zero) the devices, per-device and global batch, the peak rates and,
     when the DataModule has a ``loader_summary()``, its loader settings (workers, pinned
     memory, persistent workers, prefetch)
-    (:func:`~ncl_lightning.optim.batch_report.describe_batch`).
+    ([`describe_batch`][ncl_lightning.optim.batch_report.describe_batch]).
 
     Returns:
         What ``configure_optimizers`` returns: optimiser and a step-interval scheduler.
@@ -103,7 +103,7 @@ def check_schedule_length(max_epochs: int | None, max_steps: int | None) -> None
 def steps_per_epoch(trainer: Any) -> int | None:
     """Optimiser steps of one training epoch: ``ceil(num_training_batches /
     accumulate_grad_batches)`` (``limit_train_batches`` included), ``None`` for a loader
-    without a length. Call after the training loader is built (:func:`schedule_steps`)."""
+    without a length. Call after the training loader is built ([`schedule_steps`][])."""
     batches = trainer.num_training_batches
     if not math.isfinite(batches):
         return None
@@ -114,13 +114,13 @@ def schedule_steps(trainer: Any, warmup_epochs: float) -> tuple[int, int, int | 
     """``(total, warmup, per_epoch)`` optimiser steps of ``trainer``'s fit.
 
     ``total`` is ``trainer.estimated_stepping_batches`` (``max_steps``, or ``max_epochs``
-    epochs, whichever ends first), ``per_epoch`` :func:`steps_per_epoch` and ``warmup``
+    epochs, whichever ends first), ``per_epoch`` [`steps_per_epoch`][] and ``warmup``
     ``round(warmup_epochs * per_epoch)``: a run stopped by ``max_steps`` warms up over the
     same steps as one stopped by ``max_epochs``. Builds the training loader when Lightning
     has not (``Trainer(max_steps=N)`` does not load it to count steps).
 
     Raises:
-        ConfigError: No finite length (:func:`check_schedule_length`), or a warmup in
+        ConfigError: No finite length ([`check_schedule_length`][]), or a warmup in
             epochs over a training loader without a length.
     """
     check_schedule_length(trainer.max_epochs, trainer.max_steps)

@@ -12,7 +12,7 @@ from ncl_lightning.foundation.validation import check_int, check_range
 
 
 class _WarmupCosineFactor:
-    """Multiplicative lr factor of :func:`warmup_cosine` (a class so checkpoints pickle it)."""
+    """Multiplicative lr factor of [`warmup_cosine`][] (a class so checkpoints pickle it)."""
 
     def __init__(self, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> None:
         # A run shorter than its warm-up warms up over the whole run instead.
@@ -65,7 +65,7 @@ def warmup_cosine(
 
 
 class _WarmupStepFactor:
-    """Multiplicative lr factor of :func:`warmup_step` (a class so checkpoints pickle it)."""
+    """Multiplicative lr factor of [`warmup_step`][] (a class so checkpoints pickle it)."""
 
     def __init__(
         self, warmup_steps: int, steps_per_epoch: int, milestones: list[int], gamma: float

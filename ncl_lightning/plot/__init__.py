@@ -4,7 +4,7 @@
 Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``) and draws one
 panel per logged metric of interest (train loss, online and kNN accuracy, sparsity,
 semantic consistency, gate open rate, learning rate), one line per run. From Python:
-:func:`plot_curves`. W&B runs are not read (use the W&B web page for those).
+[`plot_curves`][]. W&B runs are not read (use the W&B web page for those).
 """
 
 from ncl_lightning.plot.curves import (

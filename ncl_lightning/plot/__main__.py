@@ -2,7 +2,7 @@
 
 Reads Lightning ``CSVLogger`` files only (``<save_dir>/<name>/version_N/metrics.csv``); W&B
 runs are not read. Several runs go on the same panels, one line (and legend entry) each.
-Every input is checked before anything is written (:func:`check_inputs`); an error of input
+Every input is checked before anything is written ([`check_inputs`][]); an error of input
 (a folder without ``metrics.csv``, an unreadable CSV, nothing to draw, several versions
 without ``--all``, an output file of unknown format or in a folder that cannot be written)
 is one line ``python -m ncl_lightning.plot: error: <key or path>: <problem>``, exit status 2.

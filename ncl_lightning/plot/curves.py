@@ -47,7 +47,7 @@ IMAGE_FORMATS = tuple(
 
 
 def check_out(out: Path, key: str = "out") -> None:
-    """``out`` can be written as an image: a known extension (:data:`IMAGE_FORMATS`), not a
+    """``out`` can be written as an image: a known extension ([`IMAGE_FORMATS`][]), not a
     folder, not a read-only file, in a folder that is (or can be made) writable; nothing is
     written (the folder is probed with a temporary folder, removed at once).
 
@@ -88,9 +88,9 @@ def choose_panels(runs: Sequence[RunCurves], metrics: Sequence[str] | None = Non
     """The columns to draw, one panel each.
 
     Args:
-        runs: The runs read by :func:`~ncl_lightning.plot.metrics_csv.load_runs`.
+        runs: The runs read by [`load_runs`][ncl_lightning.plot.metrics_csv.load_runs].
         metrics: The columns wanted (``lr`` for the learning-rate columns); default: those of
-            :data:`DEFAULT_PANELS` that at least one run logged.
+            ``DEFAULT_PANELS`` that at least one run logged.
 
     Returns:
         Column names in panel order, without repeats.
@@ -136,7 +136,7 @@ def _xy(points: Sequence[Point], x: str) -> tuple[list[float], list[float]]:
 
 
 def figure_size(num_panels: int) -> tuple[int, int]:
-    """``(width, height)`` in pixels of the figure of :func:`curves_figure`."""
+    """``(width, height)`` in pixels of the figure of [`curves_figure`][]."""
     cols = min(MAX_COLUMNS, num_panels)
     rows = math.ceil(num_panels / cols)
     return round(cols * PANEL_SIZE[0] * DPI), round(rows * PANEL_SIZE[1] * DPI)
@@ -148,7 +148,7 @@ def curves_figure(runs: Sequence[RunCurves], panels: Sequence[str], x: str = "st
     Args:
         runs: The runs, one line (colour ``C{i}``, label ``run.label``) per panel that it
             logged.
-        panels: Column names, from :func:`choose_panels`.
+        panels: Column names, from [`choose_panels`][].
         x: ``"step"`` (the global step of each logged value) or ``"epoch"`` (values
             averaged over each epoch).
 
@@ -229,7 +229,7 @@ def plot_curves(
             ``all_versions``.
         out: The PNG to write.
         labels: Legend label per ``metrics.csv`` found; default: the logger names.
-        metrics: Columns to draw; default: the logged ones of :data:`DEFAULT_PANELS`.
+        metrics: Columns to draw; default: the logged ones of ``DEFAULT_PANELS``.
         x: ``"step"`` or ``"epoch"``.
         all_versions: Draw every version below a folder instead of refusing several.
 

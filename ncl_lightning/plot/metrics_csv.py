@@ -4,7 +4,7 @@ The logger writes one row per logging call: the columns ``epoch`` and ``step``, 
 column per logged key, left empty where that key was not logged by the call (a validation
 metric is empty on every training row, a training loss on every validation row). The
 reader keeps, for each column, only its filled cells, as ``(step, epoch, value)`` points.
-Only the standard library's :mod:`csv` is used (no pandas).
+Only the standard library's [`csv`][] is used (no pandas).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def find_metrics(folder: Path, all_versions: bool = False) -> list[Path]:
 
 
 def _number(cell: str, path: Path, line: int, column: str) -> float:
-    """``float(cell)``, or a :class:`DataError` naming the file, line and column."""
+    """``float(cell)``, or a [`DataError`][] naming the file, line and column."""
     try:
         return float(cell)
     except ValueError:
@@ -152,7 +152,7 @@ def run_label(path: Path) -> str:
 def load_runs(
     runs: Sequence[Path], labels: Sequence[str] | None = None, all_versions: bool = False
 ) -> list[RunCurves]:
-    """Find and read the CSV runs at ``runs`` (see :func:`find_metrics`).
+    """Find and read the CSV runs at ``runs`` (see [`find_metrics`][]).
 
     Args:
         runs: Run folders, version folders or ``metrics.csv`` files.
@@ -161,7 +161,7 @@ def load_runs(
         all_versions: Draw every version found below a folder.
 
     Returns:
-        One :class:`RunCurves` per ``metrics.csv``, in the order of ``runs``.
+        One [`RunCurves`][] per ``metrics.csv``, in the order of ``runs``.
 
     Raises:
         ConfigError: ``labels`` does not give one label per file found, or no run is given.

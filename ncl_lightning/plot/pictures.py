@@ -36,7 +36,7 @@ def to_uint8(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> np.
 
 
 def grid_size(rows: int, cols: int, cell: int) -> tuple[int, int]:
-    """``(width, height)`` in pixels of :func:`activation_grid`."""
+    """``(width, height)`` in pixels of [`activation_grid`][]."""
     return LABEL_WIDTH + cols * (cell + PAD) + PAD, rows * (cell + PAD) + PAD
 
 

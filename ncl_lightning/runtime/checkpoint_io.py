@@ -3,14 +3,14 @@
 Lightning's ``TorchCheckpointIO`` writes local files through an fsspec transaction whose
 temporary file lives in the system temp folder; committing it is a ``shutil.move``,
 which copies (and can be cut half-way) when that folder is on another file system, and
-nothing is synced to disk. :class:`AtomicCheckpointIO` writes a temporary file beside
+nothing is synced to disk. [`AtomicCheckpointIO`][] writes a temporary file beside
 the target, syncs it and renames it over the target (``os.replace``: atomic on POSIX
 and Windows), so a reader sees either the old complete file or the new complete one.
 
-A full disk while writing raises one :class:`~ncl_lightning.foundation.errors.DiskFullError`
-(the previous file kept, nothing half-written; see :mod:`ncl_lightning.foundation.disk`).
-``ncl-cli`` installs it on every Trainer; from Python pass
-``Trainer(plugins=[AtomicCheckpointIO()])``.
+A full disk while writing raises one
+[`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] (the previous file kept, nothing
+half-written; see [`ncl_lightning.foundation.disk`][]). ``ncl-cli`` installs it on every Trainer;
+from Python pass ``Trainer(plugins=[AtomicCheckpointIO()])``.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ def tensor_bytes(obj: Any) -> int:
 def atomic_save(obj: Any, path: str | Path) -> None:
     """``torch.save(obj, path)`` that replaces ``path`` only once the new file is complete.
 
-    Written by :func:`ncl_lightning.foundation.disk.atomic_write`: the free space is
+    Written by [`ncl_lightning.foundation.disk.atomic_write`][]: the free space is
     checked against the tensors' size first; a full disk (or quota, or file-size limit)
-    raises one :class:`~ncl_lightning.foundation.errors.DiskFullError` naming the path and
+    raises one [`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] naming the path and
     the space needed, and leaves the previous file and no temporary file.
 
     Args:
@@ -65,7 +65,7 @@ def atomic_save(obj: Any, path: str | Path) -> None:
 
 
 def is_partial(path: str | Path) -> bool:
-    """Whether ``path`` is a temporary file of an unfinished :func:`atomic_save`."""
+    """Whether ``path`` is a temporary file of an unfinished [`atomic_save`][]."""
     return TMP_MARK in Path(path).name
 
 
@@ -73,7 +73,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` whose local writes are atomic (see the module docstring);
     remote URLs (``s3://``...) keep Lightning's behaviour. The first write into a folder
     removes the temporary files that killed writers left there
-    (:func:`~ncl_lightning.foundation.disk.remove_stale`)."""
+    ([`remove_stale`][ncl_lightning.foundation.disk.remove_stale])."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,19 +1,19 @@
-"""The :class:`CheckpointRecord` callback: the record every checkpoint of the package carries.
+"""The [`CheckpointRecord`][] callback: the record every checkpoint of the package carries.
 
 On every save it writes ``checkpoint["ncl_lightning"]``: the module's class path, how to
 build its backbone (``{"class_path", "init_args"}``, so
-:func:`~ncl_lightning.checkpoints.load.load_backbone` rebuilds the encoder from the file
+[`load_backbone`][ncl_lightning.checkpoints.load.load_backbone] rebuilds the encoder from the file
 alone), the run's logger versions (so a resume continues them,
-:mod:`ncl_lightning.runtime.resume`) and the run's identity (``{"id", "folder"}``, so a
-resume into another run's folder is refused, :func:`~ncl_lightning.runtime.runs.check_same_run`);
-and it flushes the loggers, so a kill after this
-checkpoint loses no row that the resumed run will not log again.
+[`ncl_lightning.runtime.resume`][]) and the run's identity (``{"id", "folder"}``, so a
+resume into another run's folder is refused,
+[`check_same_run`][ncl_lightning.runtime.runs.check_same_run]); and it flushes the loggers, so a
+kill after this checkpoint loses no row that the resumed run will not log again.
 
 ``ncl-cli`` installs it; a plain ``Trainer`` gets it from the module's
 ``configure_callbacks`` (every module of the package asks for it). Lightning calls no
 callback's ``on_save_checkpoint`` for a weights-only save (``save_weights_only=True``); for
-those, :class:`~ncl_lightning.methods.TrainableModule` writes the record's core itself (no
-logger versions: a weights-only file cannot resume a run anyway).
+those, [`TrainableModule`][ncl_lightning.methods.TrainableModule] writes the record's core itself
+(no logger versions: a weights-only file cannot resume a run anyway).
 """
 
 from __future__ import annotations

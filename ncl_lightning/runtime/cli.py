@@ -18,20 +18,20 @@ Reliability (``docs/reliability.md``):
 
 * Bad input stops the run before anything is trained or written, with one line
   ``ncl-cli: error: <key or path>: <problem>`` (``NCL_TRACEBACK=1`` shows the traceback).
-* Every run has its own folder and id (:mod:`ncl_lightning.runtime.runs`):
+* Every run has its own folder and id ([`ncl_lightning.runtime.runs`][]):
   ``--ckpt_path last`` resumes the run's ``last.ckpt`` (searched under
   ``default_root_dir``, the loggers' ``save_dir`` and the checkpoint ``dirpath``): the
   run ``--run_id`` names (or the SLURM job), else the only run there, and refuses when
   several runs could be meant. ``--auto_resume true`` does the same when there is one and
   starts afresh otherwise. The loggers continue the checkpoint's versions (same CSV
   folder, same W&B run). ``config.yaml`` and ``run.yaml`` go into the run's folder, never
-  overwritten (:class:`~ncl_lightning.runtime.run_config.RunConfig`).
+  overwritten ([`RunConfig`][ncl_lightning.runtime.run_config.RunConfig]).
 * A checkpoint belongs to its run (its record names the run's id and folder): a resume
   that would write into another run's folder is refused; ``--new_run true`` starts a new
   run from its state. Only values typed on the command line override its
-  hyper-parameters (:mod:`~ncl_lightning.runtime.cli_resume`).
+  hyper-parameters ([`cli_resume`][ncl_lightning.runtime.cli_resume]).
 * Checkpoints are read tensor-only (``weights_only``) and validated in one place
-  (:mod:`~ncl_lightning.checkpoints.check`: structure, and no class of an
+  ([`check`][ncl_lightning.checkpoints.check]: structure, and no class of an
   untrusted module is imported); one written by another method is refused with its
   missing and unexpected keys. Checkpoints are written atomically.
 """
@@ -180,10 +180,10 @@ class NCLCLI(LightningCLI):
         """Resolve ``last``/``auto_resume``, read and validate the checkpoint (tensor-only,
         structure, trusted class paths: refused before Lightning touches the file),
         continue its loggers, then apply its hyper-parameters as Lightning does; only what
-        the command line types wins over them (:mod:`~ncl_lightning.runtime.cli_resume`).
+        the command line types wins over them ([`cli_resume`][ncl_lightning.runtime.cli_resume]).
 
         Run where LightningCLI parses ``--ckpt_path``
-        (:func:`~ncl_lightning.foundation.internals.override_ckpt_path_parsing`).
+        ([`override_ckpt_path_parsing`][ncl_lightning.foundation.internals.override_ckpt_path_parsing]).
 
         Args:
             lightning_parse: LightningCLI's own parsing: the checkpoint's hyper-parameters
@@ -246,7 +246,7 @@ class NCLCLI(LightningCLI):
 
     def _config_modules(self) -> list[str]:
         """Modules of the classes the config names (the checkpoint's, once merged, have
-        passed :func:`read_checkpoint`'s check)."""
+        passed [`read_checkpoint`][]'s check)."""
         sub = self.config.get("subcommand")
         section = self.config[sub] if sub else self.config
         return modules_of(p for _, p in class_paths_in(section.as_dict()))

@@ -2,7 +2,7 @@
 
 A configuration error reaches ``ncl-cli`` as a nested report ("Parser key "model": Does
 not validate against any of the Union subtypes ... Problem with given class_path ...").
-:func:`summarize` walks it down to the innermost problem and says it in one line, with
+[`summarize`][] walks it down to the innermost problem and says it in one line, with
 the full config key (``model.init_args.temperature``), the value and, for unknown names,
 the closest valid one and the valid choices.
 """
@@ -198,7 +198,7 @@ _SUMMARY_KEY = re.compile(r"^([\w.\[\]-]+)(?::| must | is )")  # our own "<key>:
 
 
 def parser_error(message: str, option_keys: Iterable[str] = ()) -> ConfigError:
-    """The :class:`ConfigError` for a jsonargparse report: :func:`summarize`'s line, with
+    """The [`ConfigError`][] for a jsonargparse report: [`summarize`][]'s line, with
     the key it names as ``err.key`` (``None`` when the line names none)."""
     line = summarize(message, option_keys)
     found = _SUMMARY_KEY.match(line)
@@ -313,8 +313,8 @@ def os_message(err: OSError) -> str | None:
 def user_error_message(err: BaseException) -> str | None:
     """The one line ``ncl-cli`` prints for a user-caused error, or ``None`` for a bug.
 
-    User-caused: our own :class:`~ncl_lightning.foundation.errors.NCLError` (checks), a jsonargparse
-    report (config keys, types, a class's ``__init__`` refusing a value), Lightning's
+    User-caused: our own [`NCLError`][ncl_lightning.foundation.errors.NCLError] (checks), a
+    jsonargparse report (config keys, types, a class's ``__init__`` refusing a value), Lightning's
     ``MisconfigurationException`` and an ``OSError`` naming a path (the message is the
     path and the system's reason). Anything else is a bug and keeps its traceback.
     """

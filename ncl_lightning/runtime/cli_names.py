@@ -6,7 +6,7 @@ jsonargparse resolves a short class name (``--model NCL``, ``--data DigitsDataMo
 FeatureStatistics``) by walking the subclasses of the argument's type that Python has
 loaded (``cls.__subclasses__()``): a class whose module was never imported is unknown, and
 the name is read as a path ("Expected a path but NCL either not accessible or invalid").
-:func:`import_public_classes` imports the packages that define the methods, evaluation
+[`import_public_classes`][] imports the packages that define the methods, evaluation
 protocols, DataModules, callbacks, backbones and optimisers before the parser is built.
 A researcher's own classes keep working by their full ``class_path``.
 """
@@ -38,7 +38,7 @@ PUBLIC_PACKAGES = (
 
 
 def import_public_classes() -> None:
-    """Import :data:`PUBLIC_PACKAGES` so that jsonargparse finds their classes by name."""
+    """Import [`PUBLIC_PACKAGES`][] so that jsonargparse finds their classes by name."""
     for package in PUBLIC_PACKAGES:
         importlib.import_module(package)
 

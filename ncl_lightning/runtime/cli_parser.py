@@ -31,7 +31,7 @@ def _option_keys(parser: Any) -> list[str]:
 
 
 class NCLArgumentParser(LightningArgumentParser):
-    """LightningCLI's parser whose errors are one :class:`ConfigError` line."""
+    """LightningCLI's parser whose errors are one [`ConfigError`][] line."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or os.environ.get(TRACEBACK_ENV):
@@ -41,7 +41,7 @@ class NCLArgumentParser(LightningArgumentParser):
     def parse_args(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
         """Check the ``--config`` files before jsonargparse reads them (one line naming the
         file, ``file:line:column`` for YAML errors) and the parsed ``trainer`` section
-        before Lightning builds anything from it (:func:`check_trainer`)."""
+        before Lightning builds anything from it ([`check_trainer`][])."""
         check_config_args(sys.argv[1:] if args is None else [str(a) for a in args])
         cfg = super().parse_args(args, *rest, **kwargs)
         sub = cfg.get("subcommand")

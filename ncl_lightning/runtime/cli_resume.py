@@ -142,7 +142,7 @@ def split_explicit(explicit: Namespace, typed: Iterable[str] | None) -> tuple[Na
 
     Args:
         explicit: The model arguments the user gave (``parse_args(..., defaults=False)``).
-        typed: :func:`typed_model_keys`.
+        typed: [`typed_model_keys`][].
     """
     if typed is None:
         return explicit, Namespace()

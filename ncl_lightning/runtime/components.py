@@ -1,11 +1,11 @@
-"""The callbacks every training run of the package gets: :func:`default_callbacks`.
+"""The callbacks every training run of the package gets: [`default_callbacks`][].
 
 ``ncl-cli`` installs them on every run. A Python user with a plain ``L.Trainer`` gets the
 same behaviour without doing anything: this module registers them as the package's
-default components (:mod:`ncl_lightning.foundation.components`, at import), every module
+default components ([`ncl_lightning.foundation.components`][], at import), every module
 of the package asks for the ones the trainer lacks in ``configure_callbacks``
-(:func:`~ncl_lightning.foundation.components.missing_defaults`), and a callback the user
-configured (same type or a subclass) is kept, never replaced. Passing
+([`missing_defaults`][ncl_lightning.foundation.components.missing_defaults]), and a callback the
+user configured (same type or a subclass) is kept, never replaced. Passing
 ``callbacks=ncl_lightning.default_callbacks()`` to the ``Trainer`` is equivalent.
 """
 
@@ -31,14 +31,14 @@ register_default("checkpoint_record", CheckpointRecord)
 def default_callbacks() -> list[Callback]:
     """Fresh instances of the package's run-time components, in the order they run.
 
-    * :class:`~ncl_lightning.runtime.preflight.Preflight`: learning rates, model/data fit
+    * [`Preflight`][ncl_lightning.runtime.preflight.Preflight]: learning rates, model/data fit
       and the training batch size, checked at the start of a fit;
-    * :class:`~ncl_lightning.runtime.speed_switches.SpeedSwitches`: ``channels_last`` and
+    * [`SpeedSwitches`][ncl_lightning.runtime.speed_switches.SpeedSwitches]: ``channels_last`` and
       ``torch_compile``, applied before the strategy wraps the module;
-    * :class:`~ncl_lightning.runtime.guard.NonFiniteGuard`: stop or skip on a NaN/Inf
+    * [`NonFiniteGuard`][ncl_lightning.runtime.guard.NonFiniteGuard]: stop or skip on a NaN/Inf
       loss, gradient or buffer (``nonfinite_loss``, ``grad_norm_limit``);
-    * :class:`~ncl_lightning.runtime.checkpoint_record.CheckpointRecord`: the record every
-      checkpoint carries (method, backbone, logger versions), loggers flushed on save.
+    * [`CheckpointRecord`][ncl_lightning.runtime.checkpoint_record.CheckpointRecord]: the record
+      every checkpoint carries (method, backbone, logger versions), loggers flushed on save.
 
     Returns:
         A new list of new callbacks (the guard keeps per-run state: one list per run).
@@ -52,7 +52,7 @@ def default_callbacks() -> list[Callback]:
 def drop_shadowed(callbacks: Sequence[Callback], defaults: Sequence[Callback]) -> list[Callback]:
     """``callbacks`` without those of ``defaults`` whose type the user configured too.
 
-    ``ncl-cli`` appends :func:`default_callbacks` to the callbacks of the config; a config
+    ``ncl-cli`` appends [`default_callbacks`][] to the callbacks of the config; a config
     that lists, say, its own ``NonFiniteGuard`` keeps that one, and only that one.
     """
     own = {id(c) for c in defaults}

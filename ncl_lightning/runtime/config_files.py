@@ -1,10 +1,10 @@
 """Config files given with ``--config``: each is checked before jsonargparse reads it.
 
 jsonargparse reports a broken config file without its name or location ("Problems
-parsing config: while parsing a flow sequence", "Unexpected config:"). :func:`check_config_args`
-finds every ``--config``/``-c`` file of a command line and :func:`check_config_file`
-refuses, in one :class:`~ncl_lightning.foundation.errors.ConfigError` naming the file, one that does
-not exist, is a folder or unreadable, is not YAML (``file:line:column``), is empty, or
+parsing config: while parsing a flow sequence", "Unexpected config:"). [`check_config_args`][]
+finds every ``--config``/``-c`` file of a command line and [`check_config_file`][]
+refuses, in one [`ConfigError`][ncl_lightning.foundation.errors.ConfigError] naming the file, one
+that does not exist, is a folder or unreadable, is not YAML (``file:line:column``), is empty, or
 whose top level is not a mapping; a ``config:`` key inside a file (a nested config,
 which jsonargparse reads relative to the file's folder) is checked the same way.
 """
@@ -111,7 +111,7 @@ def check_config_file(path: str | Path, included_by: Path | None = None, depth: 
 
 
 def check_config_args(args: Sequence[str]) -> None:
-    """:func:`check_config_file` for every config file of a command line."""
+    """[`check_config_file`][] for every config file of a command line."""
     for value in config_paths(args):
         if not _looks_inline(value):
             check_config_file(value)

@@ -85,7 +85,7 @@ def _check_short_name(path: Path, name: Any) -> None:
 def _in_file(path: Path, err: Exception) -> NCLError:
     """One line for an error jsonargparse wraps the DataModule's own in: the file, then
     the key and the problem (as ``ncl-cli`` says it), of the DataModule's error class
-    (``DataNotFoundError`` for a missing folder), else a :class:`ConfigError`."""
+    (``DataNotFoundError`` for a missing folder), else a [`ConfigError`][]."""
     message = f"{path}: {user_error_message(err) or one_line(err)}"
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, NCLError):

@@ -55,7 +55,7 @@ def describe_loss(
     flag: float, value: Tensor | None, buffers: list[tuple[str, Tensor]], hint: str = ""
 ) -> str:
     """``non-finite loss (nan)`` or ``non-finite buffer <name> (inf)`` for code ``flag``,
-    then ``hint`` (:func:`scale_hint`)."""
+    then ``hint`` ([`scale_hint`][])."""
     if flag == BUFFER:
         culprit = first_nonfinite(buffers)
         what = f"buffer {culprit[0]} ({culprit[1]})" if culprit else "buffer on another rank"

@@ -1,14 +1,14 @@
-"""The :class:`NonFiniteGuard` callback: what a training step does with a NaN or infinite
+"""The [`NonFiniteGuard`][] callback: what a training step does with a NaN or infinite
 loss, gradient, BatchNorm statistic or parameter: stop with a checkpoint, or skip.
 
-Every trainable module (:class:`~ncl_lightning.methods.TrainableModule`) takes
+Every trainable module ([`TrainableModule`][ncl_lightning.methods.TrainableModule]) takes
 ``nonfinite_loss`` and hands its loss to this callback in the training step (``ncl-cli``
 installs it; a plain ``Trainer`` gets it from the module's ``configure_callbacks``):
 
 * ``stop`` (default): the weights of the last finite state are saved to
   ``last-finite.ckpt`` beside the run's checkpoints and training stops with
-  :class:`~ncl_lightning.foundation.errors.NonFiniteLossError`, one line naming the step,
-  the epoch, the batch and the file.
+  [`NonFiniteLossError`][ncl_lightning.foundation.errors.NonFiniteLossError], one line naming the
+  step, the epoch, the batch and the file.
 * ``skip``: the batch changes nothing (weights, optimiser state, buffers, probe metrics,
   kNN bank); ``train/skipped_nonfinite`` counts skipped batches, one warning per epoch.
 
@@ -21,13 +21,13 @@ zero loss connected to every parameter (DDP needs the same backward on every ran
 Lightning still counts its step.
 
 Two ways to check, with the same guarantees (the site's reliability page, "Numerical
-faults", details them): **deferred** (:meth:`NonFiniteGuard.check_loss_later`, the
+faults", details them): **deferred** ([`NonFiniteGuard.check_loss_later`][], the
 self-supervised methods): the codes are computed and agreed on the device, the weights and
-optimiser state copied before the step (:class:`~ncl_lightning.runtime.rollback.
-StepSnapshot`), and the verdict read at the start of the next batch (or before
+optimiser state copied before the step (``
+StepSnapshot``), and the verdict read at the start of the next batch (or before
 validation, a checkpoint, the end of an epoch or of training) by
-:meth:`NonFiniteGuard.resolve`, which undoes a non-finite batch; no host synchronisation
-in the step. **Immediate** (:meth:`NonFiniteGuard.check_loss`, the NCE classifier, whose
+[`NonFiniteGuard.resolve`][], which undoes a non-finite batch; no host synchronisation
+in the step. **Immediate** ([`NonFiniteGuard.check_loss`][], the NCE classifier, whose
 per-step metrics are logged in the step): one host synchronisation in the training step
 and one before the optimiser step.
 """
@@ -65,7 +65,7 @@ CHECKPOINT_KEY = "nonfinite_skipped"
 
 @runtime_checkable
 class GuardedModule(Protocol):
-    """What the guard reads and sets on a module (a :class:`TrainableModule` has it)."""
+    """What the guard reads and sets on a module (a [`TrainableModule`][] has it)."""
 
     nonfinite_loss: NonFiniteLoss
     grad_norm_limit: float | None
@@ -95,14 +95,14 @@ class NonFiniteGuard(SkipOrStop, Callback):
         self.after_finite_step(lambda: ...)  # what a skipped batch must not change
         return loss  # after logging
 
-    which call :meth:`check_loss_later` (:meth:`check_loss`) and :meth:`after_finite` of
+    which call [`check_loss_later`][] ([`check_loss`][]) and [`after_finite`][] of
     the guard the module was given: the guard attaches itself at ``setup``
-    (:class:`~ncl_lightning.foundation.components.FiniteCheckHost`).
+    ([`FiniteCheckHost`][ncl_lightning.foundation.components.FiniteCheckHost]).
     Modules without ``nonfinite_loss``, ``grad_norm_limit`` and ``last_step_skipped``
-    (:class:`GuardedModule`) are left alone.
+    ([`GuardedModule`][]) are left alone.
 
     A ``skip`` run that skips every batch stops all the same
-    (:class:`~ncl_lightning.runtime.skips.SkipOrStop`).
+    (``SkipOrStop``).
 
     Attributes:
         skipped_total: Batches skipped over the run (saved in checkpoints, restored on
@@ -161,7 +161,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
 
         Args:
             module: The module whose training step computed ``loss`` (a
-                :class:`GuardedModule`).
+                [`GuardedModule`][]).
             loss: The step's loss (a scalar, or any tensor whose elements must be finite).
 
         Raises:
@@ -185,11 +185,11 @@ class NonFiniteGuard(SkipOrStop, Callback):
 
     # -- the deferred check -------------------------------------------------------------
     def check_loss_later(self, module: L.LightningModule, loss: Tensor) -> bool:
-        """:meth:`check_loss` without waiting: the codes are computed on the device and the
-        verdict read at the start of the next batch (:meth:`resolve`), which stops or
-        skips as :meth:`check_loss` would, after putting back the weights, optimiser state
+        """[`check_loss`][] without waiting: the codes are computed on the device and the
+        verdict read at the start of the next batch ([`resolve`][]), which stops or
+        skips as [`check_loss`][] would, after putting back the weights, optimiser state
         and buffers from before this batch. Returns ``True``; without a trainer (a step
-        called by hand, nothing to undo later) it is :meth:`check_loss`."""
+        called by hand, nothing to undo later) it is [`check_loss`][]."""
         if attached_trainer(module) is None:
             return self.check_loss(module, loss)
         value = loss.detach()
@@ -272,9 +272,9 @@ class NonFiniteGuard(SkipOrStop, Callback):
         (or the gradients are skipped now), so the optimiser moves nothing: no momentum,
         weight decay or moment update. Sets the module's ``last_step_skipped``.
 
-        After a deferred check (:meth:`check_loss_later`) nothing is decided here: the
+        After a deferred check ([`check_loss_later`][]) nothing is decided here: the
         gradient code joins the batch's code, the weights and optimiser state are copied
-        (:class:`~ncl_lightning.runtime.rollback.StepSnapshot`) and the verdict goes to the
+        (``StepSnapshot``) and the verdict goes to the
         host, to be read at the start of the next batch."""
         if not isinstance(pl_module, GuardedModule):
             return

@@ -2,7 +2,7 @@
 
 Two copies of one job (an ``--auto_resume`` job submitted twice, two array tasks with
 the same config) would otherwise resume the same checkpoint and write into one version
-folder: interleaved ``metrics.csv`` rows, two sets of checkpoints. :class:`RunLock`
+folder: interleaved ``metrics.csv`` rows, two sets of checkpoints. [`RunLock`][]
 takes an exclusive ``flock`` on ``.<folder name>.ncl-run.lock`` beside each run folder
 (not inside it: Lightning warns about non-empty new folders) before the run writes
 anything else, and a second process is refused with one line naming the folder and the

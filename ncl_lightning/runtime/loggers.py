@@ -252,7 +252,7 @@ class WandbLogger(_LightningWandbLogger):
 
     @rank_zero_only
     def log_site(self, key: str, page: str, folder: str | Path, artifact: str, kind: str) -> None:
-        """:func:`log_site` (an HTML panel and an artifact); skipped once logging went to CSV."""
+        """[`log_site`][] (an HTML panel and an artifact); skipped once logging went to CSV."""
         self._wandb("log_site", log_site, self, key, page, folder, artifact, kind)
 
     def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:

@@ -7,10 +7,10 @@ config, so a run resumed from ``last-finite.ckpt`` with the fix its error sugges
 checkpoint's values again. ``ncl-cli`` keeps Lightning's merge for what the user did not
 type (a bare ``ncl-cli test --ckpt_path x.ckpt`` rebuilds the trained model; a config
 file's differing values are kept from the checkpoint, see
-:mod:`~ncl_lightning.runtime.cli_resume`) and puts back every value typed on the command
-line (:func:`overlay_explicit`), saying once which ones differ from the checkpoint's.
+[`cli_resume`][ncl_lightning.runtime.cli_resume]) and puts back every value typed on the command
+line ([`overlay_explicit`][]), saying once which ones differ from the checkpoint's.
 Lightning then restores the optimiser's state, whose parameter groups carry the
-checkpoint's learning rate, momentum and weight decay; :class:`ResumeOverrides`
+checkpoint's learning rate, momentum and weight decay; [`ResumeOverrides`][]
 re-applies this run's values after that restore.
 """
 

@@ -1,12 +1,12 @@
 """Checks that need the built model, run before anything is trained or written.
 
-:func:`preflight` builds the optimiser once to check every learning rate, and runs a tiny
+[`preflight`][] builds the optimiser once to check every learning rate, and runs a tiny
 zero batch shaped like the data through the model (eval mode, no gradient) to catch a
 backbone that does not fit the images or whose ``out_dim`` is wrong; with a training batch
 size below the example's, it also runs one training-mode forward pass of that size
-(BatchNorm refuses a batch of one). :func:`check_batch_negatives` refuses a batch
+(BatchNorm refuses a batch of one). [`check_batch_negatives`][] refuses a batch
 without negatives for a contrastive loss. ``ncl-cli`` calls them before ``trainer.fit`` (and
-before test/validate/predict); the :class:`Preflight` callback runs it at the ``setup`` of
+before test/validate/predict); the [`Preflight`][] callback runs it at the ``setup`` of
 a fit for a plain ``Trainer`` (``ncl_lightning.default_callbacks()``, or the module's
 ``configure_callbacks``).
 """
@@ -33,7 +33,7 @@ OPTIMIZER_LR_KEY = "model.init_args.optimizer.init_args.lr"
 
 @runtime_checkable
 class CheckedModule(Protocol):
-    """What :func:`preflight` needs of a module (a :class:`TrainableModule` has it)."""
+    """What [`preflight`][] needs of a module (a [`TrainableModule`][] has it)."""
 
     scale_lr: bool
     batch_size: int | None
@@ -61,7 +61,7 @@ def preflight(module: nn.Module, example: Tensor | None = None) -> None:
     train/eval modes and the random state are left as they were).
 
     Args:
-        module: A :class:`CheckedModule` (other modules are left alone).
+        module: A [`CheckedModule`][] (other modules are left alone).
         example: A small batch ``[B, C, H, W]`` shaped like the data (zeros suffice;
             ``B = 2``), or ``None`` to skip the forward check.
 
@@ -92,11 +92,11 @@ def example_batch(datamodule: Any) -> Tensor | None:
 
 
 class Preflight(Callback):
-    """Run :func:`preflight` and :func:`check_fit` at the ``setup`` of a fit, with an
+    """Run [`preflight`][] and [`check_fit`][] at the ``setup`` of a fit, with an
     example from the trainer's DataModule.
 
     ``ncl-cli`` runs the checks itself, earlier (before anything is written), and sets
-    :attr:`done` so they run once.
+    ``done`` so they run once.
 
     Attributes:
         done: The checks have already run (the callback then does nothing).
@@ -114,10 +114,10 @@ class Preflight(Callback):
 
 def check_fit(module: nn.Module, trainer: L.Trainer, datamodule: Any) -> None:
     """What a fit needs of the module, the data and the trainer together: negatives in the
-    batch (:func:`check_batch_negatives`), the module's own ``check_trainer`` (a
-    :class:`~ncl_lightning.methods.TrainableModule`'s finite schedule) and the trainer
+    batch ([`check_batch_negatives`][]), the module's own ``check_trainer`` (a
+    [`TrainableModule`][ncl_lightning.methods.TrainableModule]'s finite schedule) and the trainer
     checks that concern every module
-    (:func:`~ncl_lightning.runtime.trainer_checks.check_sync_batchnorm`).
+    ([`check_sync_batchnorm`][ncl_lightning.runtime.trainer_checks.check_sync_batchnorm]).
 
     Raises:
         ConfigError: One line naming the key at fault.
@@ -153,7 +153,7 @@ def check_batch_negatives(module: nn.Module, datamodule: Any, world_size: int) -
     samples, as ``DistributedSampler`` pads).
 
     Args:
-        module: The method (left alone unless :func:`needs_negatives`).
+        module: The method (left alone unless [`needs_negatives`][]).
         datamodule: The DataModule (``batch_size``, ``batch_scope``, ``drop_last``,
             ``split_size``); left alone without ``batch_size``.
         world_size: Training processes (``trainer.world_size``).
@@ -206,7 +206,7 @@ def check_temperature(module: nn.Module) -> None:
     """A contrastive loss's ``temperature`` whose scale float32 can hold.
 
     Raises:
-        ConfigError: ``temperature`` below :data:`MIN_TEMPERATURE`, naming the key.
+        ConfigError: ``temperature`` below [`MIN_TEMPERATURE`][], naming the key.
     """
     loss = getattr(module, "loss_fn", None)
     temperature = getattr(loss, "temperature", None)

@@ -10,7 +10,7 @@ The ETA is the mean wall-clock time of the finished units times the units left
 (``elapsed / finished * remaining``: with parallel workers this is the time between
 completions, so it stays right). Units reused from an earlier run (``skip``) count as done
 but not in the mean. Lines go to ``stderr`` (the scripts' tables stay alone on ``stdout``)
-and are flushed at once. :func:`quiet_lightning` silences Lightning's per-run banners
+and are flushed at once. [`quiet_lightning`][] silences Lightning's per-run banners
 (accelerator lines, ``LOCAL_RANK``, the model summary, "``Trainer.fit`` stopped") for the
 length of a ``with`` block and restores the loggers' levels after it.
 
@@ -148,7 +148,7 @@ class Progress:
         self._write(f"[{self.label} {index}/{self.total}] {description} | {self._times(remaining)}")
 
     def end(self, description: str) -> None:
-        """Close a unit opened by :meth:`start` (or one run elsewhere, e.g. in a worker
+        """Close a unit opened by [`start`][] (or one run elsewhere, e.g. in a worker
         process: then its time is measured from the previous end)."""
         began = self._starts.pop(description, None)
         self.finished += 1

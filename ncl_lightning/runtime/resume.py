@@ -1,7 +1,7 @@
 """Resuming a killed run: its last checkpoint, and its loggers continued, not duplicated.
 
 Checkpoints of the package record the version of every logger of the run (the CSV
-``version_N``, the W&B run id; see :mod:`ncl_lightning.checkpoints.load`). On resume
+``version_N``, the W&B run id; see [`ncl_lightning.checkpoints.load`][]). On resume
 ``ncl-cli`` gives those versions back to the configured loggers, so checkpoints and logs
 go on in the same folders and the W&B run is resumed (``id`` + ``resume="allow"``). The
 CSV logger deletes its ``metrics.csv`` when it starts; the rows written before the
@@ -26,8 +26,9 @@ from ncl_lightning.runtime.run_search import run_checkpoints
 def find_last_checkpoint(roots: Iterable[str | Path | None]) -> Path | None:
     """The newest ``last.ckpt`` (or ``last-vN.ckpt``) of any run under ``roots``.
 
-    Resuming picks among runs with :func:`~ncl_lightning.runtime.run_search.select_checkpoint`
-    (never the newest of several runs); this is for callers that know the roots hold one.
+    Resuming picks among runs with
+    [`select_checkpoint`][ncl_lightning.runtime.run_search.select_checkpoint] (never the newest of
+    several runs); this is for callers that know the roots hold one.
 
     Args:
         roots: Folders of the run (``default_root_dir``, logger ``save_dir`` s, the
@@ -68,7 +69,7 @@ def continue_loggers(logger_config: Any, recorded: list[dict[str, Any]]) -> list
     Args:
         logger_config: ``trainer.logger`` of the parsed config: one ``{class_path,
             init_args}`` namespace, a list of them, or a bool.
-        recorded: :func:`logger_versions` of the checkpoint.
+        recorded: [`logger_versions`][] of the checkpoint.
 
     Returns:
         ``"<class> version <v>"`` for each logger continued.
@@ -88,7 +89,7 @@ def continue_loggers(logger_config: Any, recorded: list[dict[str, Any]]) -> list
 
 
 def restore_csv_rows(logger: Logger, before_step: int) -> int:
-    """Keep the rows a :class:`CSVLogger` wrote before ``before_step`` across a resume.
+    """Keep the rows a ``CSVLogger`` wrote before ``before_step`` across a resume.
 
     Call before the logger's experiment is created (it deletes ``metrics.csv``).
 

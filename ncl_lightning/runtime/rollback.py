@@ -2,9 +2,9 @@
 
 A training step on a GPU keeps the device busy only if the host never waits for it. The
 guard therefore does not read its "is this step finite?" flag in the step that computes
-it: :class:`Verdict` copies the flag into pinned host memory (asynchronously) and the
+it: [`Verdict`][] copies the flag into pinned host memory (asynchronously) and the
 guard reads it at the start of the next batch, by which time the device has long
-computed it. Until then the step's effects must be undoable: :class:`StepSnapshot` keeps
+computed it. Until then the step's effects must be undoable: [`StepSnapshot`][] keeps
 copies of the parameters and the optimiser state from just before the optimiser step (two
 multi-tensor copies on the device, no host work), and puts them back if the verdict says
 the step was not finite.
@@ -34,9 +34,9 @@ def _copy_into(copies: list[Tensor] | None, sources: list[Tensor]) -> list[Tenso
 class StepSnapshot:
     """The parameters of a module and the state of an optimiser, as they were before a step.
 
-    :meth:`take` costs two multi-tensor copies on the device (into buffers reused from step
+    [`take`][] costs two multi-tensor copies on the device (into buffers reused from step
     to step: one extra copy of the parameters and of the optimiser state in memory);
-    :meth:`restore` puts everything back, removing optimiser state the step created (a
+    [`restore`][] puts everything back, removing optimiser state the step created (a
     momentum buffer made by the first step, say).
     """
 

@@ -1,10 +1,10 @@
 """The record of a run's set-up: the resolved config and the environment, in the run's own
 folder and in W&B.
 
-:class:`RunConfig` replaces LightningCLI's ``SaveConfigCallback``, which writes
+[`RunConfig`][] replaces LightningCLI's ``SaveConfigCallback``, which writes
 ``config.yaml`` to ``trainer.log_dir`` (for a W&B logger: the shared ``save_dir``, so a
 second run replaced the first run's file). At the start of every ``ncl-cli`` command, on
-rank zero, it writes into the run's folder (:func:`~ncl_lightning.runtime.runs.run_folder`):
+rank zero, it writes into the run's folder ([`run_folder`][ncl_lightning.runtime.runs.run_folder]):
 
 * ``config.yaml``: the whole resolved config (trainer, callbacks, model, data, seed);
 * ``run.yaml``: run id and folder, command line, host, processes, SLURM job, versions of
@@ -123,7 +123,7 @@ def free_name(folder: Path, stem: str) -> tuple[Path, int]:
 
 
 def run_folder(trainer: L.Trainer) -> Path | None:
-    """The run's folder (:func:`~ncl_lightning.runtime.runs.run_folder`: the first
+    """The run's folder ([`run_folder`][ncl_lightning.runtime.runs.run_folder]: the first
     logger's, else the one holding the checkpoint folder, else ``None``), once a W&B run
     has started (rank zero): its id names the folder."""
     for logger in trainer.loggers:
@@ -171,18 +171,18 @@ class NewRunFolders(Callback):
 
     Some inputs can only be refused once training starts (an image that cannot be
     decoded, a cache folder that cannot be written); by then the loggers have made the
-    run's folder and written ``hparams.yaml``, and :class:`RunConfig` its ``config.yaml``
+    run's folder and written ``hparams.yaml``, and [`RunConfig`][] its ``config.yaml``
     and ``run.yaml``, so the next run would become ``version_N+1``. Built before the
     run writes anything (``ncl-cli`` makes it just before the run lock), it notes which
     of the run's folders, their ancestors and lock files do not exist yet; on an exception
     before the first training batch has ended, with no checkpoint written (a
     ``last-finite.ckpt`` is kept with its folder), it removes the folders it noted, the
     lock files it noted, then each noted ancestor that is left empty, and the config files
-    :class:`RunConfig` wrote into a folder that existed before. Nothing that existed
+    [`RunConfig`][] wrote into a folder that existed before. Nothing that existed
     before the run is removed.
 
     Args:
-        folders: The run's folders (:func:`~ncl_lightning.runtime.lock.run_folders`).
+        folders: The run's folders ([`run_folders`][ncl_lightning.runtime.lock.run_folders]).
     """
 
     def __init__(self, folders: list[Path]) -> None:

@@ -2,12 +2,12 @@
 
 The search looks under the run's roots (``default_root_dir``, the loggers' ``save_dir``,
 the ``ModelCheckpoint`` ``dirpath``) for ``last.ckpt`` / ``last-vN.ckpt`` files, one per
-run folder (:func:`run_checkpoints`), then picks *this* run's
-(:func:`select_checkpoint`): the run the id names, or the only run there. The search is
-bounded, whatever a root holds: it goes :data:`SEARCH_DEPTH` folders deep (where
+run folder ([`run_checkpoints`][]), then picks *this* run's
+([`select_checkpoint`][]): the run the id names, or the only run there. The search is
+bounded, whatever a root holds: it goes ``SEARCH_DEPTH`` folders deep (where
 Lightning puts checkpoints: ``<save_dir>/<name>/<version>/checkpoints/last.ckpt``),
 never follows a link to a folder (no loops), never opens anything, and gives up with one
-line after :data:`SEARCH_ENTRIES` entries (a root that is a home or data folder).
+line after ``SEARCH_ENTRIES`` entries (a root that is a home or data folder).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ SHOWN_RUNS = 5
 
 
 def _last_files(root: Path, budget: list[int]) -> Iterator[Path]:
-    """Last checkpoints at most :data:`SEARCH_DEPTH` levels below ``root``."""
+    """Last checkpoints at most ``SEARCH_DEPTH`` levels below ``root``."""
     stack = [(root, 1)]
     while stack:
         folder, depth = stack.pop()
@@ -67,7 +67,7 @@ def run_checkpoints(roots: Iterable[str | Path | None]) -> dict[Path, Path]:
         files of an interrupted atomic write are never returned.
 
     Raises:
-        ConfigError: A root holds more than :data:`SEARCH_ENTRIES` entries in reach.
+        ConfigError: A root holds more than ``SEARCH_ENTRIES`` entries in reach.
     """
     found: dict[Path, Path] = {}
     budget = [SEARCH_ENTRIES]
@@ -83,7 +83,7 @@ def run_checkpoints(roots: Iterable[str | Path | None]) -> dict[Path, Path]:
 
 
 def describe_runs(candidates: Mapping[Path, Path]) -> str:
-    """``id (checkpoint, time); ...`` of at most :data:`SHOWN_RUNS` runs, then a count."""
+    """``id (checkpoint, time); ...`` of at most ``SHOWN_RUNS`` runs, then a count."""
 
     def when(path: Path) -> str:
         return dt.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M")
@@ -104,7 +104,7 @@ def select_checkpoint(
     homes: Iterable[Path] = (),
     fixed: Iterable[Path] = (),
 ) -> Path | None:
-    """The last checkpoint to resume from, among the runs of :func:`run_checkpoints`.
+    """The last checkpoint to resume from, among the runs of [`run_checkpoints`][].
 
     Args:
         candidates: ``{run folder: newest last checkpoint}``.

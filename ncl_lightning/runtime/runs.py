@@ -18,10 +18,10 @@ A run id also names the run's folders (each logger's ``version``, so the CSV fol
 the W&B run id are the run id), and a new run is refused when a folder of its id already
 holds a run: nothing of an earlier run is overwritten.
 
-Every checkpoint records its run (:func:`run_identity`: id and folder), and a resume
-continues that run only (:func:`check_same_run`): into the recorded folder, or the run
+Every checkpoint records its run ([`run_identity`][]: id and folder), and a resume
+continues that run only ([`check_same_run`][]): into the recorded folder, or the run
 folder holding the file; ``--new_run true`` starts a new run from its state instead. The
-search for ``last`` is in :mod:`~ncl_lightning.runtime.run_search`.
+search for ``last`` is in [`run_search`][ncl_lightning.runtime.run_search].
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def slurm_run_id(env: Mapping[str, str] = os.environ) -> str | None:
 
 def default_run_id(env: Mapping[str, str] = os.environ) -> tuple[str, str] | None:
     """``(run id, where it came from)`` named by the environment: ``$NCL_RUN_ID``, else the
-    SLURM job (:func:`slurm_run_id`); ``None`` when neither names one."""
+    SLURM job ([`slurm_run_id`][]); ``None`` when neither names one."""
     if env.get(RUN_ID_ENV):
         return check_run_id(env[RUN_ID_ENV]), f"${RUN_ID_ENV}"
     slurm = slurm_run_id(env)
@@ -120,7 +120,7 @@ def checkpoint_folder(root: Path, run_id: str | None, resumed: str | Path | None
         resumed: The checkpoint the run resumes from: a run of ``root`` keeps its folder.
 
     Returns:
-        The folder; a new id (:func:`new_run_id`) names it when nothing else does.
+        The folder; a new id ([`new_run_id`][]) names it when nothing else does.
     """
     if run_id is None and resumed is not None:
         folder = run_folder_of(Path(resumed).resolve())
@@ -217,14 +217,14 @@ def check_same_run(
     """Refuse to continue a run from a checkpoint of another run.
 
     A checkpoint belongs to the run its record names (``{"id", "folder"}``, see
-    :func:`run_identity`) and to the run folder holding the file (a run folder moved or
+    [`run_identity`][]) and to the run folder holding the file (a run folder moved or
     copied whole stays one run). A resume that would write into any other folder would
     mix two runs: the loggers would continue the checkpoint's versions there.
 
     Args:
         recorded: The checkpoint's run record, ``None`` for checkpoints written before it.
         checkpoint: The checkpoint file.
-        folder: The folder this run would write to (:func:`run_identity`'s).
+        folder: The folder this run would write to ([`run_identity`][]'s).
 
     Raises:
         ConfigError: Naming the checkpoint's run, its folder, this run's folder and the

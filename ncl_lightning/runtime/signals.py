@@ -3,7 +3,7 @@
 A cluster scheduler ends a job with SIGTERM (SLURM's ``--signal`` may send SIGUSR1
 first). Lightning notices SIGTERM at the end of the running batch and then exits with
 status 0, so a pre-empted job looks finished and is never requeued. With the
-:class:`Preemption` callback the run instead
+[`Preemption`][] callback the run instead
 
 1. saves ``last.ckpt`` (in the ``ModelCheckpoint`` folder, else
    ``<default_root_dir>/checkpoints``) at that batch boundary, every rank agreeing;
@@ -22,7 +22,7 @@ A second signal while saving is ignored.
 
 When no batch boundary comes within a grace period after the signal (a loader worker
 hangs, a step or a validation hook runs for minutes, a collective waits for a rank that
-is gone), :class:`~ncl_lightning.runtime.watchdog.StopWatchdog` ends the run anyway:
+is gone), [`StopWatchdog`][ncl_lightning.runtime.watchdog.StopWatchdog] ends the run anyway:
 nothing is saved at that point (it would mix two steps), the line names the checkpoint
 already on disk and the command that resumes it, the loader workers are terminated and
 the exit status is ``128 + signal`` all the same. The grace period is
@@ -226,7 +226,7 @@ class Preemption(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         """Save ``last.ckpt`` when Lightning stops on a signal; the error is kept in
-        :attr:`stop` (Lightning finishes its teardown, then ``ncl-cli`` raises it)."""
+        ``stop`` (Lightning finishes its teardown, then ``ncl-cli`` raises it)."""
         self._stop_watchdog()  # the main thread is back: the save below may take its time
         if isinstance(exception, SIGTERMException):
             signum = self.signum or signal.SIGTERM

@@ -8,7 +8,7 @@ and end with exit status 0, having trained nothing; so the guard stops it, with 
 finite state saved and one line naming the last fault, when
 
 * every batch of an epoch was skipped (checked at the end of the epoch),
-* :data:`CONSECUTIVE_SKIP_LIMIT` batches in a row were skipped (a long epoch), or
+* [`CONSECUTIVE_SKIP_LIMIT`][] batches in a row were skipped (a long epoch), or
 * training ends without one batch trained in this run (``max_steps`` within an epoch).
 """
 
@@ -48,7 +48,7 @@ def last_finite_path(trainer: L.Trainer) -> Path:
 
 class SkipOrStop:
     """The guard's accounting of skipped batches and its stop (a mixin of
-    :class:`~ncl_lightning.runtime.guard.NonFiniteGuard`).
+    [`NonFiniteGuard`][ncl_lightning.runtime.guard.NonFiniteGuard]).
 
     Attributes:
         skipped_total: Batches skipped over the run (saved in checkpoints, restored on

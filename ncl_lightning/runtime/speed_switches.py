@@ -1,7 +1,8 @@
-"""The :class:`SpeedSwitches` callback: ``channels_last`` and ``torch.compile``.
+"""The [`SpeedSwitches`][] callback: ``channels_last`` and ``torch.compile``.
 
-Both are ``__init__`` arguments of every :class:`~ncl_lightning.methods.TrainableModule`
-(:class:`~ncl_lightning.methods.SSLMethod`, :class:`~ncl_lightning.methods.Classifier`), so
+Both are ``__init__`` arguments of every [`TrainableModule`][ncl_lightning.methods.TrainableModule]
+([`SSLMethod`][ncl_lightning.methods.SSLMethod], [`Classifier`][ncl_lightning.methods.Classifier]),
+so
 a config turns them on:
 
 .. code-block:: yaml
@@ -16,11 +17,12 @@ a config turns them on:
 The callback applies them in its ``setup`` hook (once per module, before the strategy wraps
 the module), so the state dict keeps its plain keys and checkpoints load with the switches
 on or off. ``ncl-cli`` installs the callback, and a plain ``Trainer`` gets it from the
-module's ``configure_callbacks``; :func:`apply_speed_switches` does the same without a
+module's ``configure_callbacks``; [`apply_speed_switches`][] does the same without a
 trainer.
 
 Objectives run outside autocast on float32 features
-(:func:`~ncl_lightning.nn.precision.autocast_off`, :func:`~ncl_lightning.nn.precision.float32`).
+([`autocast_off`][ncl_lightning.nn.precision.autocast_off],
+[`float32`][ncl_lightning.nn.precision.float32]).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def _channels_last_inputs(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any
 
 @runtime_checkable
 class SwitchableModule(Protocol):
-    """What :func:`apply_speed_switches` reads (a :class:`TrainableModule` has it).
+    """What [`apply_speed_switches`][] reads (a [`TrainableModule`][] has it).
 
     ``compile_targets`` names the sub-modules to compile; the loss and the logging stay
     eager.
@@ -70,7 +72,7 @@ def apply_speed_switches(module: nn.Module) -> None:
     in place (``nn.Module.compile``) with ``compile_mode``.
 
     Args:
-        module: A :class:`SwitchableModule`; other modules are left alone.
+        module: A [`SwitchableModule`][]; other modules are left alone.
     """
     if not isinstance(module, SwitchableModule) or getattr(module, _APPLIED, False):
         return

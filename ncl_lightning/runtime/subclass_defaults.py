@@ -12,9 +12,9 @@ parent's value and nothing says so. The defaults that survive the CLI are declar
 * for the loss of a contrastive method, the class attribute ``default_loss`` (the ``loss``
   argument's default ``None`` means "the class's ``default_loss``").
 
-:func:`check_declared_defaults` reads the source of each subclass ``__init__`` and refuses
+[`check_declared_defaults`][] reads the source of each subclass ``__init__`` and refuses
 the two undeclared patterns; ``ncl-cli`` runs it on the model it builds
-(:func:`check_model_defaults`). From Python the defaults do what they say, so a module
+([`check_model_defaults`][]). From Python the defaults do what they say, so a module
 built there is not refused. A class whose source cannot be read (defined in an interactive
 session) is not checked.
 """
@@ -106,8 +106,8 @@ def check_declared_defaults(cls: type, base: type) -> None:
 
 
 def check_model_defaults(model: object) -> None:
-    """:func:`check_declared_defaults` for the class of a
-    :class:`~ncl_lightning.methods.TrainableModule` (what ``ncl-cli`` builds); other
+    """[`check_declared_defaults`][] for the class of a
+    [`TrainableModule`][ncl_lightning.methods.TrainableModule] (what ``ncl-cli`` builds); other
     modules pass.
 
     Raises:

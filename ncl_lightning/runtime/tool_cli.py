@@ -2,11 +2,11 @@
 share with ``ncl-cli`` on bad input: one line ``<tool>: error: <key or path>: <problem>`` on
 stderr, exit status 2, no traceback (``NCL_TRACEBACK=1`` shows it).
 
-:class:`ToolArgumentParser` says argparse's own errors (an unknown option, an invalid choice,
-a value of the wrong type) in that line; :func:`run_tool` says the errors the tool's input
-checks raise (:class:`~ncl_lightning.foundation.errors.NCLError`) and those
-:func:`~ncl_lightning.runtime.cli_errors.user_error_message` recognises. A fault while the
-tool works (:class:`RuntimeError` kinds, such as a study cell that failed) exits with 1.
+[`ToolArgumentParser`][] says argparse's own errors (an unknown option, an invalid choice,
+a value of the wrong type) in that line; [`run_tool`][] says the errors the tool's input
+checks raise ([`NCLError`][ncl_lightning.foundation.errors.NCLError]) and those
+``user_error_message`` recognises. A fault while the
+tool works (``RuntimeError`` kinds, such as a study cell that failed) exits with 1.
 Nothing heavy is imported here: Lightning only when an error is not one of ours.
 """
 
@@ -65,7 +65,7 @@ def run_tool(prog: str, work: Callable[[], T]) -> T:
 
     Raises:
         SystemExit: Status 2 for bad input, 1 for a fault while working (a
-            ``RuntimeError`` kind of :class:`NCLError`, e.g. a study cell that failed).
+            ``RuntimeError`` kind of [`NCLError`][], e.g. a study cell that failed).
     """
     try:
         return work()

@@ -5,8 +5,8 @@ Lightning validates its ``Trainer`` arguments while it builds the trainer, the
 accelerator and the strategy, with messages that do not name the config key, and some of
 its exceptions are plain ``TypeError``/``ValueError`` (indistinguishable from a bug). An
 output folder that is a file or not writable is found only when the first log or
-checkpoint is written. :func:`check_trainer` checks each value where it is declared and
-raises one :class:`~ncl_lightning.foundation.errors.ConfigError` naming ``trainer.<key>``.
+checkpoint is written. [`check_trainer`][] checks each value where it is declared and
+raises one [`ConfigError`][ncl_lightning.foundation.errors.ConfigError] naming ``trainer.<key>``.
 """
 
 from __future__ import annotations

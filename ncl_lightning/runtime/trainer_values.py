@@ -1,11 +1,11 @@
 """The values of the ``trainer`` section: counts, fractions, durations and precision, each
 honoured as typed or refused with one line naming ``trainer.<key>``
-(:func:`~ncl_lightning.runtime.trainer_checks.check_trainer` runs them while the config is
+([`check_trainer`][ncl_lightning.runtime.trainer_checks.check_trainer] runs them while the config is
 parsed).
 
 An integer and a float mean different things to Lightning: ``limit_train_batches: 1`` is
 one batch per epoch, ``1.0`` every batch; ``val_check_interval: 1`` validates after every
-batch, ``1.0`` once per epoch. :func:`count_or_fraction_types` makes the parser keep the
+batch, ``1.0`` once per epoch. [`count_or_fraction_types`][] makes the parser keep the
 type the user wrote, and the checks below refuse what Lightning would change silently
 (``16-mixed`` on a CPU) or reject later with a traceback (a ``max_time`` of ``01:00:00``).
 """

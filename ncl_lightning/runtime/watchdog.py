@@ -1,10 +1,10 @@
 """A stop signal that finds no batch boundary still ends the run, within seconds.
 
 Lightning acts on SIGTERM only at a batch boundary (the end of a training or validation
-batch), where :class:`~ncl_lightning.runtime.signals.Preemption` saves ``last.ckpt``. A
+batch), where [`Preemption`][ncl_lightning.runtime.signals.Preemption] saves ``last.ckpt``. A
 boundary may never come: a loader worker hangs (a file on a dead network mount), a step
 blocks in a collective waiting for a rank that is gone, a step or a hook runs for
-minutes. :class:`StopWatchdog` then ends the process once ``grace_s`` seconds have
+minutes. [`StopWatchdog`][] then ends the process once ``grace_s`` seconds have
 passed since the signal: nothing is saved at that point (the model may be half-way
 through an optimiser step; a checkpoint written from another thread could mix two
 steps), the callback says which checkpoint is already on disk, the loader workers are
@@ -14,7 +14,7 @@ that signal.
 The signal is seen even when the main thread never returns to Python (a C++ call that
 does not return, where Python's own handlers cannot run): ``signal.set_wakeup_fd``
 makes the C-level handler write the signal number into a pipe a watchdog thread reads.
-The grace period is ``NCL_STOP_GRACE_S`` (seconds, default :data:`DEFAULT_GRACE_S`).
+The grace period is ``NCL_STOP_GRACE_S`` (seconds, default ``DEFAULT_GRACE_S``).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def flush_output(wait_s: float = 2.0) -> None:
 
 class StopWatchdog:
     """Calls ``on_expiry(signum)`` when ``grace_s`` seconds pass after a stop signal
-    without :meth:`disarm`.
+    without [`disarm`][].
 
     Args:
         grace_s: Seconds a batch boundary may take to come.
@@ -90,7 +90,7 @@ class StopWatchdog:
         self._previous_fd: int | None = None
 
     def start(self) -> None:
-        """Start listening (call from the main thread; elsewhere only :meth:`signal`,
+        """Start listening (call from the main thread; elsewhere only [`signal`][],
         called by the Python-level handlers, arms it)."""
         self._done.clear()
         self._armed = False
@@ -119,7 +119,7 @@ class StopWatchdog:
             os.close(fd)
 
     def signal(self, signum: int) -> None:
-        """A stop signal arrived: end the run unless :meth:`disarm` comes within the grace
+        """A stop signal arrived: end the run unless [`disarm`][] comes within the grace
         period (only the first signal counts)."""
         with self._lock:
             if self._armed or self._done.is_set():

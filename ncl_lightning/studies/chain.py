@@ -25,7 +25,7 @@ own resumable ``results.json`` / ``results.md``; ``--seed_everything S`` is appe
 pre-training and evaluation run's arguments), then writes ``<out>/results.md`` with every
 cell as ``mean ± std`` over the seeds, the per-seed values and the differences beyond the
 spread, ``<out>/results_seeds.json`` and the mean accuracy-vs-k curves (see
-:mod:`ncl_lightning.studies.chain_seeds`). Without ``--seeds`` one chain runs into
+[`ncl_lightning.studies.chain_seeds`][]). Without ``--seeds`` one chain runs into
 ``--out`` as before.
 """
 
@@ -120,7 +120,7 @@ def run_all(
 
     Results are saved after every config; a rerun reports the runs of the configs already
     done (``done before``) and runs the others
-    (:func:`~ncl_lightning.studies.jobs.run_jobs`).
+    ([`run_jobs`][ncl_lightning.studies.jobs.run_jobs]).
     """
     protocols = {n: getattr(args, n) for n in ("linear", "knn", "selection", "finetune")}
     out.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The evaluation chain's table: one row of cells per run, the columns they fill.
 
-:mod:`ncl_lightning.studies.chain` writes one chain's table with it and
-:mod:`ncl_lightning.studies.chain_seeds` the mean ± std over seeds.
+[`ncl_lightning.studies.chain`][] writes one chain's table with it and
+[`ncl_lightning.studies.chain_seeds`][] the mean ± std over seeds.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Argument checks of the studies, run before any cell starts (nothing is written).
 
-Each raises one :class:`~ncl_lightning.foundation.errors.ConfigError` naming the option
+Each raises one [`ConfigError`][ncl_lightning.foundation.errors.ConfigError] naming the option
 (``--seeds``, ``--run-arg``...); ``python -m ncl_lightning.studies.<name>`` prints it as
 ``<tool>: error: <option>: <problem>`` with exit status 2.
 """
@@ -101,7 +101,7 @@ def check_seeds_study(
     extra: Sequence[str],
     rows: Sequence[str] | None,
 ) -> None:
-    """Every argument of :func:`~ncl_lightning.studies.seeds.run_study`, before any cell
+    """Every argument of [`run_study`][ncl_lightning.studies.seeds.run_study], before any cell
     starts; nothing is written.
 
     Raises:
@@ -138,7 +138,7 @@ def check_landscape_study(
     workers: int,
     extra: Sequence[str],
 ) -> None:
-    """Every argument of :func:`~ncl_lightning.studies.landscape.run_study` (``known``: the
+    """Every argument of [`run_study`][ncl_lightning.studies.landscape.run_study] (``known``: the
     variant names), before any run starts; nothing is written.
 
     Raises:

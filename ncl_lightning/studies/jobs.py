@@ -1,16 +1,16 @@
 """The one way the studies run their ``ncl-cli`` runs: reuse, run, announce, collect.
 
-A study (:mod:`~ncl_lightning.studies.seeds`, :mod:`~ncl_lightning.studies.landscape`,
-:mod:`~ncl_lightning.studies.chain`) is a list of jobs, each one ``ncl-cli`` run (or a
-chain of them) whose record is kept on disk. :func:`run_jobs` reports the jobs done
+A study ([`seeds`][ncl_lightning.studies.seeds], [`landscape`][ncl_lightning.studies.landscape],
+[`chain`][ncl_lightning.studies.chain]) is a list of jobs, each one ``ncl-cli`` run (or a
+chain of them) whose record is kept on disk. [`run_jobs`][] reports the jobs done
 before (``[run k/N] reused: <job>``, their records read back) so that an interrupted
 study resumes, runs the rest one after another or ``workers`` at a time in a pool, and
-says each run on a :class:`~ncl_lightning.runtime.progress.Progress` line. The arguments
-every run shares are here too: its folder (:func:`folder_args`), the ``ncl-cli`` run in
-this process with Lightning's banners off (:func:`cli_here`), and a record read back from
-its ``result.json`` (:func:`earlier_record`).
+says each run on a [`Progress`][ncl_lightning.runtime.progress.Progress] line. The arguments
+every run shares are here too: its folder ([`folder_args`][]), the ``ncl-cli`` run in
+this process with Lightning's banners off ([`cli_here`][]), and a record read back from
+its ``result.json`` ([`earlier_record`][]).
 
-Pure Python at import: Lightning is imported by :func:`cli_here` only.
+Pure Python at import: Lightning is imported by [`cli_here`][] only.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def run_dir(out: Path, variant: str, sparsity: float, seed: int) -> Path:
 
 def _read_curves(metrics_csv: Path) -> dict[str, list[float]]:
     """``step``, ``min_cos`` and ``loss`` of the training steps that logged both the
-    dictionary's minimum cosine and the objective (:func:`read_metrics`)."""
+    dictionary's minimum cosine and the objective ([`read_metrics`][])."""
     series = read_metrics(metrics_csv)
     loss = {p.step: p.value for p in series.get("train/objective", [])}
     points = [p for p in series.get("train/dictionary/min", []) if p.step in loss]
@@ -273,7 +273,7 @@ def _earlier(job: tuple) -> dict | None:
 
 def _run_jobs(jobs: Sequence[tuple], workers: int, verbose: bool) -> list[dict]:
     """``run_one`` of every job (in ``workers`` processes), with a progress line per run
-    (:func:`~ncl_lightning.studies.jobs.run_jobs`)."""
+    ([`run_jobs`][ncl_lightning.studies.jobs.run_jobs])."""
     return run_jobs(
         jobs,
         partial(_run_job, verbose=verbose),

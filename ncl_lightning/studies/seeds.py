@@ -14,7 +14,7 @@ exceed the spread) and, for studies with curves, ``<out>/curves.png`` (mean ± s
 validation metric over training). Cells already finished in ``--out`` are reused, so an
 interrupted study resumes. Each cell runs with ``--threads`` torch threads and ``--workers``
 cells run at once. Every argument is checked before any cell starts
-(:func:`~ncl_lightning.studies.checks.check_seeds_study`); bad input is one line, exit
+([`check_seeds_study`][ncl_lightning.studies.checks.check_seeds_study]); bad input is one line, exit
 status 2.
 
 A difference between two rows *exceeds the spread* when their means differ by more than the
@@ -131,7 +131,7 @@ def _last_line(log: Path) -> str:
 
 def run_cells(cells: Sequence[Cell], study: Study, workers: int, threads: int) -> list[dict]:
     """Every cell, ``workers`` at a time (each a subprocess), with a progress line per cell
-    (:func:`~ncl_lightning.studies.jobs.run_jobs`)."""
+    ([`run_jobs`][ncl_lightning.studies.jobs.run_jobs])."""
     return run_jobs(
         cells,
         lambda cell: run_cell(cell, study, threads),
@@ -274,7 +274,7 @@ def run_study(
     extra: Sequence[str] = (),
     rows: Sequence[str] | None = None,
 ) -> str:
-    """Run the cells of a study (a registered name, or a :class:`Study`) and write its
+    """Run the cells of a study (a registered name, or a [`Study`][]) and write its
     results to ``out`` (default ``runs/studies/<name>``); returns the report.
 
     ``rows`` runs only those rows. The table, curves and pictures cover every cell

@@ -3,8 +3,8 @@
 The studies report every value as ``mean ± std`` over seeds (the sample standard
 deviation, ``n - 1``; 0 for one seed) and list the pairs of rows whose ``mean ± std``
 intervals do not overlap, ``|mean_a - mean_b| > std_a + std_b``
-(:mod:`~ncl_lightning.studies.seeds`, :mod:`~ncl_lightning.studies.chain_seeds`,
-:mod:`~ncl_lightning.studies.landscape`).
+([`seeds`][ncl_lightning.studies.seeds], [`chain_seeds`][ncl_lightning.studies.chain_seeds],
+[`landscape`][ncl_lightning.studies.landscape]).
 """
 
 from __future__ import annotations

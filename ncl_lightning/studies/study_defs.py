@@ -1,4 +1,4 @@
-"""The seeded studies of :mod:`ncl_lightning.studies.seeds`: rows, columns and curves.
+"""The seeded studies of [`ncl_lightning.studies.seeds`][]: rows, columns and curves.
 
 Each study compares rows (a packaged config plus overlays, all under ``configs/``) on the
 final validation metrics that the configs' callbacks log. ``STUDIES.add`` registers a new
@@ -27,7 +27,7 @@ class Row:
 
 @dataclass(frozen=True)
 class Study:
-    """Rows trained with every seed, compared on ``columns`` (keys of :data:`COLUMNS`).
+    """Rows trained with every seed, compared on ``columns`` (keys of [`COLUMNS`][]).
 
     Attributes:
         title: Heading of the study's table.

@@ -47,7 +47,7 @@ def profile_sums(z: Tensor, labels: Tensor, num_classes: int, eps: float = 1e-5)
         eps: Activation threshold on ``|ẑ|``.
 
     Returns:
-        :class:`ProfileSums` of the batch.
+        [`ProfileSums`][] of the batch.
     """
     labels = check_features_labels(z, labels, num_classes, eps)
     return ProfileSums(
@@ -101,7 +101,7 @@ def top_activating(z: Tensor, sample_index: Tensor, k: int) -> tuple[Tensor, Ten
         k: Samples kept per dimension.
 
     Returns:
-        ``(values [k, d], index [k, d])`` as :func:`merge_top_k`.
+        ``(values [k, d], index [k, d])`` as [`merge_top_k`][].
     """
     check_shape("sample_index", sample_index, (z.shape[0],))
     z_hat = l2_normalize_rows(z)
@@ -110,7 +110,7 @@ def top_activating(z: Tensor, sample_index: Tensor, k: int) -> tuple[Tensor, Ten
 
 
 class DimensionProfile(NamedTuple):
-    """Per-dimension statistics of ``N`` samples (what :func:`dimension_profile` returns)."""
+    """Per-dimension statistics of ``N`` samples (what [`dimension_profile`][] returns)."""
 
     num_samples: Tensor  # scalar int64 N
     expected_activation: Tensor  # [d] float64
@@ -159,7 +159,7 @@ def dimension_profile(
 
     The means over dimensions of the live ``consistency`` values and of the per-dimension
     entropies of ``class_mass`` are the semantic consistency and ``H_s`` of
-    :mod:`~ncl_lightning.metrics.functional.semantic`; ``1 - mean(frequency)`` is the
+    ``semantic``; ``1 - mean(frequency)`` is the
     sparsity.
 
     Args:
@@ -171,7 +171,7 @@ def dimension_profile(
         sample_index: Dataset index of each row (default ``0..N-1``).
 
     Returns:
-        :class:`DimensionProfile`.
+        ``DimensionProfile``.
     """
     check_int("top_k", top_k)
     if sample_index is None:

@@ -12,8 +12,8 @@ where ``z₋ᵢ`` drops dimension ``i`` (and is re-normalised), positives are th
 views of one image, the other in-batch features are negatives and the temperature is the
 training one. SEPIN@k is the mean of the ``k`` largest ``SEPIN_i``.
 
-:func:`sepin_per_dimension` evaluates all ``d`` leave-one-out losses at once from one Gram
-matrix; :func:`sepin_per_dimension_loop` is the obvious loop (one :func:`info_nce` per
+[`sepin_per_dimension`][] evaluates all ``d`` leave-one-out losses at once from one Gram
+matrix; [`sepin_per_dimension_loop`][] is the obvious loop (one [`info_nce`][] per
 dimension), kept as the reference and as the benchmark baseline.
 """
 
@@ -78,7 +78,7 @@ def sepin_per_dimension(
 ) -> Tensor:
     """Per-dimension SEPIN, ``L_NCE(z₋ᵢ) - L_NCE(z)`` for every ``i``, vectorised over ``i``.
 
-    ``L_NCE`` is the training InfoNCE (:func:`~ncl_lightning.losses.info_nce.info_nce`
+    ``L_NCE`` is the training InfoNCE ([`info_nce`][ncl_lightning.losses.info_nce.info_nce]
     with ``gather_distributed=False``): each of the ``2B`` features is a query, its positive
     is the other view of the same sample, the other ``2B - 2`` features are negatives, and
     the loss is the mean over queries.
@@ -162,8 +162,8 @@ def sepin_per_dimension(
 def sepin_per_dimension_loop(z1: Tensor, z2: Tensor, temperature: float) -> Tensor:
     """Per-dimension SEPIN by brute force: one InfoNCE per dropped column.
 
-    The definition of :func:`sepin_per_dimension` written as a loop over ``i``: drop column
-    ``i`` of both views and evaluate :func:`~ncl_lightning.losses.info_nce.info_nce`
+    The definition of [`sepin_per_dimension`][] written as a loop over ``i``: drop column
+    ``i`` of both views and evaluate [`info_nce`][ncl_lightning.losses.info_nce.info_nce]
     (which re-normalises). ``O(d)`` separate ``[2B, 2B]`` problems; the reference in tests
     and the baseline in ``python -m ncl_lightning.bench metrics``.
 
@@ -201,7 +201,7 @@ def sepin_at_k(per_dim: Tensor, ks: Iterable[int | None] = DEFAULT_KS) -> dict[s
     """SEPIN@k: mean of the ``k`` largest per-dimension SEPIN values (NCL paper, Table 9).
 
     Args:
-        per_dim: Per-dimension SEPIN ``[d]``, e.g. from :func:`sepin_per_dimension`.
+        per_dim: Per-dimension SEPIN ``[d]``, e.g. from [`sepin_per_dimension`][].
         ks: Cut-offs; ``None`` means all ``d`` dimensions. A ``k > d`` also uses all ``d``
             (so SEPIN@100 of a 64-dim code equals SEPIN@all).
 
