@@ -3,7 +3,7 @@ wandb.
 
 Every other module calls the small functions here. When an upgrade moves one of these
 names, [`missing_private_apis`][] lists it and the test suite fails with a message naming
-the name and this module (``tests/runtime/test_internals.py``), instead of a run failing
+the name and this module (``tests/foundation/test_internals.py``), instead of a run failing
 later in some unrelated place.
 
 What is used, and why:
@@ -61,7 +61,7 @@ line ``ncl-cli`` prints is read off these formats:
 * PyTorch's DataLoader worker re-raise: ``Original Traceback`` and a last line
   ``SomeError: message``.
 
-``tests/runtime/test_internals.py`` produces each with a real parser and real bad values,
+``tests/foundation/test_internals.py`` produces each with a real parser and real bad values,
 and names the pattern and the observed message when one no longer matches.
 """
 

@@ -11,7 +11,7 @@ import torch
 
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.evaluation import FineTune, LinearProbe
-from tests.runtime.test_checkpoint import FACTORIES, _fit_and_save
+from tests.checkpoints.test_checkpoint import FACTORIES, _fit_and_save
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from ncl_lightning.evaluation import (
 )
 from ncl_lightning.evaluation.selection import select_dims
 from ncl_lightning.metrics.functional import expected_activation, retrieval_precision
-from tests.runtime.test_checkpoint import FACTORIES, _fit_and_save
+from tests.checkpoints.test_checkpoint import FACTORIES, _fit_and_save
 
 
 def _constructed(n: int = 600, d: int = 64, classes: int = 6, seed: int = 0):

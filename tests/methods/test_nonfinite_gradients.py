@@ -20,9 +20,9 @@ from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import BayesNCL
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.cli import main
+from tests.checkpoints.test_checkpoint import FACTORIES, _fit_and_save
 from tests.conftest import ROOT
 from tests.methods.grad_poison import Poison
-from tests.runtime.test_checkpoint import FACTORIES, _fit_and_save
 
 BAD_STEP = 2
 TARGET = "projector.net.0.weight"

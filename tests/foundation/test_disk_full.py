@@ -300,7 +300,7 @@ ON_TMPFS = textwrap.dedent(
     from ncl_lightning.data.memory import decode_images
     from ncl_lightning.runtime.checkpoint_io import atomic_save
     from ncl_lightning.foundation.errors import DiskFullError
-    from tests.runtime.test_disk_full import image_folder
+    from tests.foundation.test_disk_full import image_folder
     fs, work = Path(sys.argv[1]), Path(sys.argv[2])
     atomic_save({"step": 1}, fs / "last.ckpt")
     try:
@@ -360,7 +360,7 @@ def test_preempted_run_whose_save_does_not_fit(tmp_path: Path) -> None:
     run, marker = tmp_path / "run", tmp_path / "marker"
     config = digits_config(run, str(marker))
     config["trainer"]["callbacks"].append(
-        {"class_path": "tests.runtime.test_disk_full.LimitFileSize"}
+        {"class_path": "tests.foundation.test_disk_full.LimitFileSize"}
     )
     proc = start(config, tmp_path / "run.yaml")
     wait_for(marker, proc)  # in the second epoch, under the limit

@@ -18,8 +18,8 @@ from ncl_lightning import CheckpointError, load_backbone, load_method
 from ncl_lightning.checkpoints.check import TRUSTED_ENV, check_class_paths, trusting
 from ncl_lightning.checkpoints.load import RECORD_KEY
 from ncl_lightning.runtime.cli import main
+from tests.checkpoints.test_checkpoint import checkpoints  # noqa: F401  (module fixture)
 from tests.conftest import ROOT
-from tests.runtime.test_checkpoint import checkpoints  # noqa: F401  (module fixture)
 
 Edit = Callable[[dict], object]
 DAMAGED: list[tuple[str, Edit, str]] = [
