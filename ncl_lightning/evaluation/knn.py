@@ -35,7 +35,9 @@ class KNNClassifier(L.LightningModule):
         checkpoint: Pretrained checkpoint (any method of the package).
         num_classes: Number of classes (CLI-linked from the DataModule).
         batch_size: Unused (CLI-linked; kept so every module takes the same links).
-        k: Neighbours (NCL/solo-learn: 200; clipped to the bank size).
+        k: Neighbours: 200, as Wu et al. (2018) (the NCL paper reports no kNN number;
+            solo-learn's online kNN, which its release runs, defaults to 20); clipped to the
+            bank size.
         temperature: Temperature of the neighbour weights ``exp(cos / T)``.
 
     Example:
