@@ -48,6 +48,10 @@ def ground_truth_dictionary(trainer: L.Trainer, owner: str) -> Tensor:
     return require_extra(trainer.datamodule, GroundTruthDictionary, owner, what, "data").dictionary
 
 
+WARM_START_C = 2.0
+"""Pokle et al. (2022), Fig. 7: the warm start's noise exponent ``c`` (``N(0, p^{-c} I)``)."""
+
+
 class WarmStart(L.Callback):
     """Start the encoder near the ground truth: ``W_i = M_{j_i} + N(0, p^{-c} I)``.
 
@@ -58,11 +62,16 @@ class WarmStart(L.Callback):
     (``reset_target()``, e.g. BYOL) get their target re-synchronised.
 
     Args:
-        c: Noise exponent ``c`` (std ``1 / p^{c/2}``; >= 0).
+        c: Noise exponent ``c`` (std ``1 / p^{c/2}``; >= 0). The default 2 is the warm
+            start of Pokle et al.'s Fig. 7 (std ``1/p``, 0.02 at ``p = 50``). Their
+            release sweeps ``ws_noise_levels: (2, 1.5, 1.25, 1)``
+            (``config/overpara_pre_ws_alter.yaml``), but its ``gen_Winit`` uses the
+            level as the noise std itself (the ``p^{-c/2}`` form is commented out); we
+            follow the paper's ``N(0, p^{-c} I)``. Larger ``c`` starts nearer the atoms.
         seed: Seed of the atom assignment and the noise.
     """
 
-    def __init__(self, c: float = 1.0, seed: int = 0) -> None:
+    def __init__(self, c: float = WARM_START_C, seed: int = 0) -> None:
         check_at_least("c", c, 0)
         self.c = c
         self.seed = seed

@@ -35,7 +35,7 @@ from ncl_lightning.checkpoints.check import (
     check_structure,
     is_trusted,
 )
-from ncl_lightning.checkpoints.record import RECORD_KEY, same_class
+from ncl_lightning.checkpoints.record import RECORD_KEY, same_class, trained_backbone_spec
 from ncl_lightning.foundation.internals import outside_cli
 
 BACKBONE_PREFIX = "backbone."
@@ -144,6 +144,7 @@ def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Mod
                 f"{path} does not record how to build its backbone (a Python-built backbone "
                 "without `spec`); pass load_backbone(path, backbone=<architecture>)"
             )
+        spec = trained_backbone_spec(spec, ckpt[RECORD_KEY].get("format"))
         backbone = build_backbone_from_spec(spec, path)
         if not isinstance(getattr(backbone, "spec", None), dict):
             backbone.spec = spec  # modules that load it record the same architecture
@@ -179,10 +180,14 @@ def load_method(path: str | Path) -> L.LightningModule:
     cls = _import_class(record.get("method", ""), L.LightningModule, "method", path)
     kwargs: dict[str, Any] = {}
     takes_backbone = "backbone" in inspect.signature(cls.__init__).parameters
-    if takes_backbone and not isinstance(ckpt.get("hyper_parameters", {}).get("backbone"), dict):
-        if record.get("backbone") is None:
+    spec = trained_backbone_spec(record.get("backbone"), record.get("format"))
+    older = spec is not record.get("backbone")  # an older default the config does not name
+    if takes_backbone and (
+        older or not isinstance(ckpt.get("hyper_parameters", {}).get("backbone"), dict)
+    ):
+        if spec is None:
             raise CheckpointError(f"{path} does not record how to build its backbone")
-        kwargs["backbone"] = build_backbone_from_spec(record["backbone"], path)
+        kwargs["backbone"] = build_backbone_from_spec(spec, path)
     # Called while ncl-cli instantiates an evaluation module, the CLI's "given
     # hyper-parameters" context is set; it belongs to that module, not to this one.
     try:

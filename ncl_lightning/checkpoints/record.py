@@ -15,7 +15,10 @@ from typing import Any
 from torch import nn
 
 RECORD_KEY = "ncl_lightning"
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
+# Format 2 (2026-11-26): the ResNet CIFAR stem pads ``conv1`` by 2, as the releases do; a
+# format-1 record's ResNet with a CIFAR stem and no ``stem_padding`` was trained with 1.
+_RESNETS = ("ResNet", "resnet18", "resnet34", "resnet50")
 
 
 def class_path(obj: type) -> str:
@@ -74,3 +77,26 @@ def same_class(path_a: str | None, path_b: str) -> bool:
     except (ImportError, AttributeError, ValueError):
         return False
     return found[0] is found[1]
+
+
+def trained_backbone_spec(spec: Any, record_format: Any) -> Any:
+    """The spec that rebuilds the architecture a backbone was trained with.
+
+    Records before format 2 name the package's ResNet with a CIFAR stem without
+    ``stem_padding``: those were trained with padding 1 (32x32 maps), the default then; the
+    default is now 2 (34x34, the releases'). Any other spec is returned unchanged.
+
+    Args:
+        spec: ``{"class_path", "init_args"}`` of the record (or anything else, unchanged).
+        record_format: The record's ``format``.
+    """
+    if not isinstance(spec, dict) or not isinstance(record_format, int) or record_format >= 2:
+        return spec
+    init_args = spec.get("init_args") or {}
+    module, _, name = str(spec.get("class_path", "")).rpartition(".")
+    ours = module in ("ncl_lightning.nn", "ncl_lightning.nn.backbones") and name in _RESNETS
+    if not ours or not isinstance(init_args, dict) or "stem_padding" in init_args:
+        return spec
+    if init_args.get("stem", "cifar") != "cifar":
+        return spec
+    return {**spec, "init_args": {**init_args, "stem_padding": 1}}

@@ -5,15 +5,25 @@ dimensions with the largest expected activation ``EA_i = mean_x ẑ_i(x)`` on th
 set carry most of the information: keeping the top-k of them loses little accuracy,
 while for dense CL features the ranking means little (Wang et al., ICLR 2024, Sec. 5.3).
 
-For every ``k`` in ``ks`` and two rules, EA top-k and a seeded random k, this module
-reports on the selected dims of the projector features ``z``:
+For every ``k`` in ``ks`` and every rule in ``rules`` (``RULES``), this module reports
+on the selected dims of the projector features ``z``:
 
 * ``linear_acc``: a linear probe trained on the training features, tested on the test split;
 * ``retrieval_p@10``: cosine retrieval precision@10 on the test split ("mAP@10");
 * ``transfer_acc``: a linear probe on another labelled dataset (``transfer``).
 
-Run with ``ncl-cli test``. Keys: ``test/selection/{ea,random}/k{k}/{metric}``; files in the
-run folder: ``feature_selection.json``, ``feature_selection.md``, ``accuracy_vs_k.png``.
+The rules (``RULES``):
+
+* ``ea``: the top-k dims by EA of the features ``z`` themselves;
+* ``ea_no_relu``: the top-k dims by EA of the projector outputs *before* the non-negative
+  map (NCL paper, Table 1, "EA w/o ReLU"), i.e. of ``p`` where ``z = ReLU(p)``; the
+  selected dims are then evaluated on ``z`` like the others. For a method without a map
+  (CL) or for ``space: h`` the pre-map features are ``z`` itself and the rule equals ``ea``.
+  For BayesNCL it ranks the projector outputs before the map and the gate;
+* ``random``: a seeded random k (the baseline).
+
+Run with ``ncl-cli test``. Keys: ``test/selection/{rule}/k{k}/{metric}``; files in the run
+folder: ``feature_selection.json``, ``feature_selection.md``, ``accuracy_vs_k.png``.
 """
 
 from __future__ import annotations
@@ -51,7 +61,12 @@ from ncl_lightning.metrics.functional import (
 from ncl_lightning.nn.gather import gather_uneven
 from ncl_lightning.plot.pictures import accuracy_vs_k
 
-RULES = ("ea", "random")
+RULES = ("ea", "ea_no_relu", "random")
+"""Selection rules by name: EA of ``z``, EA of the pre-map projector outputs, random."""
+
+DEFAULT_RULES = ("ea", "random")
+"""The rules [`FeatureSelection`][ncl_lightning.evaluation.FeatureSelection] runs unless
+``rules`` says otherwise (each rule adds a linear probe per ``k``)."""
 
 
 def default_ks(d: int) -> list[int]:
@@ -60,10 +75,28 @@ def default_ks(d: int) -> list[int]:
     return [*ks, d]
 
 
-def select_dims(ea: Tensor, k: int, rule: str, seed: int) -> Tensor:
-    """Indices ``[k]`` of the kept dims: EA top-k, or a random k (seeded)."""
+def select_dims(
+    ea: Tensor, k: int, rule: str, seed: int, pre_map_ea: Tensor | None = None
+) -> Tensor:
+    """Indices ``[k]`` of the kept dims under ``rule`` (one of ``RULES``).
+
+    Args:
+        ea: Expected activations ``[d]`` of the features ``z`` (rule ``ea``; its width
+            sets the range of ``random``).
+        k: Number of dims to keep.
+        rule: ``ea`` (top-k of ``ea``), ``ea_no_relu`` (top-k of ``pre_map_ea``) or
+            ``random`` (a random k, seeded).
+        seed: Seed of ``random``.
+        pre_map_ea: Expected activations ``[d]`` of the features before the
+            non-negative map; needed by ``ea_no_relu``.
+    """
+    check_choice("rule", rule, RULES)
     if rule == "ea":
         return select_by_expected_activation(ea, k)
+    if rule == "ea_no_relu":
+        if pre_map_ea is None:
+            raise UsageError("rule ea_no_relu needs pre_map_ea: the EA before the map")
+        return select_by_expected_activation(pre_map_ea, k)
     gen = torch.Generator().manual_seed(seed)
     return torch.randperm(ea.shape[0], generator=gen)[:k].to(ea.device)
 
@@ -88,6 +121,8 @@ class FeatureSelection(L.LightningModule):
         batch_size: Unused (CLI-linked).
         ks: Numbers of kept dims to sweep (default: powers of two up to ``d``, and ``d``).
         space: Features to select from: ``z`` (projector, paper) or ``h`` (encoder).
+        rules: Selection rules to compare (names of ``RULES``; default ``ea`` and
+            ``random``; add ``ea_no_relu`` for NCL Table 1's "EA w/o ReLU" row).
         seed: Seed of the random-k baseline.
         probe_epochs: Epochs of each linear probe on fixed features.
         probe_lr: Peak learning rate of those probes.
@@ -102,6 +137,7 @@ class FeatureSelection(L.LightningModule):
         batch_size: int | None = None,
         ks: list[int] | None = None,
         space: Literal["z", "h"] = "z",
+        rules: list[str] | None = None,
         seed: int = 0,
         probe_epochs: int = 100,
         probe_lr: float = 0.1,
@@ -111,6 +147,7 @@ class FeatureSelection(L.LightningModule):
         super().__init__()
         check_at_least("num_classes", num_classes, 1)
         check_choice("space", space, ("z", "h"))
+        check_rules(rules)
         check_at_least("probe_epochs", probe_epochs, 1)
         check_positive("probe_lr", probe_lr)
         check_at_least("retrieval_k", retrieval_k, 1)
@@ -122,23 +159,46 @@ class FeatureSelection(L.LightningModule):
             check_ks(ks, width)
         self.transfer = transfer
         self._train: tuple[Tensor, Tensor] | None = None
+        self._train_pre_map: Tensor | None = None
         self._test: list[tuple[Tensor, Tensor]] = []
         self.results: dict[str, dict[int, dict[str, float]]] = {}
 
     def backbone_spec(self) -> dict[str, Any] | None:
         return self.method.backbone_spec()
 
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """The rules this run compares."""
+        return tuple(self.hparams.get("rules") or DEFAULT_RULES)
+
     def encode(self, x: Tensor) -> Tensor:
         """The selected space's features ``[B, d]`` of images ``[B, C, H, W]``."""
         return getattr(self.method.encode(x), self.hparams.space)
 
-    def _clean(self, dm: object, split: str) -> tuple[Tensor, Tensor]:
+    def encode_with_pre_map(self, x: Tensor) -> Tensor:
+        """``[z, p]`` ``[B, 2d]``: the selected features and the same features before the
+        non-negative map (the projector output ``p`` for ``space: z``; ``z`` itself where
+        there is no map)."""
+        encoded = self.method.encode(x)
+        z = getattr(encoded, self.hparams.space)
+        projector = getattr(self.method, "projector", None)
+        pre = projector(encoded.h) if self.hparams.space == "z" and projector is not None else z
+        return torch.cat([z, pre], dim=1)
+
+    def _clean(self, dm: object, split: str, pre_map: bool = False) -> tuple[Tensor, Tensor]:
         dm = require_extra(dm, CleanData, "FeatureSelection", "clean_dataloader()", "data")
         loader = dm.clean_dataloader(split, self.global_rank, self.trainer.world_size)
-        return extract_features(self.encode, loader, self.device)
+        encode = self.encode_with_pre_map if pre_map else self.encode
+        return extract_features(encode, loader, self.device)
 
     def on_test_start(self) -> None:
-        self._train = self._clean(self.trainer.datamodule, "train")
+        self._train_pre_map = None
+        if "ea_no_relu" in self.rules:  # one pass of the encoder for both
+            both, y = self._clean(self.trainer.datamodule, "train", pre_map=True)
+            z, self._train_pre_map = both.chunk(2, dim=1)
+            self._train = (z, y)
+        else:
+            self._train = self._clean(self.trainer.datamodule, "train")
         self._test = []
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
@@ -159,11 +219,14 @@ class FeatureSelection(L.LightningModule):
         ks = self.hparams.ks or default_ks(d)
         check_ks(ks, d)
         ea = expected_activation(self._train[0])
+        pre_map_ea = None
+        if self._train_pre_map is not None:
+            pre_map_ea = expected_activation(self._train_pre_map)
         fit = {"epochs": self.hparams.probe_epochs, "lr": self.hparams.probe_lr}
-        self.results = {rule: {} for rule in RULES}
-        for rule in RULES:
+        self.results = {rule: {} for rule in self.rules}
+        for rule in self.rules:
             for k in ks:
-                dims = select_dims(ea, k, rule, self.hparams.seed)
+                dims = select_dims(ea, k, rule, self.hparams.seed, pre_map_ea)
                 row = self.evaluate_dims(dims, test, transfer, fit)
                 self.results[rule][k] = row
                 for name, value in row.items():
@@ -229,6 +292,19 @@ def selection_table(results: dict[str, dict[int, dict[str, float]]]) -> str:
             cells = " | ".join(f"{100 * row[m]:.2f}" if m in row else "" for m in metrics)
             lines.append(f"| {rule} | {k} | {cells} |")
     return "\n".join(lines)
+
+
+def check_rules(rules: list[str] | None) -> None:
+    """``rules`` is ``None`` (the default rules) or a non-empty list of distinct
+    ``RULES`` names."""
+    if rules is None:
+        return
+    if not rules or len(set(rules)) != len(rules):
+        raise ConfigError(
+            f"rules must list distinct rules of {list(RULES)}, got {rules}", key="rules"
+        )
+    for rule in rules:
+        check_choice("rules", rule, RULES)
 
 
 def check_ks(ks: list[int], width: int) -> None:

@@ -16,17 +16,25 @@ from ncl_lightning.foundation.registry import Registry
 from ncl_lightning.losses.info_nce import InfoNCELoss, info_nce
 from ncl_lightning.losses.non_contrastive import negative_cosine, symmetric_negative_cosine
 from ncl_lightning.losses.pairs import ViewPairs, pair_indices, view_pairs
+from ncl_lightning.losses.sparsity import InfoNCEL1Loss, info_nce_l1, l1_penalty
 from ncl_lightning.losses.spectral import SpectralContrastiveLoss, spectral_contrastive
 from ncl_lightning.losses.supcon import SupConLoss, supcon
 
 OBJECTIVES: Registry[nn.Module] = Registry("objective")
 """Loss factories ``(temperature, gather_distributed) -> nn.Module`` by config name
-(``model.init_args.loss``): ``"info_nce"``, ``"spectral"``."""
+(``model.init_args.loss``): ``"info_nce"``, ``"info_nce_l1"`` (InfoNCE + λ·mean ‖ẑ‖₁ at
+the default λ; give [`InfoNCEL1Loss`][ncl_lightning.losses.InfoNCEL1Loss] by ``class_path``
+to set it), ``"spectral"``."""
 
 
 @OBJECTIVES.register("info_nce")
 def _info_nce(temperature: float, gather_distributed: bool) -> nn.Module:
     return InfoNCELoss(temperature, gather_distributed)
+
+
+@OBJECTIVES.register("info_nce_l1")
+def _info_nce_l1(temperature: float, gather_distributed: bool) -> nn.Module:
+    return InfoNCEL1Loss(temperature, gather_distributed=gather_distributed)
 
 
 @OBJECTIVES.register("spectral")
@@ -37,11 +45,14 @@ def _spectral(temperature: float, gather_distributed: bool) -> nn.Module:
 
 __all__ = [
     "OBJECTIVES",
+    "InfoNCEL1Loss",
     "InfoNCELoss",
     "SpectralContrastiveLoss",
     "SupConLoss",
     "ViewPairs",
     "info_nce",
+    "info_nce_l1",
+    "l1_penalty",
     "negative_cosine",
     "pair_indices",
     "spectral_contrastive",

@@ -17,6 +17,7 @@ from ncl_lightning.metrics import OpenFrequency
 from ncl_lightning.nn.gates import GATES, bernoulli_kl
 from ncl_lightning.nn.heads import MLP
 from ncl_lightning.nn.protocols import Backbone, TorchModule
+from ncl_lightning.optim import decay_param_groups
 
 
 class GatedEncoded(NamedTuple):
@@ -60,7 +61,10 @@ class BayesNCL(NCL):
             (default): Linear–ReLU–Linear, the release's head, whose mask is the same
             function of the input in training and at inference (BatchNorm would read batch
             statistics in one and running statistics in the other).
-        gate_lr: Learning rate of the gating head (paper: 0.1; scaled by batch like all).
+        gate_lr: Learning rate of the gating head (paper: 0.1), *not* scaled by
+            ``global batch / 256``: the release scales only ``lr`` and ``classifier_lr``
+            by the batch and gives ``optimizer.gating_head_lr`` as is (see
+            [`param_groups`][]).
         detach_gate_input: Feed the gating head detached backbone features.
         **kwargs: Everything [`NCL`][ncl_lightning.methods.NCL] takes.
     """
@@ -131,16 +135,32 @@ class BayesNCL(NCL):
         return contrastive + self.hparams.kl_weight * kl
 
     def param_groups(self) -> list[dict[str, Any]]:
-        """The base groups without the gating head, plus its own group (``gate_lr``)."""
+        """The base groups without the gating head, then the gating head's groups.
+
+        As the release (``Cui-Peng-624/BayesNCL``, solo-learn: the gating head is one more
+        group of its LARS optimiser, with ``lr: optimizer.gating_head_lr``) the gating
+        head is split like every other module
+        ([`decay_param_groups`][ncl_lightning.optim.decay_param_groups]): its weights get
+        the optimiser's weight decay and LARS adaptation (trust ratio, clipping); with
+        ``exclude_bias_n_norm`` its biases get neither. Both groups run at ``gate_lr``,
+        which ``scale_lr`` leaves alone (``"scale_lr": False``: the release's
+        ``solo/args/pretrain.py`` scales only ``optimizer.lr`` and
+        ``optimizer.classifier_lr`` by the batch).
+
+        Returns:
+            ``[*base groups, gate weights, gate biases]`` (non-empty groups only; one gate
+            group without ``exclude_bias_n_norm``).
+        """
         gate_ids = {id(p) for p in self.gating_head.parameters()}
         groups = []
         for group in super().param_groups():
             params = [p for p in group["params"] if id(p) not in gate_ids]
             if params:
                 groups.append({**group, "params": params})
-        gate = {"params": list(self.gating_head.parameters()), "lr": self.hparams.gate_lr,
-                "lars_exclude": True}  # fmt: skip
-        return [*groups, gate]
+        gate = decay_param_groups(self.gating_head, self.exclude_bias_n_norm)
+        for group in gate:
+            group.update(lr=self.hparams.gate_lr, scale_lr=False)
+        return [*groups, *gate]
 
     def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str) -> GatedEncoded:
         out = super()._eval_step(batch, stage)

@@ -45,7 +45,8 @@ class TrainableModule(L.LightningModule):
         optimizer: Builds the optimiser from parameter groups (``None``: [`default_optimizer`][]).
         warmup_epochs: Linear warmup length in epochs (fractions allowed).
         min_lr_ratio: Final learning rate of the cosine schedule, relative to the peak.
-        scale_lr: Multiply every learning rate by ``global batch / 256``.
+        scale_lr: Multiply every learning rate by ``global batch / 256`` (except groups that
+            set ``"scale_lr": False``, such as BayesNCL's gating head).
         exclude_bias_n_norm: No weight decay and no LARS adaptation for biases and norms.
         channels_last: NHWC memory format for the model and its image inputs.
         torch_compile: ``torch.compile`` the modules named in ``compile_targets``.

@@ -1,7 +1,8 @@
 """Encoders ("backbones") mapping images to representation vectors.
 
 * [`ResNet`][] — torchvision ResNet-18/34/50 (He et al., 2016) without the classifier,
-  with the CIFAR stem of SimCLR (Chen et al., 2020, Appendix B.9) for 32x32 images.
+  with the CIFAR stem of SimCLR (Chen et al., 2020, Appendix B.9) for 32x32 images, padded
+  as in the NCL and BayesNCL releases (solo-learn).
 * [`SmallCNN`][] — a few 3x3 conv layers for tiny images (e.g. 8x8 scikit-learn digits)
   that keeps tests and demos fast on CPU.
 """
@@ -24,6 +25,9 @@ _RESNETS: dict[int, tuple[Callable[..., torchvision.models.ResNet], int]] = {
     50: (torchvision.models.resnet50, 2048),
 }
 _STEMS = ("cifar", "imagenet")
+# conv1's zero padding when none is given: the releases' CIFAR stem (solo-learn
+# ``solo/methods/base.py``: 3x3, stride 1, padding 2), torchvision's 7x7 stem.
+_STEM_PADDING = {"cifar": 2, "imagenet": 3}
 
 
 def backbone_spec(cls: type, **init_args: Any) -> dict[str, Any]:
@@ -41,10 +45,18 @@ class ResNet(nn.Module, Backbone):
     Args:
         depth: 18, 34 or 50.
         stem: ``"cifar"``: 3x3 stride-1 ``conv1`` and no max-pool (SimCLR's CIFAR variant,
-            keeps spatial resolution for 32x32 inputs); ``"imagenet"``: the standard 7x7
-            stride-2 conv followed by 3x3 max-pool.
+            for 32x32 inputs); ``"imagenet"``: the standard 7x7 stride-2 conv followed by
+            3x3 max-pool.
         in_channels: Number of input channels (>= 1).
         zero_init_residual: Zero-init the last BN of each residual branch (Goyal et al., 2017).
+        stem_padding: Zero padding of ``conv1`` (an integer >= 0). ``None`` (default): the
+            stem's own, 2 for ``cifar`` and 3 for ``imagenet``. The CIFAR stem's padding 2
+            is the NCL and BayesNCL releases' (``PKU-ML/non_neg`` and
+            ``Cui-Peng-624/BayesNCL``, solo-learn ``solo/methods/base.py``): a 32x32 image
+            gives 34x34 maps after ``conv1`` (5x5 after ``layer4``). ``1`` keeps 32x32
+            (4x4 after ``layer4``; what this package built before it followed the releases:
+            the weights have the same shapes, so pass ``stem_padding: 1`` to evaluate or
+            resume such a run as it was trained).
 
     Attributes:
         out_dim: Representation size (512 for depth 18/34, 2048 for 50).
@@ -60,23 +72,32 @@ class ResNet(nn.Module, Backbone):
         stem: Literal["cifar", "imagenet"] = "cifar",
         in_channels: int = 3,
         zero_init_residual: bool = False,
+        stem_padding: int | None = None,
     ) -> None:
         super().__init__()
         check_choice("depth", depth, sorted(_RESNETS))
         check_choice("stem", stem, _STEMS)
         check_int("in_channels", in_channels)
+        if stem_padding is not None:
+            check_int("stem_padding", stem_padding, low=0)
+        padding = _STEM_PADDING[stem] if stem_padding is None else int(stem_padding)
         factory, self.out_dim = _RESNETS[depth]
+        # The padding resolved: a checkpoint rebuilds what it was trained with.
         self.spec = backbone_spec(
             ResNet, depth=depth, stem=stem, in_channels=in_channels,
-            zero_init_residual=zero_init_residual,
+            zero_init_residual=zero_init_residual, stem_padding=padding,
         )  # fmt: skip
         # weights=None: random init, never a download.
         net = factory(weights=None, zero_init_residual=zero_init_residual)
         if stem == "cifar":
-            net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+            net.conv1 = nn.Conv2d(
+                in_channels, 64, kernel_size=3, stride=1, padding=padding, bias=False
+            )
             net.maxpool = nn.Identity()
-        elif in_channels != 3:
-            net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        elif in_channels != 3 or padding != 3:
+            net.conv1 = nn.Conv2d(
+                in_channels, 64, kernel_size=7, stride=2, padding=padding, bias=False
+            )
         # Same init torchvision uses for every conv.
         nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
         net.fc = nn.Identity()
@@ -151,25 +172,27 @@ def resnet18(
     stem: Literal["cifar", "imagenet"] = "cifar",
     in_channels: int = 3,
     zero_init_residual: bool = False,
+    stem_padding: int | None = None,
 ) -> ResNet:
     """ResNet-18 backbone (``out_dim`` 512); see [`ResNet`][]."""
-    return ResNet(18, stem, in_channels, zero_init_residual)
+    return ResNet(18, stem, in_channels, zero_init_residual, stem_padding)
 
 
 def resnet34(
     stem: Literal["cifar", "imagenet"] = "cifar",
     in_channels: int = 3,
     zero_init_residual: bool = False,
+    stem_padding: int | None = None,
 ) -> ResNet:
     """ResNet-34 backbone (``out_dim`` 512); see [`ResNet`][]."""
-    return ResNet(34, stem, in_channels, zero_init_residual)
+    return ResNet(34, stem, in_channels, zero_init_residual, stem_padding)
 
 
 def resnet50(
     stem: Literal["cifar", "imagenet"] = "cifar",
     in_channels: int = 3,
     zero_init_residual: bool = False,
+    stem_padding: int | None = None,
 ) -> ResNet:
     """ResNet-50 backbone (``out_dim`` 2048); see [`ResNet`][]."""
-    return ResNet(50, stem, in_channels, zero_init_residual)
-
+    return ResNet(50, stem, in_channels, zero_init_residual, stem_padding)

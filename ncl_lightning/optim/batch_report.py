@@ -116,22 +116,38 @@ def _rates(values: Sequence[float]) -> str:
     return ", ".join(f"{value:.6g}" for value in values)
 
 
+def _kept(unscaled: Sequence[float]) -> str:
+    """The clause of the rates that ``scale_lr`` leaves alone ('' when none)."""
+    kept = list(dict.fromkeys(unscaled))
+    if not kept:
+        return ""
+    if len(kept) == 1 and len(unscaled) == 1:
+        return f"; learning rate {_rates(kept)} not scaled (its group sets scale_lr false)"
+    word = "learning rate" if len(kept) == 1 else "learning rates"
+    return f"; {word} {_rates(kept)} not scaled (their groups set scale_lr false)"
+
+
 def describe_batch(
     layout: BatchLayout,
     lrs: Sequence[tuple[float, float]],
     scaled: bool,
     loader: str | None = None,
+    unscaled: Sequence[float] = (),
 ) -> str:
     """What a run trains with, in one line (two with gradient accumulation).
 
     Args:
         layout: The device layout and batch ([`batch_layout`][]).
-        lrs: ``(configured, peak)`` learning rate of each parameter group; distinct pairs
-            are shown once, in order.
+        lrs: ``(configured, peak)`` learning rate of each parameter group the scaling
+            applies to; distinct pairs are shown once, in order.
         scaled: Whether the rates were scaled by ``layout.per_update / 256``.
         loader: The training loader's settings (the DataModule's ``loader_summary()``),
             added as a last clause ``; loader: ...``; ``None`` (a DataModule without
             them, or loaders passed to ``fit``) adds nothing.
+        unscaled: With ``scaled``, the rates of the groups that keep their configured
+            rate (``"scale_lr": False`` in the group, e.g. BayesNCL's gating head), shown
+            apart in a clause ``; learning rate 0.1 not scaled (its group sets scale_lr
+            false)``; not in ``lrs``.
 
     Returns:
         E.g. ``Batch: 2 processes (1 node x 2 devices) x 128 per device = global batch 256
@@ -160,10 +176,12 @@ def describe_batch(
     if scaled:
         basis = "global batch" if layout.accumulation == 1 else "samples per update"
         after = _rates([pair[1] for pair in pairs])
-        line += (
-            f"; {word} {before} -> {after} (x {layout.per_update}/{REFERENCE_BATCH}, "
-            f"lr scaled by {basis} / {REFERENCE_BATCH})"
-        )
+        if pairs:
+            line += (
+                f"; {word} {before} -> {after} (x {layout.per_update}/{REFERENCE_BATCH}, "
+                f"lr scaled by {basis} / {REFERENCE_BATCH})"
+            )
+        line += _kept(unscaled)
     else:
         line += f"; {word} {before} (not scaled: scale_lr is false)"
     line += tail

@@ -36,7 +36,9 @@ def configure_warmup_cosine(
         module: The module being trained (its trainer gives world size and step count).
         optimizer: Optimiser over the module's parameter groups (peak rates at batch 256).
         scale_lr: Multiply every group's rate by ``per-device batch * world *
-            accumulation / 256`` (samples per update / 256, Goyal et al., 2017).
+            accumulation / 256`` (samples per update / 256, Goyal et al., 2017), except
+            the groups that set ``scale_lr: False`` themselves (a rate the paper gives for
+            every batch size, e.g. BayesNCL's gating head: [`group_is_scaled`][]).
         batch_size: The module's per-device batch size: used only when neither the
             training loader nor the attached DataModule gives an integer one
             ([`batch_layout`][ncl_lightning.optim.batch_report.batch_layout]).
@@ -64,15 +66,18 @@ def configure_warmup_cosine(
     trainer = module.trainer
     total, warmup, per_epoch = schedule_steps(trainer, warmup_epochs)  # builds the loader
     layout = batch_layout(trainer, batch_size, required=scale_lr)
-    configured = [group["lr"] for group in optimizer.param_groups]
-    if scale_lr:
-        for group in optimizer.param_groups:
+    groups = optimizer.param_groups
+    configured = [group["lr"] for group in groups]
+    scaling = [scale_lr and group_is_scaled(group) for group in groups]
+    for group, scale in zip(groups, scaling, strict=True):
+        if scale:
             group["lr"] = scaled(group["lr"], layout.per_update)
-    peaks = [group["lr"] for group in optimizer.param_groups]
+    pairs = zip(configured, [group["lr"] for group in groups], scaling, strict=True)
+    lrs = [(lr, peak) for lr, peak, scale in pairs if scale or not scale_lr]
+    kept = [lr for lr, scale in zip(configured, scaling, strict=True) if scale_lr and not scale]
     summary = getattr(getattr(trainer, "datamodule", None), "loader_summary", None)
     loader = summary() if callable(summary) else None
-    lrs = list(zip(configured, peaks, strict=True))
-    rank_zero_info(describe_batch(layout, lrs, scale_lr, loader=loader))
+    rank_zero_info(describe_batch(layout, lrs, scale_lr, loader=loader, unscaled=kept))
     if milestones:
         if per_epoch is None:
             raise ConfigError(
@@ -83,6 +88,12 @@ def configure_warmup_cosine(
     else:
         scheduler = warmup_cosine(optimizer, warmup, total, min_lr_ratio)
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def group_is_scaled(group: dict[str, Any]) -> bool:
+    """Whether ``scale_lr`` scales this parameter group's rate: unless the group says
+    ``"scale_lr": False`` (a per-group key, kept by every torch optimiser)."""
+    return bool(group.get("scale_lr", True))
 
 
 def check_schedule_length(max_epochs: int | None, max_steps: int | None) -> None:

@@ -69,6 +69,7 @@ def cells_of(study: Study, seeds: Sequence[int], out: Path, extra: Sequence[str]
             root = out / "runs" / slug(row.name) / f"seed_{seed}"
             configs = [row.config, *row.overlays]
             args = [a for c in configs for a in ("--config", str(config_path(c)))]
+            args += row.args
             args += ["--seed_everything", str(seed)]
             args += [a for key in study.seed_keys for a in (key, str(seed))]
             args += [*folder_args(root, logs=True), *extra]

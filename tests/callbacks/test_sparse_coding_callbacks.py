@@ -7,12 +7,14 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+import yaml
 
 from ncl_lightning.callbacks import DictionaryRecoveryMonitor, EncoderNormalization, WarmStart
 from ncl_lightning.data import DigitsDataModule, SparseCodingDataModule
 from ncl_lightning.methods import BYOL, CL, SimSiam
 from ncl_lightning.metrics.functional.dictionary import dictionary_recovery
 from ncl_lightning.nn import SmallCNN, SparseCodingEncoder
+from tests.conftest import ROOT
 
 
 def _data() -> SparseCodingDataModule:
@@ -122,3 +124,18 @@ def test_errors_name_the_missing_piece(tmp_path: Path) -> None:
                  lambda: DictionaryRecoveryMonitor(0)):  # fmt: skip
         with pytest.raises(ValueError, match="must be"):
             make()
+
+
+def test_warm_start_default_is_pokle_fig7_c2(tmp_path: Path) -> None:
+    """c = 2 (Pokle et al., Fig. 7) by default and in the overlay: noise std 1/p."""
+    overlay = yaml.safe_load((ROOT / "configs/ground_truth/overlays/warm_start.yaml").read_text())
+    warm = [c for c in overlay["trainer"]["callbacks"] if c["class_path"].endswith("WarmStart")]
+    assert warm[0]["init_args"]["c"] == 2.0 == WarmStart().c
+    data = SparseCodingDataModule(n=64, p=50, d=10, batch_size=16, val_n=32, seed=3)
+    model = BYOL(SparseCodingEncoder(50, 200), proj_num_layers=0, pred_num_layers=1)
+    callback = WarmStart(seed=2)
+    trainer = _trainer(tmp_path, [callback])
+    trainer.datamodule = data
+    callback.setup(trainer, model, "fit")
+    noise = model.backbone.dictionary_weight.detach() - data.dictionary.T[callback.atoms]
+    assert noise.std().item() == pytest.approx(1 / 50, rel=0.05)  # 10,000 draws

@@ -91,6 +91,24 @@ def test_a_resnet_spec_round_trips(tmp_path: Path) -> None:
         path)  # fmt: skip
     backbone = load_backbone(path)
     assert isinstance(backbone, ResNet) and backbone.conv1.in_channels == 1
+    assert backbone.conv1.padding == (2, 2)  # the spec records the padding it was built with
+
+
+@pytest.mark.parametrize(("record_format", "padding"), [(1, (1, 1)), (2, (2, 2))])
+def test_an_older_record_rebuilds_the_stem_it_was_trained_with(
+    tmp_path: Path, record_format: int, padding: tuple[int, int]
+) -> None:
+    """Format-1 records name a CIFAR-stem ResNet without ``stem_padding``: trained with the
+    then default 1 (32x32 maps), rebuilt with it, by load_backbone and load_method alike."""
+    module = NCL(ResNet(18, "cifar", in_channels=1, stem_padding=1), num_classes=10,
+                 batch_size=64, **HEADS)  # fmt: skip
+    old_spec = {"class_path": "ncl_lightning.nn.ResNet",
+                "init_args": {"depth": 18, "stem": "cifar", "in_channels": 1}}  # fmt: skip
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": module.state_dict(), RECORD_KEY: {
+        "format": record_format, "method": "ncl_lightning.methods.ncl.NCL",
+        "backbone": old_spec}}, path)  # fmt: skip
+    assert load_backbone(path).conv1.padding == padding
 
 
 class _Exploit:

@@ -83,5 +83,6 @@ def test_bad_hyper_parameters_and_shapes() -> None:
         InfoNCELoss(temperature=0.0)
     with pytest.raises(ValueError, match=r"z2 must have shape \[3, 4\], got \(2, 4\)"):
         info_nce(torch.randn(3, 4), torch.randn(2, 4), gather_distributed=False)
-    with pytest.raises(ValueError, match=r"unknown objective 'nce2'.*info_nce, spectral"):
+    valid = r"info_nce, info_nce_l1, spectral"
+    with pytest.raises(ValueError, match=rf"unknown objective 'nce2'.*{valid}"):
         OBJECTIVES.build("nce2", temperature=0.2, gather_distributed=False)

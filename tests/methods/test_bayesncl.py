@@ -181,12 +181,17 @@ def test_gating_head_depth_and_own_learning_rate(layers: int) -> None:
     linear = [m for m in model.gating_head.modules() if isinstance(m, torch.nn.Linear)]
     assert len(linear) == layers
     groups = model.param_groups()
-    gate_group = groups[-1]
-    assert gate_group["lr"] == 0.05
-    assert {id(p) for p in gate_group["params"]} == {id(p) for p in model.gating_head.parameters()}
-    others = {id(p) for g in groups[:-1] for p in g["params"]}
-    assert not others & {id(p) for p in gate_group["params"]}
-    assert len(others) + len(gate_group["params"]) == len(list(model.parameters()))
+    weights, biases = groups[-2:]  # the release's LARS groups (tests/optim/test_gate_groups.py)
+    assert weights["lr"] == biases["lr"] == 0.05
+    assert weights["scale_lr"] is biases["scale_lr"] is False  # not scaled by the batch
+    assert {id(p) for p in weights["params"]} == {id(m.weight) for m in linear}
+    assert {id(p) for p in biases["params"]} == {id(m.bias) for m in linear}
+    assert "weight_decay" not in weights and not weights.get("lars_exclude", False)
+    assert biases["weight_decay"] == 0.0 and biases["lars_exclude"] is True
+    gate = {id(p) for p in model.gating_head.parameters()}
+    others = {id(p) for g in groups[:-2] for p in g["params"]}
+    assert not others & gate
+    assert len(others) + len(gate) == len(list(model.parameters()))
 
 
 def test_checkpoint_round_trip_restores_the_gate(tmp_path: Path) -> None:

@@ -78,3 +78,24 @@ def test_the_loaded_batch_wins_over_the_module_batch() -> None:
     assert batch_layout(_trainer(None), None, required=False).per_device is None
     with pytest.raises(ConfigError, match="scale_lr needs the per-device batch size"):
         batch_layout(_trainer(None), None, required=True)
+
+
+def test_rates_a_group_keeps_are_shown_apart() -> None:
+    layout = BatchLayout(nodes=1, devices=1, per_device=128)
+    text = describe_batch(layout, [(0.3, 0.15), (0.1, 0.05)], scaled=True, unscaled=[0.1, 0.1])
+    assert text == (
+        "Batch: 1 process (1 node x 1 device) x 128 per device = global batch 128; "
+        "learning rates 0.3, 0.1 -> 0.15, 0.05 (x 128/256, lr scaled by global batch / 256); "
+        "learning rate 0.1 not scaled (their groups set scale_lr false)"
+    )
+    one = describe_batch(layout, [(0.3, 0.15)], scaled=True, unscaled=[0.1])
+    assert one.endswith("; learning rate 0.1 not scaled (its group sets scale_lr false)")
+    two = describe_batch(layout, [], scaled=True, unscaled=[0.1, 0.2], loader="main process")
+    assert two == (
+        "Batch: 1 process (1 node x 1 device) x 128 per device = global batch 128; "
+        "learning rates 0.1, 0.2 not scaled (their groups set scale_lr false); loader: "
+        "main process"
+    )
+    assert describe_batch(layout, [(0.3, 0.15)], scaled=True, unscaled=[]) == describe_batch(
+        layout, [(0.3, 0.15)], scaled=True
+    )

@@ -286,3 +286,23 @@ def test_means_equal_at_the_shown_precision_are_not_a_difference() -> None:
         "semantic consistency: C 10.1 ± 0.0 > A 10.0 ± 0.0",
         "semantic consistency: C 10.1 ± 0.0 > B 10.0 ± 0.0",
     ]
+
+
+def test_sensitivity_studies_give_each_row_its_value_after_the_configs(tmp_path: Path) -> None:
+    """The BayesNCL sweeps: one row per value, the value typed after every ``--config``
+    (so it wins over the files), the paper's value the baseline."""
+    for name, key, paper in (
+        ("sensitivity-prior-digits", "prior", "0.8"),
+        ("sensitivity-kl-digits", "kl_weight", "3.0e-05"),
+    ):
+        study = STUDIES.get(name)()
+        assert len(study.rows) >= 4 and study.baseline is not None
+        assert study.baseline.endswith(paper)
+        values = []
+        for cell in seeds.cells_of(study, [0], tmp_path, []):
+            command = cell.command
+            at = command.index(f"--model.init_args.{key}")
+            last_config = max(i for i, a in enumerate(command) if a == "--config")
+            assert at > last_config, command
+            values.append(float(command[at + 1]))
+        assert len(set(values)) == len(study.rows) and float(paper) in values
