@@ -188,3 +188,26 @@ def test_mig_of_a_copied_factor_is_one_and_medians_are_as_stated() -> None:
     scores = F.dictionary_recovery(weight, dictionary)
     assert scores["median"].item() == pytest.approx((1.0 + 2**-0.5) / 2)
     assert scores["min"].item() == 0.0 and scores["max"].item() == 1.0
+
+
+def test_release_variants_are_as_stated() -> None:
+    """The spectral entropy and the releases' orthogonality reductions of the page."""
+    assert "`k` orthogonal directions of equal norm give exactly `ln k`" in TEXT
+    assert "mean_all_entries = (1/m²) Σ_{i,j ∈ A} |G − I|ᵢⱼ = OE · (m − 1)/m" in TEXT
+    n, d, k = 40, 9, 5
+    z = torch.zeros(n, d)
+    z[torch.arange(n), torch.arange(n) % k] = 1.0
+    assert F.spectral_entropy(z).item() == pytest.approx(math.log(k), rel=1e-6)
+    entropy = metrics.SpectralEntropy(d)
+    entropy.update(z)
+    assert entropy.compute().item() == pytest.approx(math.log(k), rel=1e-6)
+    dense = torch.rand(30, 6, generator=torch.Generator().manual_seed(3))
+    m = F.active_dimensions(dense).item()
+    ours = F.orthogonality_error(dense).item()
+    mean_all = F.orthogonality_error(dense, reduction="mean_all_entries").item()
+    assert mean_all == pytest.approx(ours * (m - 1) / m, rel=1e-6)
+    assert "On all dimensions it ranks as the cosine does" in TEXT
+    labels = torch.arange(30) % 3
+    assert F.retrieval_precision(dense, labels, 4, distance="euclidean").item() == pytest.approx(
+        F.retrieval_precision(dense, labels, 4).item()
+    )

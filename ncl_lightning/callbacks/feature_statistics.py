@@ -4,7 +4,12 @@ At validation (every ``every_n_epochs`` epochs) and at every test, the callback 
 the features the method's ``validation_step`` / ``test_step`` return ([`Encoded`][]:
 ``z``, the features entering the objective after the non-negative map or gate, and ``h``,
 the backbone output) into torchmetrics states, and logs
-``{stage}/{space}/{metric}`` (e.g. ``val/z/semantic_consistency``). SEPIN needs two
+``{stage}/{space}/{metric}`` (e.g. ``val/z/semantic_consistency``). Beside ours it logs
+the quantities the NCL and BayesNCL releases report under the same names
+(``spectral_entropy``, ``orthogonality_mean_all_entries``, ...; docs/metrics.md, "Compare
+with the paper"), derived from the same states where they can be. A field ``z_ungated``
+of the eval steps' output (BayesNCL's ``z⁺`` before the gate) is measured too whenever
+the method returns it. SEPIN needs two
 augmented views of held-out images, so after the loop it encodes the DataModule's
 ``view_dataloader`` (this rank's shard) and logs ``{stage}/z/sepin@k``.
 
@@ -49,9 +54,37 @@ from ncl_lightning.metrics import (
     Sparsity,
     TopKSemanticConsistency,
 )
+from ncl_lightning.metrics.functional import (
+    OrthogonalityReduction,
+    effective_rank_from_gram,
+    orthogonality_error_from_gram,
+)
 from ncl_lightning.metrics.sepin import sepin_on_views
 
 SPACES = ("z", "h")
+OPTIONAL_SPACES = ("z_ungated",)
+"""Fields measured, beside ``spaces``, whenever the eval steps' output has them (not None)."""
+RELEASE_REDUCTIONS: tuple[OrthogonalityReduction, ...] = ("mean_all_entries", "median_all_entries")
+"""The NCL release's reductions of ``|G − I|``: its training log's and its ``main_eval.py``'s."""
+PAPER_SPARSITY_EPS = 1e-2
+"""Threshold on the unnormalised ``|z|`` of the NCL release's ``main_eval.py`` sparsity."""
+
+
+def _rank_values(metric: EffectiveRank) -> dict[str, Tensor]:
+    """``effective_rank`` and the releases' ``spectral_entropy = ln(effective_rank)``."""
+    rank = effective_rank_from_gram(metric.gram)
+    entropy = torch.where(rank > 0, rank.double().log(), 0.0).float()
+    return {"effective_rank": rank, "spectral_entropy": entropy}
+
+
+def _orthogonality_values(metric: OrthogonalityError) -> dict[str, Tensor]:
+    """Ours (``orthogonality_error``) and the releases' reductions of the same ``|G − I|``."""
+    active = metric.activation_count > 0
+    out = {"orthogonality_error": orthogonality_error_from_gram(metric.gram, active)}
+    for reduction in RELEASE_REDUCTIONS:
+        value = orthogonality_error_from_gram(metric.gram, active, reduction)
+        out[f"orthogonality_{reduction}"] = value
+    return out
 
 
 class FeatureMetricSet(nn.Module):
@@ -86,6 +119,10 @@ class FeatureMetricSet(nn.Module):
                 "expected_activation": ExpectedActivation(num_features),
             }
         )
+        # The releases' variants that need states of their own (the others share ours).
+        self.paper = nn.ModuleDict(
+            {"sparsity_unnormalized": Sparsity(PAPER_SPARSITY_EPS, normalize=False)}
+        )
         labelled: dict[str, Metric] = {}
         if num_classes > 0:
             d, c = num_features, num_classes
@@ -94,13 +131,14 @@ class FeatureMetricSet(nn.Module):
                 f"semantic_consistency_top{top_k}": TopKSemanticConsistency(d, c, top_k, eps),
                 "semantic_entropy": SemanticEntropy(d, c, eps, "activation"),
                 "semantic_entropy_freq": SemanticEntropy(d, c, eps, "frequency"),
+                "semantic_entropy_mean_activation": SemanticEntropy(d, c, eps, "mean_activation"),
                 f"retrieval_p@{retrieval_k}": RetrievalPrecision(retrieval_k, retrieval_dims),
             }
         self.labelled = nn.ModuleDict(labelled)
 
     def update(self, z: Tensor, labels: Tensor) -> None:
         """Add a batch: features ``[B, d]`` and labels ``[B]``."""
-        for metric in self.unlabelled.values():
+        for metric in [*self.unlabelled.values(), *self.paper.values()]:
             metric.update(z)
         for metric in self.labelled.values():
             metric.update(z, labels)
@@ -109,6 +147,11 @@ class FeatureMetricSet(nn.Module):
         """Loggable scalars, synchronised across ranks (vectors and counts get derived ones)."""
         out: dict[str, Tensor] = {}
         for name, metric in [*self.unlabelled.items(), *self.labelled.items()]:
+            if isinstance(metric, EffectiveRank | OrthogonalityError | RetrievalPrecision):
+                # One synchronisation of the shared states gives ours and the variants.
+                with metric.sync_context():
+                    out |= self._shared_state_values(name, metric)
+                continue
             value = metric.compute()
             if name == "active_dims":
                 active = value.float()
@@ -126,7 +169,19 @@ class FeatureMetricSet(nn.Module):
                 }
             else:
                 out[name] = value.float()
+        for name, metric in self.paper.items():
+            out[name] = metric.compute().float()
         return out
+
+    @staticmethod
+    def _shared_state_values(name: str, metric: Metric) -> dict[str, Tensor]:
+        """Ours and the releases' variants from one metric's (synchronised) states."""
+        if isinstance(metric, EffectiveRank):
+            return _rank_values(metric)
+        if isinstance(metric, OrthogonalityError):
+            return _orthogonality_values(metric)
+        precision = metric.precision  # RetrievalPrecision: one stored copy, both distances
+        return {name: precision("cosine"), f"{name}_euclidean": precision("euclidean")}
 
 
 class FeatureStatistics(L.Callback):
@@ -201,7 +256,9 @@ class FeatureStatistics(L.Callback):
         if not self._active:
             return
         missing_spaces("FeatureStatistics", self.spaces, pl_module, outputs)
-        for space in self.spaces:
+        optional = [s for s in OPTIONAL_SPACES if s not in self.spaces]
+        present = [s for s in optional if getattr(outputs, s, None) is not None]
+        for space in [*self.spaces, *present]:
             features = getattr(outputs, space).detach().float()
             if space not in self._metrics:
                 self._metrics[space] = FeatureMetricSet(
@@ -260,4 +317,3 @@ class FeatureStatistics(L.Callback):
         limits = [self.sepin_max_batches, batch_limit(trainer, stage, loader)]
         most = min((n for n in limits if n is not None), default=None)
         return sepin_on_views(pl_module, loader, temperature, self._metrics["z"].num_features, most)
-

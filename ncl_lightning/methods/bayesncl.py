@@ -31,6 +31,9 @@ class GatedEncoded(NamedTuple):
     """Gate open probabilities ``α`` ``[B, d]``."""
     mask: Tensor
     """Gate ``m`` ``[B, d]`` (hard 0/1 in the forward pass except for the soft gate)."""
+    z_ungated: Tensor | None = None
+    """Non-negative features ``z⁺`` before the gate ``[B, d]`` (the release's ``*_z``
+    training-log metrics read them; the interpretability callbacks measure them too)."""
 
 
 class BayesNCL(NCL):
@@ -117,7 +120,7 @@ class BayesNCL(NCL):
         z = self.features(self.projector(h))
         alpha = self.gate_probs(h)
         mask = self.gate(alpha)
-        return GatedEncoded(h=h, z=z * mask, alpha=alpha, mask=mask)
+        return GatedEncoded(h=h, z=z * mask, alpha=alpha, mask=mask, z_ungated=z)
 
     def kl(self, views: list[GatedEncoded]) -> Tensor:
         """``mean_x Σ_i KL(Bern(α_i(x)) || Bern(ρ))`` over the views."""

@@ -7,7 +7,7 @@ from ncl_lightning.metrics.gate import OpenFrequency
 from ncl_lightning.metrics.mig import MutualInformationGap
 from ncl_lightning.metrics.orthogonality import OrthogonalityError
 from ncl_lightning.metrics.profile import FeatureProfile
-from ncl_lightning.metrics.rank import EffectiveRank
+from ncl_lightning.metrics.rank import EffectiveRank, SpectralEntropy
 from ncl_lightning.metrics.retrieval import RetrievalPrecision
 from ncl_lightning.metrics.semantic import (
     SemanticConsistency,
@@ -31,6 +31,7 @@ __all__ = [
     "SemanticConsistency",
     "SemanticEntropy",
     "Sparsity",
+    "SpectralEntropy",
     "TopKSemanticConsistency",
     "functional",
 ]

@@ -13,8 +13,10 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ncl_lightning.foundation.validation import check_at_least, check_int, check_shape
+from ncl_lightning.foundation.validation import check_at_least, check_choice, check_int, check_shape
 from ncl_lightning.metrics.functional.orthogonality import (
+    ORTHOGONALITY_REDUCTIONS,
+    OrthogonalityReduction,
     feature_gram,
     orthogonality_error_from_gram,
 )
@@ -30,6 +32,8 @@ class OrthogonalityError(Metric):
     Args:
         num_features: Feature dimension ``d`` (>= 1).
         eps: Threshold on the row-normalised magnitude for "activated" (>= 0).
+        reduction: ``"off_diagonal"`` (ours) or a release's ``"mean_all_entries"`` /
+            ``"median_all_entries"``; both come from the same states.
 
     Update:
         ``z``: features ``[N, num_features]``.
@@ -43,12 +47,20 @@ class OrthogonalityError(Metric):
     gram: Tensor
     activation_count: Tensor
 
-    def __init__(self, num_features: int, eps: float = 1e-5, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        reduction: OrthogonalityReduction = "off_diagonal",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         check_int("num_features", num_features)
         check_at_least("eps", eps, 0.0)
+        check_choice("reduction", reduction, ORTHOGONALITY_REDUCTIONS)
         self.num_features = num_features
         self.eps = eps
+        self.reduction: OrthogonalityReduction = reduction
         d = num_features
         self.add_state("gram", torch.zeros(d, d, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("activation_count", torch.zeros(d, dtype=torch.long), dist_reduce_fx="sum")
@@ -62,4 +74,4 @@ class OrthogonalityError(Metric):
 
     def compute(self) -> Tensor:
         """Orthogonality error in ``[0, 1]`` (0 with fewer than 2 active dims)."""
-        return orthogonality_error_from_gram(self.gram, self.activation_count > 0)
+        return orthogonality_error_from_gram(self.gram, self.activation_count > 0, self.reduction)

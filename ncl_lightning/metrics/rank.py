@@ -14,7 +14,10 @@ from torchmetrics import Metric
 
 from ncl_lightning.foundation.validation import check_int, check_shape
 from ncl_lightning.metrics.functional.orthogonality import feature_gram
-from ncl_lightning.metrics.functional.rank import effective_rank_from_gram
+from ncl_lightning.metrics.functional.rank import (
+    effective_rank_from_gram,
+    spectral_entropy_from_gram,
+)
 
 
 class EffectiveRank(Metric):
@@ -49,3 +52,22 @@ class EffectiveRank(Metric):
     def compute(self) -> Tensor:
         """Effective rank in ``[1, d]`` (0 before any non-zero sample)."""
         return effective_rank_from_gram(self.gram)
+
+
+class SpectralEntropy(EffectiveRank):
+    """Spectral entropy ``H(s / Σ s)`` of ``ẑ`` in nats, ``ln`` of the effective rank.
+
+    The quantity the NCL and BayesNCL releases log under the name ``effective_rank``; see
+    ``functional.spectral_entropy``. It keeps the same state as
+    [`EffectiveRank`][ncl_lightning.metrics.EffectiveRank].
+
+    Args:
+        num_features: Feature dimension ``d`` (>= 1).
+
+    Update:
+        ``z``: features ``[N, num_features]``.
+    """
+
+    def compute(self) -> Tensor:
+        """Spectral entropy in ``[0, ln d]`` (0 before any non-zero sample)."""
+        return spectral_entropy_from_gram(self.gram)

@@ -14,12 +14,16 @@ from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
 from ncl_lightning.foundation.errors import EmptyMetricError
-from ncl_lightning.foundation.validation import check_int, check_shape
+from ncl_lightning.foundation.validation import check_choice, check_int, check_shape
 from ncl_lightning.metrics.functional.activation import (
     expected_activation,
     select_by_expected_activation,
 )
-from ncl_lightning.metrics.functional.retrieval import retrieval_precision
+from ncl_lightning.metrics.functional.retrieval import (
+    RETRIEVAL_DISTANCES,
+    RetrievalDistance,
+    retrieval_precision,
+)
 
 
 class RetrievalPrecision(Metric):
@@ -33,6 +37,8 @@ class RetrievalPrecision(Metric):
         k: Number of neighbours (>= 1).
         num_selected: Number of dims kept by expected activation (None: all dims).
         chunk_size: Queries per similarity chunk (>= 1).
+        distance: ``"cosine"`` (ours) or ``"euclidean"`` (the NCL release's ``main_eval.py``:
+            the kept dims of the row-normalised features, not re-normalised).
 
     Update:
         ``z``: features ``[N, d]``; ``labels``: integer labels ``[N]``.
@@ -50,6 +56,7 @@ class RetrievalPrecision(Metric):
         k: int = 10,
         num_selected: int | None = None,
         chunk_size: int = 1024,
+        distance: RetrievalDistance = "cosine",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -57,6 +64,8 @@ class RetrievalPrecision(Metric):
         if num_selected is not None:
             check_int("num_selected", num_selected)
         check_int("chunk_size", chunk_size)
+        check_choice("distance", distance, RETRIEVAL_DISTANCES)
+        self.distance: RetrievalDistance = distance
         self.k = k
         self.num_selected = num_selected
         self.chunk_size = chunk_size
@@ -72,6 +81,18 @@ class RetrievalPrecision(Metric):
 
     def compute(self) -> Tensor:
         """Precision@k in ``[0, 1]`` over all stored samples."""
+        return self.precision(self.distance)
+
+    def precision(self, distance: RetrievalDistance) -> Tensor:
+        """Precision@k of the states as they are (this rank's, or synchronised inside
+        ``sync_context()``) with either distance, from the one stored copy of the features.
+
+        Args:
+            distance: ``"cosine"`` or ``"euclidean"``.
+
+        Returns:
+            Scalar float32 tensor in ``[0, 1]``.
+        """
         if isinstance(self.features, list) and not self.features:
             raise EmptyMetricError("RetrievalPrecision.compute() called before any update")
         z = dim_zero_cat(self.features)
@@ -79,4 +100,6 @@ class RetrievalPrecision(Metric):
         dims = None
         if self.num_selected is not None:
             dims = select_by_expected_activation(expected_activation(z), self.num_selected)
-        return retrieval_precision(z, labels, self.k, dims=dims, chunk_size=self.chunk_size)
+        return retrieval_precision(
+            z, labels, self.k, dims=dims, chunk_size=self.chunk_size, distance=distance
+        )

@@ -1,4 +1,5 @@
-"""Streaming semantic consistency / entropy (NCL paper, Wang et al., ICLR 2024, Sec. 5).
+"""Streaming semantic consistency (NCL paper, Wang et al., ICLR 2024, Sec. 5) and semantic
+entropy H_s (BayesNCL paper, ICML 2026).
 
 ``SemanticConsistency`` and ``SemanticEntropy`` keep ``[d, C]`` class counts (and class
 mass), reduced by sum. ``TopKSemanticConsistency`` keeps, per dimension, the ``top_k``
@@ -21,6 +22,7 @@ from ncl_lightning.metrics.functional.semantic import (
     check_features_labels,
     class_activation_counts,
     class_activation_mass,
+    per_class_mean,
     semantic_consistency_from_counts,
     semantic_entropy_from_counts,
     top_k_class_counts,
@@ -159,14 +161,16 @@ class TopKSemanticConsistency(Metric):
 class SemanticEntropy(Metric):
     """Semantic entropy ``H_s`` (nats); see ``functional.semantic_entropy``.
 
-    ``weighting="activation"`` (the paper's ``p_i(c) ∝ Σ_{x∈c} |ẑ_i(x)|``) or
-    ``"frequency"`` ("semantic entropy (frequency)", ``p_i(c) ∝ #activated in c``).
+    ``weighting="activation"`` (the paper's ``p_i(c) ∝ Σ_{x∈c} |ẑ_i(x)|``),
+    ``"frequency"`` ("semantic entropy (frequency)", ``p_i(c) ∝ #activated in c``) or
+    ``"mean_activation"`` (the BayesNCL release's variant: each class's mass divided by its
+    size).
 
     Args:
         num_features: Feature dimension ``d`` (>= 1).
         num_classes: Number of classes ``C`` (>= 1).
         eps: Threshold on the row-normalised magnitude for "activated" (>= 0).
-        weighting: ``"activation"`` or ``"frequency"``.
+        weighting: ``"activation"``, ``"frequency"`` or ``"mean_activation"``.
 
     Update:
         ``z``: features ``[N, num_features]``; ``labels``: integer labels ``[N]``.
@@ -178,6 +182,7 @@ class SemanticEntropy(Metric):
 
     class_mass: Tensor
     class_counts: Tensor
+    class_sizes: Tensor
 
     def __init__(
         self,
@@ -195,6 +200,8 @@ class SemanticEntropy(Metric):
         shape = (num_features, num_classes)
         self.add_state("class_mass", torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("class_counts", torch.zeros(shape, dtype=torch.long), dist_reduce_fx="sum")
+        sizes = torch.zeros(num_classes, dtype=torch.long)
+        self.add_state("class_sizes", sizes, dist_reduce_fx="sum")
 
     def update(self, z: Tensor, labels: Tensor) -> None:
         """Accumulate features ``[N, num_features]`` with labels ``[N]``."""
@@ -204,9 +211,12 @@ class SemanticEntropy(Metric):
         self.class_mass += class_activation_mass(z, labels, self.num_classes).to(
             self.class_mass.dtype
         )
+        self.class_sizes += torch.bincount(labels.long(), minlength=self.num_classes)
 
     def compute(self) -> Tensor:
         """Semantic entropy in ``[0, ln C]`` (NaN when no dim is active)."""
         active = self.class_counts.sum(dim=1) > 0
         weights = self.class_counts if self.weighting == "frequency" else self.class_mass
+        if self.weighting == "mean_activation":
+            weights = per_class_mean(self.class_mass, self.class_sizes)
         return semantic_entropy_from_counts(weights, active)

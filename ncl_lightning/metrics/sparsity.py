@@ -21,6 +21,8 @@ class Sparsity(Metric):
 
     Args:
         eps: Threshold on the row-normalised magnitude (>= 0).
+        normalize: Threshold ``|ẑ|`` (True) or the raw ``|z|`` (False: with ``eps=1e-2``,
+            the NCL release's ``main_eval.py`` sparsity).
 
     Update:
         ``z``: features ``[N, d]``.
@@ -34,16 +36,17 @@ class Sparsity(Metric):
     zero_fraction_sum: Tensor
     num_samples: Tensor
 
-    def __init__(self, eps: float = 1e-5, **kwargs: Any) -> None:
+    def __init__(self, eps: float = 1e-5, normalize: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         check_at_least("eps", eps, 0.0)
         self.eps = eps
+        self.normalize = normalize
         self.add_state("zero_fraction_sum", torch.tensor(0.0), dist_reduce_fx="sum")
         self.add_state("num_samples", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
     def update(self, z: Tensor) -> None:
         """Accumulate a batch of features ``[N, d]``."""
-        fractions = zero_fraction(z.detach(), self.eps)
+        fractions = zero_fraction(z.detach(), self.eps, self.normalize)
         self.zero_fraction_sum += fractions.sum().to(self.zero_fraction_sum.dtype)
         self.num_samples += fractions.numel()
 

@@ -20,7 +20,8 @@ from tests.conftest import ROOT
 METRICS = [
     "sparsity", "active_dims", "dead_dims", "activation_rate", "orthogonality_error",
     "effective_rank", "ea_max", "ea_top10_share", "semantic_consistency",
-    "semantic_consistency_top100", "semantic_entropy", "semantic_entropy_freq", "retrieval_p@10",
+    "semantic_consistency_top100", "semantic_entropy", "semantic_entropy_freq",
+    "semantic_entropy_mean_activation", "retrieval_p@10",
 ]  # fmt: skip
 SEPIN_KEYS = ["sepin@1", "sepin@10", "sepin@100", "sepin@all"]
 

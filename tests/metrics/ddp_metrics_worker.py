@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 from torchmetrics import Metric
 
+from ncl_lightning.callbacks.feature_statistics import FeatureMetricSet
 from ncl_lightning.metrics import (
     EffectiveRank,
     ExpectedActivation,
@@ -13,6 +14,7 @@ from ncl_lightning.metrics import (
     RetrievalPrecision,
     SemanticConsistency,
     SemanticEntropy,
+    SpectralEntropy,
     TopKSemanticConsistency,
 )
 
@@ -29,6 +31,8 @@ LABELLED = {
     "entropy_freq",
     "retrieval",
     "retrieval_sel",
+    "retrieval_euclidean",
+    "feature_set",
 }
 
 
@@ -41,8 +45,9 @@ def make_data() -> tuple[torch.Tensor, torch.Tensor]:
     return z, labels
 
 
-def make_metrics() -> dict[str, Metric]:
-    """One of every metric of this package."""
+def make_metrics() -> dict[str, Metric | FeatureMetricSet]:
+    """One of every metric of this package, the releases' variants, and the callback's set
+    (whose variants read synchronised states inside ``sync_context``)."""
     d, c = NUM_FEATURES, NUM_CLASSES
     return {
         "orthogonality": OrthogonalityError(d),
@@ -56,10 +61,17 @@ def make_metrics() -> dict[str, Metric]:
         "expected_activation": ExpectedActivation(d),
         "retrieval": RetrievalPrecision(k=5),
         "retrieval_sel": RetrievalPrecision(k=5, num_selected=6),
+        "spectral_entropy": SpectralEntropy(d),
+        "orthogonality_mean": OrthogonalityError(d, reduction="mean_all_entries"),
+        "orthogonality_median": OrthogonalityError(d, reduction="median_all_entries"),
+        "retrieval_euclidean": RetrievalPrecision(k=5, num_selected=6, distance="euclidean"),
+        "feature_set": FeatureMetricSet(d, c, top_k=8, retrieval_k=5, retrieval_dims=6),
     }
 
 
-def update_all(metrics: dict[str, Metric], z: torch.Tensor, labels: torch.Tensor) -> None:
+def update_all(
+    metrics: dict[str, Metric | FeatureMetricSet], z: torch.Tensor, labels: torch.Tensor
+) -> None:
     """Feed ``(z, labels)`` to every metric in two uneven batches."""
     cut = z.shape[0] // 3
     for zb, yb in ((z[:cut], labels[:cut]), (z[cut:], labels[cut:])):

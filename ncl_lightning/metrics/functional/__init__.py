@@ -13,13 +13,24 @@ from ncl_lightning.metrics.functional.gate import open_frequency, open_frequency
 from ncl_lightning.metrics.functional.knn import weighted_knn_predict
 from ncl_lightning.metrics.functional.mig import discrete_mutual_info, mutual_information_gap
 from ncl_lightning.metrics.functional.orthogonality import (
+    ORTHOGONALITY_REDUCTIONS,
+    OrthogonalityReduction,
     feature_gram,
     orthogonality_error,
     orthogonality_error_from_gram,
 )
 from ncl_lightning.metrics.functional.profile import dimension_profile, merge_top_k
-from ncl_lightning.metrics.functional.rank import effective_rank, effective_rank_from_gram
-from ncl_lightning.metrics.functional.retrieval import retrieval_precision
+from ncl_lightning.metrics.functional.rank import (
+    effective_rank,
+    effective_rank_from_gram,
+    spectral_entropy,
+    spectral_entropy_from_gram,
+)
+from ncl_lightning.metrics.functional.retrieval import (
+    RETRIEVAL_DISTANCES,
+    RetrievalDistance,
+    retrieval_precision,
+)
 from ncl_lightning.metrics.functional.semantic import (
     ENTROPY_WEIGHTINGS,
     EntropyWeighting,
@@ -47,7 +58,11 @@ from ncl_lightning.metrics.functional.sparsity import (
 
 __all__ = [
     "ENTROPY_WEIGHTINGS",
+    "ORTHOGONALITY_REDUCTIONS",
+    "RETRIEVAL_DISTANCES",
     "EntropyWeighting",
+    "OrthogonalityReduction",
+    "RetrievalDistance",
     "activation_mask",
     "activation_rate",
     "active_dimensions",
@@ -79,6 +94,8 @@ __all__ = [
     "sepin_per_dimension",
     "sepin_per_dimension_loop",
     "sparsity",
+    "spectral_entropy",
+    "spectral_entropy_from_gram",
     "top_k_class_counts",
     "weighted_knn_predict",
     "zero_fraction",

@@ -6,7 +6,9 @@ Reference: Roy & Vetterli, "The effective rank: a measure of effective dimension
 Contrastive Learning" (NCL), ICLR 2024.
 
 The singular values of ``ẑ`` (``[N, d]``) are the square roots of the eigenvalues of the
-Gram matrix ``S = ẑᵀẑ`` (``[d, d]``), a sum over samples, so the metric streams.
+Gram matrix ``S = ẑᵀẑ`` (``[d, d]``), a sum over samples, so the metric streams. The
+spectral entropy ``H(p)`` itself is what the NCL and BayesNCL releases log as
+``effective_rank``.
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional.orthogonality import feature_gram
 
 
-def effective_rank_from_gram(gram: Tensor) -> Tensor:
-    """Effective rank from the Gram matrix ``S = ẑᵀẑ`` (float64 eigen-decomposition).
+def spectral_entropy_from_gram(gram: Tensor) -> Tensor:
+    """Spectral entropy ``H(p) = −Σ p ln p``, ``p = s / Σ s``, from ``S = ẑᵀẑ`` (nats).
 
-    Eigenvalues below ``d * λ_max * eps_float64`` are round-off and set to 0 (the usual
-    numerical-rank tolerance), then ``s = sqrt(λ)``.
+    The quantity the NCL and BayesNCL releases log as ``effective_rank``; ours is its
+    exponential, see
+    [`effective_rank_from_gram`][ncl_lightning.metrics.functional.effective_rank_from_gram].
+    Eigenvalues below ``d * λ_max * eps_float64`` are round-off and set to 0, then
+    ``s = sqrt(λ)``; ``0 · ln 0 = 0``.
 
     Args:
         gram: ``[d, d]`` symmetric positive semi-definite matrix.
 
     Returns:
-        Scalar float32 tensor in ``[1, d]``; 0 for an all-zero Gram matrix.
+        Scalar float32 tensor in ``[0, ln d]``; 0 for an all-zero Gram matrix.
     """
     if gram.ndim != 2 or gram.shape[0] != gram.shape[1]:
         raise ConfigError(f"gram must have shape [d, d], got {tuple(gram.shape)}", key="gram")
@@ -39,8 +44,28 @@ def effective_rank_from_gram(gram: Tensor) -> Tensor:
     if total <= 0:
         return torch.zeros((), dtype=torch.float32, device=gram.device)
     p = s / total
-    entropy = -torch.special.xlogy(p, p).sum()  # 0 * log 0 = 0
-    return entropy.exp().float()
+    return (-torch.special.xlogy(p, p).sum()).float()  # 0 * log 0 = 0
+
+
+def effective_rank_from_gram(gram: Tensor) -> Tensor:
+    """Effective rank from the Gram matrix ``S = ẑᵀẑ`` (float64 eigen-decomposition).
+
+    The exponential of
+    [`spectral_entropy_from_gram`][ncl_lightning.metrics.functional.spectral_entropy_from_gram]:
+    eigenvalues below ``d * λ_max * eps_float64`` are round-off and set to 0 (the usual
+    numerical-rank tolerance), then ``s = sqrt(λ)``.
+
+    Args:
+        gram: ``[d, d]`` symmetric positive semi-definite matrix.
+
+    Returns:
+        Scalar float32 tensor in ``[1, d]``; 0 for an all-zero Gram matrix.
+    """
+    if gram.ndim != 2 or gram.shape[0] != gram.shape[1]:
+        raise ConfigError(f"gram must have shape [d, d], got {tuple(gram.shape)}", key="gram")
+    if not gram.any():
+        return torch.zeros((), dtype=torch.float32, device=gram.device)
+    return spectral_entropy_from_gram(gram).double().exp().float()
 
 
 def effective_rank(z: Tensor) -> Tensor:
@@ -55,3 +80,21 @@ def effective_rank(z: Tensor) -> Tensor:
         Scalar float32 tensor in ``[1, min(N, d)]``; 0 when every row is zero.
     """
     return effective_rank_from_gram(feature_gram(z))
+
+
+def spectral_entropy(z: Tensor) -> Tensor:
+    """Spectral entropy ``H(p) = ln(effective_rank)`` of ``ẑ``, in nats.
+
+    The NCL release (``solo/methods/simclr.py``, ``erank``) and the BayesNCL release log
+    this quantity under the name ``effective_rank``, computed as
+    ``−Σ p ln(p + 1e-6)`` over the singular values of the first training batch; the
+    ``1e-6`` changes the value by at most ``min(N, d) · 1e-6``.
+    ``k`` orthogonal directions of equal norm give exactly ``ln k``.
+
+    Args:
+        z: Features ``[N, d]`` (rows are L2-normalised first).
+
+    Returns:
+        Scalar float32 tensor in ``[0, ln min(N, d)]``; 0 when every row is zero.
+    """
+    return spectral_entropy_from_gram(feature_gram(z))

@@ -25,8 +25,8 @@ from ncl_lightning.metrics.functional.sparsity import (
     l2_normalize_rows,
 )
 
-EntropyWeighting = Literal["activation", "frequency"]
-ENTROPY_WEIGHTINGS = ("activation", "frequency")
+EntropyWeighting = Literal["activation", "frequency", "mean_activation"]
+ENTROPY_WEIGHTINGS = ("activation", "frequency", "mean_activation")
 # Classes with probability at most this are dropped from the entropy (see docs/metrics.md).
 _MIN_PROB = 1e-5
 
@@ -187,19 +187,22 @@ def semantic_entropy(
     eps: float = 1e-5,
     weighting: EntropyWeighting = "activation",
 ) -> Tensor:
-    """Semantic entropy ``H_s`` in nats of the active dimensions (NCL, Sec. 5); lower is better.
+    """Semantic entropy ``H_s`` in nats of the active dimensions (BayesNCL paper, ICML
+    2026); lower is better.
 
     Per active dimension ``i``: ``p_i(c) ∝ Σ_{x ∈ c} |ẑ_i(x)|`` ("activation", the paper's
-    definition) or ``p_i(c) ∝ #{x ∈ c : |ẑ_i(x)| > eps}`` ("frequency", reported as
-    "semantic entropy (frequency)"); entropy over classes with ``p > 1e-5``; averaged over
-    active dims. Dense features on a balanced set give ~``ln C``; one-hot class features 0.
+    definition), ``p_i(c) ∝ #{x ∈ c : |ẑ_i(x)| > eps}`` ("frequency", reported as
+    "semantic entropy (frequency)") or ``p_i(c) ∝ Σ_{x ∈ c} |ẑ_i(x)| / N_c``
+    ("mean_activation": each class's mean, the release's "mean activation" variant, equal
+    to "activation" on a balanced split); entropy over classes with ``p > 1e-5``; averaged
+    over active dims. Dense features on a balanced set give ~``ln C``; one-hot class features 0.
 
     Args:
         z: Features ``[N, d]``.
         labels: Integer labels ``[N]`` in ``[0, num_classes)``.
         num_classes: Number of classes ``C``.
         eps: Threshold on the row-normalised magnitude (defines active dims).
-        weighting: ``"activation"`` or ``"frequency"``.
+        weighting: ``"activation"``, ``"frequency"`` or ``"mean_activation"``.
 
     Returns:
         Scalar float32 tensor in ``[0, ln C]``; NaN when no dimension is active.
@@ -209,4 +212,14 @@ def semantic_entropy(
     active = counts.sum(dim=1) > 0
     if weighting == "frequency":
         return semantic_entropy_from_counts(counts, active)
-    return semantic_entropy_from_counts(class_activation_mass(z, labels, num_classes), active)
+    mass = class_activation_mass(z, labels, num_classes)
+    if weighting == "mean_activation":
+        mass = per_class_mean(mass, torch.bincount(labels.long(), minlength=num_classes))
+    return semantic_entropy_from_counts(mass, active)
+
+
+def per_class_mean(mass: Tensor, class_sizes: Tensor) -> Tensor:
+    """``mass[i, c] / N_c`` for ``mass`` ``[d, C]`` and class sizes ``[C]`` (0 where a class
+    has no sample)."""
+    sizes = class_sizes.to(mass.dtype)
+    return torch.where(sizes > 0, mass / sizes.clamp(min=1), torch.zeros_like(mass))

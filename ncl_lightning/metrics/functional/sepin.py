@@ -198,7 +198,7 @@ def check_ks(ks: Iterable[int | None]) -> tuple[int | None, ...]:
 
 
 def sepin_at_k(per_dim: Tensor, ks: Iterable[int | None] = DEFAULT_KS) -> dict[str, Tensor]:
-    """SEPIN@k: mean of the ``k`` largest per-dimension SEPIN values (NCL paper, Table 9).
+    """SEPIN@k: mean of the ``k`` largest per-dimension SEPIN values (NCL paper, Table 2).
 
     Args:
         per_dim: Per-dimension SEPIN ``[d]``, e.g. from [`sepin_per_dimension`][].

@@ -33,46 +33,52 @@ def l2_normalize_rows(z: Tensor) -> Tensor:
     return z / norms.clamp_min(torch.finfo(z.dtype).tiny)
 
 
-def activation_mask(z: Tensor, eps: float = 1e-5) -> Tensor:
+def activation_mask(z: Tensor, eps: float = 1e-5, normalize: bool = True) -> Tensor:
     """Which entries are active: ``|ẑ| > eps``.
 
     Args:
         z: Features ``[N, d]``.
         eps: Threshold on the row-normalised magnitude.
+        normalize: Threshold ``|ẑ|`` (True) or the raw ``|z|`` (False, scale-dependent).
 
     Returns:
         Boolean mask ``[N, d]``.
     """
     _check_features(z, eps)
-    return l2_normalize_rows(z).abs() > eps
+    return (l2_normalize_rows(z) if normalize else z).abs() > eps
 
 
-def zero_fraction(z: Tensor, eps: float = 1e-5) -> Tensor:
+def zero_fraction(z: Tensor, eps: float = 1e-5, normalize: bool = True) -> Tensor:
     """Per-sample fraction of (near-)zero entries, ``mean_j [|ẑ_j| <= eps]``.
 
     Args:
         z: Features ``[N, d]``.
         eps: Threshold on the row-normalised magnitude.
+        normalize: Threshold ``|ẑ|`` (True) or the raw ``|z|`` (False).
 
     Returns:
         ``[N]`` float tensor; a zero row gives 1.
     """
-    return (~activation_mask(z, eps)).float().mean(dim=1)
+    return (~activation_mask(z, eps, normalize)).float().mean(dim=1)
 
 
-def sparsity(z: Tensor, eps: float = 1e-5) -> Tensor:
+def sparsity(z: Tensor, eps: float = 1e-5, normalize: bool = True) -> Tensor:
     """Sparsity: per-sample zero fraction averaged over samples (NCL paper, Fig. 3).
 
-    Dense CL features give ~0; NCL features on CIFAR-10 ~0.7-0.9.
+    Dense CL features give ~0; NCL features on CIFAR-10 ~0.7-0.9. ``eps=1e-2,
+    normalize=False`` is the sparsity of the NCL release's ``main_eval.py`` (``|z| < 1e-2``
+    on the unnormalised features, there in percent; see docs/metrics.md, "Compare with the
+    paper").
 
     Args:
         z: Features ``[N, d]``.
-        eps: Threshold on the row-normalised magnitude.
+        eps: Threshold on the row-normalised magnitude (on ``|z|`` without ``normalize``).
+        normalize: Threshold ``|ẑ|`` (True, ours) or the raw ``|z|`` (False).
 
     Returns:
         Scalar float tensor in ``[0, 1]`` (NaN for ``N = 0``).
     """
-    return zero_fraction(z, eps).mean()
+    return zero_fraction(z, eps, normalize).mean()
 
 
 def active_dimensions(z: Tensor, eps: float = 1e-5) -> Tensor:
