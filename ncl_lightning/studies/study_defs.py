@@ -237,21 +237,17 @@ STUDIES.add(
         paper_title="paper MIG (NCL, Table 6)",
     ),
 )
-STUDIES.add(
-    "sensitivity-prior-digits",
-    lambda: Study(
-        "BayesNCL on digits: sensitivity to the prior open probability ρ (paper: 0.8)",
-        _sweep("demo/digits_bayesncl.yaml", "prior", "ρ", PRIOR_VALUES),
-        CLASS_METRICS,
-        baseline="ρ = 0.8",
-    ),
-)
-STUDIES.add(
-    "sensitivity-kl-digits",
-    lambda: Study(
-        "BayesNCL on digits: sensitivity to the KL weight λ (paper: 3e-5)",
-        _sweep("demo/digits_bayesncl.yaml", "kl_weight", "λ", KL_WEIGHT_VALUES),
-        CLASS_METRICS,
-        baseline="λ = 3.0e-05",
-    ),
-)
+for _name, _key, _label, _what, _values, _paper in (
+    ("prior", "prior", "ρ", "the prior open probability ρ", PRIOR_VALUES, "0.8"),
+    ("kl", "kl_weight", "λ", "the KL weight λ", KL_WEIGHT_VALUES, "3.0e-05"),
+):
+    STUDIES.add(
+        f"sensitivity-{_name}-digits",
+        partial(
+            Study,
+            f"BayesNCL on digits: sensitivity to {_what} (paper: {_paper})",
+            _sweep("demo/digits_bayesncl.yaml", _key, _label, _values),
+            CLASS_METRICS,
+            baseline=f"{_label} = {_paper}",
+        ),
+    )
