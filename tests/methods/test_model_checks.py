@@ -177,12 +177,12 @@ _ssl_cases = {
     ),
     "objective-did-you-mean": (
         partial(_ssl, CL, loss="info_nse"),
-        "loss: unknown objective 'info_nse'; valid names: info_nce, spectral; "
+        "loss: unknown objective 'info_nse'; valid names: info_nce, info_nce_l1, spectral; "
         "did you mean 'info_nce'?",
     ),
     "objective-no-suggestion": (
         partial(_ssl, CL, loss="byol"),
-        "loss: unknown objective 'byol'; valid names: info_nce, spectral",
+        "loss: unknown objective 'byol'; valid names: info_nce, info_nce_l1, spectral",
     ),
     "lars-lr-zero": (
         partial(LARS, [nn.Parameter(torch.ones(1))], lr=0.0),
