@@ -1,14 +1,11 @@
 """Argument checks the methods share in ``__init__``: one-line
 [`ConfigError`][ncl_lightning.foundation.errors.ConfigError] messages of the form
 ``<key> must be ..., got <value>`` naming the ``__init__`` argument (the key under
-``model.init_args`` in a config); and [`common_arguments`][], what the bases pass on to
-[`TrainableModule`][ncl_lightning.methods.TrainableModule]. The checks that need the built model and
+``model.init_args`` in a config). The checks that need the built model and
 the data are [`ncl_lightning.runtime.preflight.preflight`][].
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from torch import nn
 
@@ -39,30 +36,6 @@ def check_projector(hidden_dim: int, output_dim: int, num_layers: int, low_layer
         check_at_least("proj_output_dim", output_dim, 1)
     if num_layers > 1:  # a linear projector has no hidden layer
         check_at_least("proj_hidden_dim", hidden_dim, 1)
-
-
-# The keyword arguments of TrainableModule.__init__, in its order (a name missing here or
-# extra fails its call; tests/methods/test_trainable.py compares them).
-COMMON_ARGUMENTS: tuple[str, ...] = (
-    "batch_size",
-    "optimizer",
-    "warmup_epochs",
-    "min_lr_ratio",
-    "scale_lr",
-    "exclude_bias_n_norm",
-    "channels_last",
-    "torch_compile",
-    "compile_mode",
-    "nonfinite_loss",
-    "grad_norm_limit",
-)
-
-
-def common_arguments(values: dict[str, Any]) -> dict[str, Any]:
-    """The entries of ``values`` (a subclass ``__init__``'s ``locals()``) that
-    [`TrainableModule`][ncl_lightning.methods.TrainableModule] takes: what the bases pass on to
-    it."""
-    return {name: values[name] for name in COMMON_ARGUMENTS}
 
 
 def check_common_arguments(

@@ -32,9 +32,9 @@ from torchmetrics.classification import MulticlassAccuracy
 from ncl_lightning.foundation.internals import record_hparams
 from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss
 from ncl_lightning.foundation.validation import check_at_least, check_positive
-from ncl_lightning.methods.checks import check_backbone, common_arguments
+from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.online import OnlineEvaluator
-from ncl_lightning.methods.trainable import TrainableModule
+from ncl_lightning.methods.trainable import TrainableModule, common_arguments
 from ncl_lightning.nn.precision import autocast_off, float32
 from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.optim import LARS, decay_param_groups

@@ -10,6 +10,7 @@ on a plain ``Trainer``, by [`TrainableModule.configure_callbacks`][].
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -197,3 +198,10 @@ class TrainableModule(L.LightningModule):
     def skipped_step_loss(self) -> Tensor:
         """What a skipped step returns: a zero loss on every trainable parameter."""
         return zero_loss(self, self.device)
+
+
+def common_arguments(values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` (a subclass ``__init__``'s ``locals()``) that
+    [`TrainableModule`][] takes, read off its signature: what the bases pass on to it."""
+    names = inspect.signature(TrainableModule.__init__).parameters
+    return {name: values[name] for name in names if name != "self"}

@@ -66,15 +66,16 @@ def configure_warmup_cosine(
     trainer = module.trainer
     total, warmup, per_epoch = schedule_steps(trainer, warmup_epochs)  # builds the loader
     layout = batch_layout(trainer, batch_size, required=scale_lr)
-    groups = optimizer.param_groups
-    configured = [group["lr"] for group in groups]
-    scaling = [scale_lr and group_is_scaled(group) for group in groups]
-    for group, scale in zip(groups, scaling, strict=True):
-        if scale:
-            group["lr"] = scaled(group["lr"], layout.per_update)
-    pairs = zip(configured, [group["lr"] for group in groups], scaling, strict=True)
-    lrs = [(lr, peak) for lr, peak, scale in pairs if scale or not scale_lr]
-    kept = [lr for lr, scale in zip(configured, scaling, strict=True) if scale_lr and not scale]
+    lrs: list[tuple[float, float]] = []  # (configured, peak) of the groups scale_lr covers
+    kept: list[float] = []  # the rates of groups that opt out of the scaling
+    for group in optimizer.param_groups:
+        configured = group["lr"]
+        if scale_lr and not group_is_scaled(group):
+            kept.append(configured)
+            continue
+        if scale_lr:
+            group["lr"] = scaled(configured, layout.per_update)
+        lrs.append((configured, group["lr"]))
     summary = getattr(getattr(trainer, "datamodule", None), "loader_summary", None)
     loader = summary() if callable(summary) else None
     rank_zero_info(describe_batch(layout, lrs, scale_lr, loader=loader, unscaled=kept))

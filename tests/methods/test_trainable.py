@@ -22,7 +22,7 @@ from ncl_lightning.foundation import components
 from ncl_lightning.foundation.components import missing_defaults
 from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.methods import NCL, Classifier, NCEClassifier, SSLMethod, TrainableModule
-from ncl_lightning.methods.checks import COMMON_ARGUMENTS
+from ncl_lightning.methods.trainable import common_arguments
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
 from ncl_lightning.runtime.cli import cli_main
@@ -180,6 +180,8 @@ def test_the_guard_attaches_itself_and_a_trainer_without_one_is_refused(tmp_path
 
 
 def test_common_arguments_are_the_training_base_arguments() -> None:
-    """What the bases pass on (``methods.checks.common_arguments``) is exactly what
-    ``TrainableModule.__init__`` takes."""
-    assert tuple(inspect.signature(TrainableModule.__init__).parameters)[1:] == COMMON_ARGUMENTS
+    """What the bases pass on (``methods.trainable.common_arguments``) is exactly what
+    ``TrainableModule.__init__`` takes, whatever else the subclass's locals hold."""
+    names = tuple(inspect.signature(TrainableModule.__init__).parameters)[1:]
+    values = {name: object() for name in (*names, "self", "backbone", "temperature")}
+    assert tuple(common_arguments(values)) == names
