@@ -51,33 +51,25 @@ def _factories() -> dict[str, Callable[[], Any]]:
     return _FACTORIES
 
 
-def default_keys() -> list[str]:
-    """The registered keys, in the order the components run."""
-    return list(_factories())
+def new_defaults(only: Iterable[str] | None = None) -> list[Any]:
+    """Fresh instances of the default components (those of ``only``), in their order.
+
+    Raises:
+        UsageError: A key of ``only`` no component is registered under.
+    """
+    factories = _factories()
+    wanted = list(factories) if only is None else list(only)
+    unknown = [key for key in wanted if key not in factories]
+    if unknown:
+        raise UsageError(
+            f"no default component {unknown[0]!r}; registered: {', '.join(factories)}"
+        )
+    return [factory() for key, factory in factories.items() if key in wanted]
 
 
 def new_default(key: str) -> Any:
-    """A fresh instance of the default component ``key``.
-
-    Raises:
-        UsageError: No component registered under ``key``.
-    """
-    factories = _factories()
-    if key not in factories:
-        raise UsageError(f"no default component {key!r}; registered: {', '.join(factories)}")
-    return factories[key]()
-
-
-def new_defaults(only: Iterable[str] | None = None) -> list[Any]:
-    """Fresh instances of the default components (those of ``only``), in their order."""
-    keys = default_keys()
-    if only is not None:
-        wanted = list(only)
-        for key in wanted:
-            if key not in keys:
-                new_default(key)  # raises, naming the registered keys
-        keys = [key for key in keys if key in wanted]
-    return [new_default(key) for key in keys]
+    """A fresh instance of the default component ``key`` (raises as [`new_defaults`][])."""
+    return new_defaults((key,))[0]
 
 
 def missing_defaults(trainer: Any | None, only: Iterable[str] | None = None) -> list[Any]:
