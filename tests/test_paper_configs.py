@@ -54,10 +54,11 @@ def rows() -> list[Row]:
 def test_the_paper_config_set() -> None:
     names = paper_config_names()
     for family in ("cifar10_ncl", "imagenet100_bayesncl", "nce/cifar10_nce",
-                   "eval/cifar100_linear", "eval/imagenet100_ood",
+                   "nce/imagenet100_nce_finetune", "eval/cifar100_linear", "eval/imagenet100_ood",
                    "ground_truth/sparse_coding_simsiam", "ground_truth/dsprites_ncl"):  # fmt: skip
         assert family in names
-    assert not [n for n in names if n.startswith(("demo/", "subset/", "ground_truth/overlays/"))]
+    overlays = ("ground_truth/overlays/", "nce/overlays/")
+    assert not [n for n in names if n.startswith(("demo/", "subset/", *overlays))]
     assert not [n for n in names if "subset" in n or n.startswith("eval/digits_")]
 
 

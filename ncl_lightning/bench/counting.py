@@ -4,7 +4,11 @@ On a GPU, a training step is fast when the host only queues work: every operator
 launch the host pays for (microseconds each, whatever the tensor size), and every read of
 a device value on the host (``Tensor.item``, ``bool(t)``, ``tolist``, ``nonzero``, a
 boolean-mask index, ``.cpu()``) makes the host wait until the device has caught up.
-Both can be counted on the CPU, where the same code dispatches the same operators:
+So does an index assignment of a Python number (``mask[rows, cols] = True``): torch
+wraps the number in a CPU tensor and copies it from pageable host memory to the device,
+which the CUDA sync debug mode reports as a synchronising operation (seen on an H100,
+2026-11-26, in the InfoNCE masks). Both can be counted on the CPU, where the same code
+dispatches the same operators:
 [`OpCounter`][] counts the ATen operators dispatched inside it, and sorts out the
 sync-prone ones.
 
@@ -62,7 +66,13 @@ def sync_kind(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str |
         known = kwargs.get("output_size") is not None or name.endswith(".self_int")
         return "repeat_interleave" if overload == "aten::repeat_interleave" and not known else None
     if overload in _INDEX_OPS:
-        return "bool_mask_index" if _has_bool_index(args) else None
+        if _has_bool_index(args):
+            return "bool_mask_index"
+        # ``t[idx] = number``: the value is a 0-d CPU tensor copied to t's device. On a CPU
+        # run t is on the host too, so the copy is only predicted, for every t.
+        values = args[2] if len(args) > 2 else kwargs.get("values")
+        scalar = isinstance(values, torch.Tensor) and values.dim() == 0
+        return "scalar_index_put" if scalar and values.device.type == "cpu" else None
     if overload == "aten::_to_copy" and args and _off_host(args[0]):
         device = kwargs.get("device")
         if device is not None and torch.device(device).type == "cpu":

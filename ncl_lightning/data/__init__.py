@@ -28,6 +28,7 @@ from ncl_lightning.data.ood import (
 from ncl_lightning.data.seeding import TransformedDataset
 from ncl_lightning.data.sparse_coding import SparseCodingDataModule, SparseCodingModel, mask_views
 from ncl_lightning.data.sprite_augmentation import SpriteAugmentation
+from ncl_lightning.data.sprite_simclr import SimCLRSpriteViews, sprite_simclr_augmentation
 from ncl_lightning.data.transforms import (
     AUGMENTATIONS,
     CIFAR100_MEAN,
@@ -76,6 +77,7 @@ __all__ = [
     "MultiView",
     "MultiViewDataModule",
     "SimCLRAugmentation",
+    "SimCLRSpriteViews",
     "SparseCodingDataModule",
     "SparseCodingModel",
     "Split",
@@ -92,4 +94,5 @@ __all__ = [
     "render_sprites",
     "sample_view_params",
     "scaled_augmentation",
+    "sprite_simclr_augmentation",
 ]

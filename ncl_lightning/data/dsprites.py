@@ -7,8 +7,10 @@ train / val / test subsets of the grid for contrastive pre-training and disentan
 evaluation (MIG, Chen et al., 2018):
 
 * ``train_dataloader``: ``(views, factors)``, ``views`` a list of ``n_views`` float
-  tensors ``[B, 1, 64, 64]`` (independent [`SpriteAugmentation`][] draws of the same
-  sprites), ``factors`` int64 ``[B, 5]``; shuffled, last incomplete batch dropped.
+  tensors ``[B, 1, 64, 64]`` (independent draws of the view augmentation on the same
+  sprites: [`SpriteAugmentation`][] or SimCLR's views,
+  [`SimCLRSpriteViews`][ncl_lightning.data.SimCLRSpriteViews]), ``factors`` int64
+  ``[B, 5]``; shuffled, last incomplete batch dropped.
 * ``val_dataloader`` / ``test_dataloader``: clean ``(images [B, 1, 64, 64], factors
   [B, 5])`` in order, no batch dropped.
 
@@ -52,10 +54,13 @@ from ncl_lightning.data.sprite_render import (
     render_sprite,
     render_sprites,
 )
+from ncl_lightning.data.sprite_simclr import SimCLRSpriteViews
+from ncl_lightning.data.transforms import SimCLRAugmentation
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.validation import check_choice, check_int
 
 Key = int | tuple[int, int]
+SpriteViews = SpriteAugmentation | SimCLRSpriteViews
 
 
 class RenderBatch:
@@ -69,7 +74,8 @@ class RenderBatch:
 
     Args:
         grid_indices: Flat grid indices ``[N]`` of the split.
-        augmentation: View augmentation; ``None`` renders clean images.
+        augmentation: View augmentation (called as ``augmentation(images, generator)``);
+            ``None`` renders clean images.
         n_views: Views per sprite.
         factor_jitter: Steps by which each view moves the factors first (0: none).
     """
@@ -77,7 +83,7 @@ class RenderBatch:
     def __init__(
         self,
         grid_indices: Tensor,
-        augmentation: SpriteAugmentation | None = None,
+        augmentation: SpriteViews | None = None,
         n_views: int = 1,
         factor_jitter: int = 0,
     ) -> None:
@@ -131,7 +137,12 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
             of 256 takes ~1 ms and each augmented view ~15 ms on one CPU core).
         n_views: Augmented views per training sprite (2 for contrastive learning).
         seed: Seed of the split, the shuffling and the augmentations (>= 0).
-        augmentation: View augmentation; ``None`` uses ``SpriteAugmentation()``.
+        augmentation: View augmentation. A [`SpriteAugmentation`][] (default
+            ``SpriteAugmentation()``) only perturbs pixels and keeps every factor; a
+            one-channel [`SimCLRAugmentation`][ncl_lightning.data.SimCLRAugmentation] with
+            ``crop_size: 64`` gives SimCLR's views, the NCL paper's setting (App. F.1;
+            recipe: [`sprite_simclr_augmentation`][ncl_lightning.data.sprite_simclr_augmentation]),
+            which move and mirror the sprites.
         factor_jitter: 0 (default): the views are augmentations of the same sprite. ``k >
             0``: each view first moves scale, orientation, posX and posY by ``U{-k, k}``
             steps (orientation wraps, the others clamp; shape is kept), i.e. positives are
@@ -165,7 +176,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         num_workers: int = 0,
         n_views: int = 2,
         seed: int = 0,
-        augmentation: SpriteAugmentation | None = None,
+        augmentation: SpriteAugmentation | SimCLRAugmentation | None = None,
         factor_jitter: int = 0,
         pin_memory: bool = True,
         prefetch_factor: int | None = None,
@@ -201,6 +212,11 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         self.prefetch_factor = prefetch_factor
         self.resumed = (0, 0)  # (epoch, batches done) of the checkpoint resumed from
         self.augmentation = augmentation if augmentation is not None else SpriteAugmentation()
+        self.views: SpriteViews = (
+            SimCLRSpriteViews(self.augmentation, IMAGE_SIZE)
+            if isinstance(self.augmentation, SimCLRAugmentation)
+            else self.augmentation
+        )
         perm = torch.randperm(DSPRITES_NUM_IMAGES, generator=seeded_generator(seed, DATA_KEY))
         self.train_indices = perm[:train_size].clone()
         self.val_indices = perm[train_size : train_size + val_size].clone()
@@ -247,9 +263,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled ``(views, factors)``: ``n_views`` tensors ``[B, 1, 64, 64]``, ``[B, 5]``."""
-        collate = RenderBatch(
-            self.train_indices, self.augmentation, self.n_views, self.factor_jitter
-        )
+        collate = RenderBatch(self.train_indices, self.views, self.n_views, self.factor_jitter)
         return self._loader(collate, self.train_sampler(KeyDataset(self.train_size)), True)
 
     def val_dataloader(self) -> DataLoader:
@@ -285,7 +299,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         check_choice("split", split, ("val", "test"))
         indices = self.split_indices(split)
         keys = EvalViewSampler(len(indices), self.seed, rank, world_size, self.batch_size)
-        collate = RenderBatch(indices, self.augmentation, self.n_views, self.factor_jitter)
+        collate = RenderBatch(indices, self.views, self.n_views, self.factor_jitter)
         return self._loader(collate, keys)
 
 

@@ -124,6 +124,13 @@ def check_choice(key: str, value: Any, choices: Iterable[Any]) -> None:
         raise ConfigError(f"{key} must be one of {valid}, got {value!r}", key=key)
 
 
+def check_given(key: str, value: Any, how: str) -> None:
+    """``ConfigError`` when a value the configuration requires is missing (``None`` or an
+    empty string): ``<key> is required: <how>`` (``how``: why, and how to give it)."""
+    if value is None or value == "":
+        raise ConfigError(f"{key} is required: {how}", key=key)
+
+
 def check_output_dir(key: str, path: str | os.PathLike[str]) -> None:
     """``path`` is, or can be made, a writable folder: neither it nor an ancestor is a
     file, and its nearest existing ancestor accepts a new entry (probed with a temporary

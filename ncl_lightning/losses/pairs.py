@@ -88,9 +88,10 @@ class ViewPairs(NamedTuple):
         return self._one_per_row(self.positive_index)
 
     def _one_per_row(self, columns: Tensor) -> Tensor:
-        mask = torch.zeros(2 * self.n, 2 * self.total, dtype=torch.bool, device=columns.device)
-        mask[torch.arange(2 * self.n, device=columns.device), columns] = True
-        return mask
+        # A comparison, not ``mask[rows, columns] = True``: assigning a Python number copies
+        # it from pageable host memory to the device, a sync on a GPU.
+        keys = torch.arange(2 * self.total, device=columns.device)
+        return columns[:, None] == keys[None, :]
 
     def same_label(self, labels: Tensor) -> Tensor:
         """``[2n, 2N]`` bool: True where query and key images share a label (self included).

@@ -71,7 +71,9 @@ class Classifier(TrainableModule):
         lr_gamma: Step-decay factor (release: 0.1).
 
     Attributes:
-        label: Class attribute naming the protocol in metric keys (``offline_linear``).
+        label: Class attribute naming the protocol in metric keys (``offline_linear``); an
+            instance may set its own before ``Classifier.__init__`` builds the metrics
+            (the probes on ``z``: ``offline_linear_z``).
     """
 
     label: ClassVar[str] = "classifier"

@@ -6,7 +6,8 @@ non-negative map (ReLU) and the classifier weights are non-negative, so each cla
 is a non-negative combination of non-negative features. The paper reports that NCE
 learns faster early in training (Figure 4) and gives sparser, more interpretable
 features at the same accuracy. Optionally an MLP projector sits between backbone and
-classifier (paper: 512 -> 16384 -> 2048).
+classifier (paper: 512 -> 16384 -> 2048); its Table 4 also trains CE and NCE without
+one, and NCE fine-tuned for 50 epochs from a CL (SimCLR) checkpoint (``pretrained``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch import Tensor, nn
 
 from ncl_lightning.checkpoints.load import load_backbone
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.validation import check_at_least, check_choice
+from ncl_lightning.foundation.validation import check_at_least, check_choice, check_given
 from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.classifier import Classifier
 from ncl_lightning.methods.ssl import Encoded
@@ -48,6 +49,10 @@ class NCEClassifier(Classifier):
             reached 48.6 % on the digits demo after 10 epochs, 97.8 % with it).
         pretrained: A checkpoint of this package whose backbone weights initialise
             ``backbone`` (tensor-only loading); ``None`` trains from scratch.
+        require_pretrained: Refuse to start without ``pretrained`` (a one-line
+            ``ConfigError`` naming it): for configs that fine-tune a pretrained backbone
+            (``configs/nce/*_nce_finetune.yaml``), which must not silently train from
+            scratch.
         **kwargs: Optimisation settings of [`Classifier`][].
     """
 
@@ -64,8 +69,16 @@ class NCEClassifier(Classifier):
         proj_num_layers: int = 2,
         proj_batch_norm: bool = True,
         pretrained: str | None = None,
+        require_pretrained: bool = False,
         **kwargs: Any,
     ) -> None:
+        if require_pretrained:  # before anything is built or loaded
+            check_given(
+                "pretrained",
+                pretrained,
+                "this config fine-tunes a pretrained backbone (require_pretrained: true); "
+                "give --model.init_args.pretrained <a CL run's last.ckpt>",
+            )
         super().__init__(num_classes=num_classes, **kwargs)
         check_choice("loss", loss, ("ce", "nce"))
         check_backbone(backbone)

@@ -14,6 +14,14 @@ too. Prints (and writes) one markdown table::
         --supervised configs/subset/cifar10_subset_ce.yaml configs/subset/cifar10_subset_nce.yaml \\
         --out runs/eval_subset
 
+``--spaces h z`` runs the linear probe and fine-tuning once per space: on the encoder
+output ``h`` (the configs' ``space: h``) and on the projector output ``z``
+(``--model.init_args.space z``; NCL paper, Table 7), into ``<out>/<config stem>/linear_z``
+and ``finetune_z``; the table gets the ``z linear top-1``, ``z linear top-5`` and
+``z fine-tune top-1`` columns beside the ``h`` ones (``results.json``: protocols
+``linear_z`` and ``finetune_z``). The default, ``--spaces h``, runs and writes what it
+always did.
+
 Every run is an ordinary ``ncl-cli`` run (its logs and checkpoints are under ``--out``);
 ``--pretrain-arg`` / ``--eval-arg`` forward extra CLI arguments (e.g. shorter runs). Each
 run is announced on stderr (``[run k/N] <config> <protocol> | elapsed ... | ETA ...``);
@@ -37,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_choice
 from ncl_lightning.plot.pictures import accuracy_vs_k
 from ncl_lightning.runtime.progress import Progress
 from ncl_lightning.studies.chain_seeds import write_combined
@@ -44,6 +53,31 @@ from ncl_lightning.studies.chain_table import markdown, selection_curves, table_
 from ncl_lightning.studies.jobs import cli_here, folder_args, run_jobs
 
 SUBCOMMANDS = {"linear": "fit", "knn": "test", "selection": "test", "finetune": "fit"}
+SPACED = ("linear", "finetune")
+"""Protocols that run once per space of ``--spaces`` (``space: h`` / ``z`` of the probes)."""
+SPACES = ("h", "z")
+
+
+def protocol_runs(
+    protocols: Mapping[str, Path | None], spaces: Sequence[str] = ("h",)
+) -> list[tuple[str, str, Path, list[str]]]:
+    """The evaluation runs of one checkpoint: ``(key, protocol, config, extra args)``.
+
+    ``linear`` and ``finetune`` run once per space: key ``linear`` for ``h`` (the configs'
+    own ``space: h``, no extra argument), ``linear_z`` with ``--model.init_args.space z``.
+    Other protocols run once, under their own name. ``None`` configs are left out.
+    """
+    for space in spaces:
+        check_choice("spaces", space, SPACES)
+    runs = []
+    for name, config in protocols.items():
+        if config is None:
+            continue
+        for space in spaces if name in SPACED else ("h",):
+            key = name if space == "h" else f"{name}_{space}"
+            extra = [] if space == "h" else ["--model.init_args.space", space]
+            runs.append((key, name, config, extra))
+    return runs
 
 
 def _run(
@@ -71,6 +105,7 @@ def run_chain(
     protocol_args: Mapping[str, Sequence[str]] | None = None,
     progress: Progress | None = None,
     verbose: bool = False,
+    spaces: Sequence[str] = ("h",),
 ) -> dict[str, dict[str, float]]:
     """Pre-train with ``pretrain`` and evaluate its last checkpoint with each protocol.
 
@@ -80,17 +115,22 @@ def run_chain(
         out: Folder for all runs (``<out>/<config stem>/<protocol>``).
         pretrain_args: Extra ``ncl-cli fit`` arguments for pre-training.
         eval_args: Extra arguments for every evaluation run.
-        protocol_args: Extra arguments of one protocol's run, by protocol name.
+        protocol_args: Extra arguments of one protocol's run, by protocol name (``linear``
+            applies to ``linear_z`` too; ``linear_z`` to that run only).
         progress: Where each run is announced (default: a progress of this chain's runs).
         verbose: Keep Lightning's per-run banners, progress bars and model summaries.
+        spaces: Spaces of the linear probe and fine-tuning (``h``, ``z``; see
+            [`protocol_runs`][ncl_lightning.studies.chain.protocol_runs]).
 
     Returns:
-        ``{protocol: {metric key: value}}`` including ``pretrain``.
+        ``{protocol: {metric key: value}}`` including ``pretrain`` (``linear_z`` and
+        ``finetune_z`` for ``space: z``).
     """
     root = out / pretrain.stem
+    runs = protocol_runs(protocols, spaces)
     own_progress = progress is None
     if progress is None:
-        progress = Progress(1 + sum(c is not None for c in protocols.values()), "run")
+        progress = Progress(1 + len(runs), "run")
     with progress.unit(f"{pretrain.stem} pretrain"):
         results = {"pretrain": _run("fit", pretrain, root / "pretrain", pretrain_args, verbose)}
     ckpt = results["pretrain"].pop("_last_ckpt", "")
@@ -98,13 +138,14 @@ def run_chain(
         raise ConfigError(
             f"{pretrain} wrote no last.ckpt (ModelCheckpoint save_last?)", key="pretrain"
         )
-    for name, config in protocols.items():
-        if config is not None:
-            own = (protocol_args or {}).get(name, ())
-            extra = ["--model.init_args.checkpoint", str(ckpt), *eval_args, *own]
-            with progress.unit(f"{pretrain.stem} {name}"):
-                results[name] = _run(SUBCOMMANDS[name], config, root / name, extra, verbose)
-            results[name].pop("_last_ckpt", None)
+    for key, name, config, space_args in runs:
+        own = [*(protocol_args or {}).get(name, ())]
+        if key != name:
+            own += (protocol_args or {}).get(key, ())
+        extra = ["--model.init_args.checkpoint", str(ckpt), *eval_args, *own, *space_args]
+        with progress.unit(f"{pretrain.stem} {key}"):
+            results[key] = _run(SUBCOMMANDS[name], config, root / key, extra, verbose)
+        results[key].pop("_last_ckpt", None)
     if own_progress:
         progress.finish()
     return results
@@ -128,10 +169,17 @@ def run_all(
     all_results: dict[str, dict[str, dict[str, float]]] = (
         json.loads(done.read_text()) if done.is_file() else {}
     )
-    n_protocols = sum(c is not None for c in protocols.values())
-    runs = {c: 1 + n_protocols for c in args.pretrain}
+    spaces = tuple(dict.fromkeys(getattr(args, "spaces", None) or ("h",)))
+    evaluations = [key for key, *_ in protocol_runs(protocols, spaces)]
+    runs = {c: 1 + len(evaluations) for c in args.pretrain}
     runs.update({c: 1 for c in args.supervised})
     progress = Progress(sum(runs.values()), "run")
+
+    def complete(found: dict | None, pretrained: bool) -> dict | None:
+        """A config's earlier results if they hold every run asked for now (a chain run
+        before with ``--spaces h`` is run again for ``--spaces h z``)."""
+        wanted = {"pretrain", *evaluations} if pretrained else {"supervised"}
+        return found if found is not None and wanted <= set(found) else None
 
     def one(config: Path) -> dict[str, dict[str, float]]:
         if config in args.pretrain:
@@ -143,6 +191,7 @@ def run_all(
                 eval_args,
                 progress=progress,
                 verbose=args.verbose,
+                spaces=spaces,
             )
         else:
             with progress.unit(f"{config.stem} supervised"):
@@ -159,7 +208,7 @@ def run_all(
         list(dict.fromkeys([*args.pretrain, *args.supervised])),
         one,
         lambda config: config.stem,
-        lambda config: all_results.get(config.stem),
+        lambda config: complete(all_results.get(config.stem), config in args.pretrain),
         progress=progress,
         units=runs.__getitem__,
         reason="done before",
@@ -187,6 +236,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     parser.add_argument(
         "--seeds", nargs="+", type=int, default=None, help="one chain per seed, then mean ± std"
     )
+    parser.add_argument(
+        "--spaces", nargs="+", choices=SPACES, default=["h"],
+        help="linear probe and fine-tuning on h (encoder) and/or z (projector; NCL Table 7)",
+    )  # fmt: skip
     parser.add_argument(
         "--verbose", action="store_true", help="keep Lightning's per-run banners and bars"
     )

@@ -7,7 +7,9 @@ the seeds' results:
 * ``<out>/results.md``: the one-seed table's columns with each cell ``mean ± std`` over the
   seeds that have it (sample std, n - 1; 0.0 for one seed), the per-seed values (``–``
   where a seed lacks one) and every difference between two runs that exceeds the spread,
-  ``|mean_a - mean_b| > std_a + std_b`` (runs with at least two values only);
+  ``|mean_a - mean_b| > std_a + std_b`` (runs with at least two values only) and, with
+  ``--spaces h z``, each run's ``z`` probe against its ``h`` probe
+  ([`exceeding_spaces`][ncl_lightning.studies.chain_seeds.exceeding_spaces]);
 * ``<out>/results_seeds.json``: ``{seed: {config stem: results}}``;
 * ``<out>/accuracy_vs_k.png``: linear accuracy against k, at each k the mean over the seeds
   that measured it.
@@ -80,8 +82,26 @@ def exceeding(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[st
     return lines
 
 
+def exceeding_spaces(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[str]:
+    """Within each run, every ``z`` column (``z linear top-1``, ...; chain ``--spaces h z``)
+    against its ``h`` column where their ``mean ± std`` intervals do not overlap."""
+    lines = []
+    for name, row in table.items():
+        for column in row:
+            h_column = column.removeprefix("z ")
+            if column == h_column or h_column not in row or h_column not in COLUMNS:
+                continue
+            vh, vz = list(row[h_column].values()), list(row[column].values())
+            if beyond_spread(vh, vz, "{:.1f}".format):
+                h, z = f"h {_pm(vh)}", f"z {_pm(vz)}"
+                hi, lo = (h, z) if mean_std(vh)[0] > mean_std(vz)[0] else (z, h)
+                lines.append(f"{h_column}: {name} {hi} > {lo}")
+    return lines
+
+
 def report(table: Mapping[str, Mapping[str, Mapping[int, float]]], seeds: Sequence[int]) -> str:
-    """Markdown: the ``mean ± std`` table, the per-seed values, the differences beyond spread."""
+    """Markdown: the ``mean ± std`` table, the per-seed values, the differences beyond spread
+    (between runs; with ``z`` columns, also between a run's ``h`` and ``z``)."""
     lines = [markdown(combined_rows(table)), "", f"Per seed ({' / '.join(map(str, seeds))}):", ""]
     columns = list(dict.fromkeys(c for row in table.values() for c in row))
     for column in columns:
@@ -95,6 +115,10 @@ def report(table: Mapping[str, Mapping[str, Mapping[int, float]]], seeds: Sequen
             lines.append(f"- {column}: " + "; ".join(per_run))
     lines += ["", "Differences that exceed the spread (mean ± std intervals apart):", ""]
     lines += [f"- {line}" for line in exceeding(table)] or ["- none"]
+    measured = (c for row in table.values() for c, v in row.items() if v)
+    if any(c.startswith("z ") and c[2:] in COLUMNS for c in measured):
+        lines += ["", "Within a run, h against z, beyond the spread:", ""]
+        lines += [f"- {line}" for line in exceeding_spaces(table)] or ["- none"]
     return "\n".join(lines) + "\n"
 
 

@@ -6,15 +6,20 @@
 
 from __future__ import annotations
 
-# Column -> (protocol, metric key); selection keys get the reported k filled in.
+# Column -> (protocol, metric key); selection keys get the reported k filled in. The
+# "linear" and "fine-tune" columns read the probes on h, the "z linear" and "z fine-tune"
+# ones the probes on the projector output z (chain --spaces h z; NCL paper, Table 7).
 COLUMNS: dict[str, tuple[str, str]] = {
     "online linear": ("pretrain", "val/online_acc"),
     "z sparsity": ("pretrain", "val/z/sparsity"),
     "z consistency": ("pretrain", "val/z/semantic_consistency"),
     "linear top-1": ("linear", "val/offline_linear/acc_top1"),
     "linear top-5": ("linear", "val/offline_linear/acc_top5"),
+    "z linear top-1": ("linear_z", "val/offline_linear_z/acc_top1"),
+    "z linear top-5": ("linear_z", "val/offline_linear_z/acc_top5"),
     "kNN top-1": ("knn", "test/offline_knn/acc_top1"),
     "fine-tune top-1": ("finetune", "val/offline_finetune/acc_top1"),
+    "z fine-tune top-1": ("finetune_z", "val/offline_finetune_z/acc_top1"),
     "EA@k linear": ("selection", "test/selection/ea/k{k}/linear_acc"),
     "random@k linear": ("selection", "test/selection/random/k{k}/linear_acc"),
     "EA@k P@10": ("selection", "test/selection/ea/k{k}/retrieval_p@10"),

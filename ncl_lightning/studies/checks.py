@@ -122,10 +122,13 @@ def check_seeds_study(
         "trainer.default_root_dir": "<out>/runs/<row>/seed_<seed>; choose --out instead",
         "trainer.logger": "the CSV log the study reads its metrics from",
     }
+    if any(row.pretrain for row in study.rows):
+        owned["model.init_args.pretrained"] = "the last.ckpt of the row's pretrain run"
     check_run_args(extra, owned)
     for row in study.rows:
-        for config in (row.config, *row.overlays) if rows is None or row.name in rows else ():
-            config_path(config)  # a packaged config of the row
+        if rows is None or row.name in rows:
+            for config in (row.config, *row.overlays, *filter(None, [row.pretrain])):
+                config_path(config)  # a packaged config of the row
     check_out("--out", out)
 
 

@@ -11,7 +11,10 @@ written to ``<out>/runs/<row>/seed_<s>/command.txt`` so that one cell can be rer
 writes ``<out>/results.json`` (the final validation metrics of every cell),
 ``<out>/table.md`` (mean ± std over seeds, the per-seed values, and which differences
 exceed the spread) and, for studies with curves, ``<out>/curves.png`` (mean ± std of a
-validation metric over training). Cells already finished in ``--out`` are reused, so an
+validation metric over training). A row with a ``pretrain`` config fine-tunes from a run of
+that config with the cell's seed, trained first under ``<out>/pretrain/`` (once per config
+and seed, shared by the rows naming it) and passed as ``--model.init_args.pretrained``.
+Cells already finished in ``--out`` are reused, so an
 interrupted study resumes. Each cell runs with ``--threads`` torch threads and ``--workers``
 cells run at once. Every argument is checked before any cell starts
 ([`check_seeds_study`][ncl_lightning.studies.checks.check_seeds_study]); bad input is one line, exit
@@ -47,34 +50,63 @@ from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Study
 PROG = "python -m ncl_lightning.studies.seeds"
 
 
+PRETRAINED = "--model.init_args.pretrained"
+
+
 @dataclass(frozen=True)
 class Cell:
-    """One ``(row, seed)`` run of a study."""
+    """One ``(row, seed)`` run of a study; ``pretrain``: the run whose checkpoint it starts
+    from, run before it."""
 
     row: str
     seed: int
     command: list[str] = field(compare=False)
     root: Path = field(compare=False)
+    pretrain: Cell | None = field(default=None, compare=False)
 
     @property
     def result_file(self) -> Path:
         return self.root / "result.json"
 
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "logs" / "version_0" / "checkpoints" / "last.ckpt"
+
+
+def _fit(
+    configs: Sequence[str],
+    args: Sequence[str],
+    seed: int,
+    study: Study,
+    root: Path,
+    extra: Sequence[str],
+) -> list[str]:
+    """The ``ncl-cli fit`` command of one run: configs, row values, seed, folder, extras."""
+    command = [sys.executable, "-m", "ncl_lightning.entry", "fit"]
+    command += [a for c in configs for a in ("--config", str(config_path(c)))]
+    command += [*args, "--seed_everything", str(seed)]
+    command += [a for key in study.seed_keys for a in (key, str(seed))]
+    return [*command, *folder_args(root, logs=True), *extra]
+
+
+def pretrain_cell(config: str, seed: int, study: Study, out: Path, extra: Sequence[str]) -> Cell:
+    """The run of a row's ``pretrain`` config with ``seed``, in ``<out>/pretrain/``."""
+    root = out / "pretrain" / slug(config.removesuffix(".yaml")) / f"seed_{seed}"
+    return Cell(f"pretrain {config}", seed, _fit([config], (), seed, study, root, extra), root)
+
 
 def cells_of(study: Study, seeds: Sequence[int], out: Path, extra: Sequence[str]) -> list[Cell]:
-    """The ``ncl-cli fit`` command of every ``(row, seed)`` of ``study``."""
+    """The ``ncl-cli fit`` command of every ``(row, seed)`` of ``study`` (a row with a
+    ``pretrain`` config: starting from the ``last.ckpt`` of its run with the same seed)."""
     cells = []
     for row in study.rows:
         for seed in seeds:
             root = out / "runs" / slug(row.name) / f"seed_{seed}"
+            first = pretrain_cell(row.pretrain, seed, study, out, extra) if row.pretrain else None
+            args = [PRETRAINED, str(first.checkpoint)] if first else []
             configs = [row.config, *row.overlays]
-            args = [a for c in configs for a in ("--config", str(config_path(c)))]
-            args += row.args
-            args += ["--seed_everything", str(seed)]
-            args += [a for key in study.seed_keys for a in (key, str(seed))]
-            args += [*folder_args(root, logs=True), *extra]
-            command = [sys.executable, "-m", "ncl_lightning.entry", "fit", *args]
-            cells.append(Cell(row.name, seed, command, root))
+            command = _fit(configs, [*args, *row.args], seed, study, root, extra)
+            cells.append(Cell(row.name, seed, command, root, first))
     return cells
 
 
@@ -117,8 +149,10 @@ def run_cell(cell: Cell, study: Study, threads: int) -> dict:
         "seconds": round(time.perf_counter() - start, 1),
         "metrics": final_metrics(metrics_csv),
         "curves": {key: curve(metrics_csv, key) for key in study.curves},
-        "checkpoint": str(cell.root / "logs" / "version_0" / "checkpoints" / "last.ckpt"),
+        "checkpoint": str(cell.checkpoint),
     }
+    if cell.pretrain is not None:
+        record["pretrained"] = str(cell.pretrain.checkpoint)
     cell.result_file.write_text(json.dumps(record))
     return record
 
@@ -132,7 +166,15 @@ def _last_line(log: Path) -> str:
 
 def run_cells(cells: Sequence[Cell], study: Study, workers: int, threads: int) -> list[dict]:
     """Every cell, ``workers`` at a time (each a subprocess), with a progress line per cell
-    ([`run_jobs`][ncl_lightning.studies.jobs.run_jobs])."""
+    ([`run_jobs`][ncl_lightning.studies.jobs.run_jobs]); first the ``pretrain`` runs they
+    start from (each once, reused when finished before)."""
+    first = list(dict.fromkeys(c.pretrain for c in cells if c.pretrain is not None))
+    if first:
+        _run(first, study, workers, threads)
+    return _run(cells, study, workers, threads)
+
+
+def _run(cells: Sequence[Cell], study: Study, workers: int, threads: int) -> list[dict]:
     return run_jobs(
         cells,
         lambda cell: run_cell(cell, study, threads),

@@ -19,12 +19,17 @@ from ncl_lightning.foundation.registry import Registry
 @dataclass(frozen=True)
 class Row:
     """One row of a study: a packaged config (``demo/digits_ncl.yaml``) plus overlays,
-    and command-line values given after them (``("--model.init_args.prior", "0.5")``)."""
+    and command-line values given after them (``("--model.init_args.prior", "0.5")``).
+
+    ``pretrain``: a packaged config trained first with the cell's seed (once per seed,
+    shared by every row naming it); its ``last.ckpt`` is the row's
+    ``--model.init_args.pretrained`` (a fine-tune from that run's backbone)."""
 
     name: str
     config: str
     overlays: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    pretrain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class Column(NamedTuple):
 
 # Metric key -> how its column is shown.
 COLUMNS: dict[str, Column] = {
+    "val/classifier/acc_top1": Column("top-1 acc (%)", percent=True),
     "val/online_acc": Column("online linear acc (%)", percent=True),
     "val/knn_acc": Column("kNN acc (%)", percent=True),
     "val/z/sparsity": Column("z sparsity (%)", percent=True),
@@ -78,7 +84,7 @@ COLUMNS: dict[str, Column] = {
     "val/z/mig": Column("MIG z", decimals=4),
     "val/h/mig": Column("MIG h", decimals=4),
 }
-CLASS_METRICS = tuple(k for k in COLUMNS if "mig" not in k)
+CLASS_METRICS = tuple(k for k in COLUMNS if "mig" not in k and "classifier" not in k)
 
 STUDIES: Registry[Study] = Registry("study")
 
@@ -222,19 +228,51 @@ STUDIES.add(
         after=grids_and_atlas,
     ),
 )
-STUDIES.add(
-    "dsprites",
-    lambda: Study(
-        "dSprites disentanglement: MIG of CL and NCL (NCL paper, Table 6)",
-        (
-            Row("CL", "ground_truth/dsprites_cl.yaml"),
-            Row("NCL", "ground_truth/dsprites_ncl.yaml"),
+for _name, _prefix, _views in (
+    ("dsprites", "dsprites", "views that keep every factor"),
+    ("dsprites-simclr", "dsprites_simclr", "SimCLR's views, the paper's setting"),
+):
+    STUDIES.add(
+        _name,
+        partial(
+            Study,
+            f"dSprites disentanglement: MIG of CL and NCL, {_views} (NCL paper, Table 6)",
+            (
+                Row("CL", f"ground_truth/{_prefix}_cl.yaml"),
+                Row("NCL", f"ground_truth/{_prefix}_ncl.yaml"),
+            ),
+            ("val/z/mig", "val/h/mig", "val/z/sparsity", "val/z/active_dims"),
+            seed_keys=("--data.init_args.seed",),
+            curves=("val/z/mig", "val/h/mig"),
+            paper={"CL": "0.037", "NCL": "0.065"},
+            paper_title="paper MIG (NCL, Table 6)",
         ),
-        ("val/z/mig", "val/h/mig", "val/z/sparsity", "val/z/active_dims"),
-        seed_keys=("--data.init_args.seed",),
-        curves=("val/z/mig", "val/h/mig"),
-        paper={"CL": "0.037", "NCL": "0.065"},
-        paper_title="paper MIG (NCL, Table 6)",
+    )
+# NCL paper (ICLR 2024) Table 4: CE and NCE with and without a projector, and NCE
+# fine-tuned from a CL checkpoint (50 of the 100 epochs there; 5 of 10 on digits).
+_NO_PROJECTOR = ("nce/overlays/no_projector.yaml",)
+STUDIES.add(
+    "nce-digits",
+    lambda: Study(
+        "CE and NCE with and without projector, and NCE from a CL checkpoint "
+        "(NCL paper Table 4), digits",
+        (
+            Row("CE", "demo/digits_ce.yaml"),
+            Row("NCE", "demo/digits_nce.yaml"),
+            Row("CE, no projector", "demo/digits_ce.yaml", _NO_PROJECTOR),
+            Row("NCE, no projector", "demo/digits_nce.yaml", _NO_PROJECTOR),
+            Row(
+                "NCE from CL (5 epochs)",
+                "demo/digits_nce_finetune.yaml",
+                pretrain="demo/digits_cl.yaml",
+            ),
+        ),
+        (
+            "val/classifier/acc_top1",
+            "val/z/sparsity",
+            "val/z/active_dims",
+            "val/z/semantic_consistency",
+        ),
     ),
 )
 for _name, _key, _label, _what, _values, _paper in (

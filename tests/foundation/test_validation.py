@@ -24,6 +24,7 @@ from ncl_lightning.foundation.validation import (
     check_at_least,
     check_choice,
     check_finite,
+    check_given,
     check_indices,
     check_int,
     check_pair,
@@ -108,6 +109,16 @@ def test_check_indices_names_the_range_and_the_values_found() -> None:
         with pytest.raises(ConfigError) as err:
             check_indices("labels", bad, 3)
         assert str(err.value) == f"labels must hold values in [0, 3), got values from {found}"
+
+
+def test_check_given_refuses_none_and_empty_and_names_the_key() -> None:
+    check_given("pretrained", "runs/cl/last.ckpt", "give it")
+    check_given("count", 0, "give it")  # a falsy value is still a value
+    for missing in (None, ""):
+        with pytest.raises(ConfigError) as err:
+            check_given("pretrained", missing, "give --model.init_args.pretrained <file>")
+        assert str(err.value) == "pretrained is required: give --model.init_args.pretrained <file>"
+        assert err.value.key == "pretrained"
 
 
 # ------------------------------------------------------------ no check written elsewhere

@@ -31,7 +31,8 @@ CONFIGS = ROOT / "configs"
 # What "paper config" means (docs/fidelity.md, first section): the top-level configs, the
 # supervised NCE/CE configs, the CIFAR-10/100 and ImageNet-100 evaluation configs, and the
 # ground-truth studies. demo/, subset/ and the *_subset_* / digits_* evaluation configs are
-# CPU-scale studies; ground_truth/overlays/ are ablations applied on top of a paper config.
+# CPU-scale studies; ground_truth/overlays/ are ablations applied on top of a paper config,
+# nce/overlays/ the NCL paper's Table 4 variants of the NCE/CE configs (not globbed).
 PAPER_GLOBS = ("*.yaml", "nce/*.yaml", "eval/*.yaml", "ground_truth/*.yaml")
 NOT_PAPER = re.compile(r"^eval/(cifar10_subset_|digits_)")
 

@@ -23,11 +23,13 @@ from tests.fakes import make_fake_cifar, make_image_folder
 
 # Image pre-training configs only: tests/runtime/test_cli_eval.py runs eval and NCE/CE,
 # tests/runtime/test_cli_ground_truth*.py the ground-truth studies, and
-# tests/test_ablation_configs.py the ablation overlays (partial configs, configs/ablations/).
+# tests/test_ablation_configs.py the ablation overlays (partial configs, configs/ablations/),
+# tests/methods/test_nce_table4.py the NCE overlays (partial configs, configs/nce/overlays/).
 CONFIGS = sorted(
     c
     for c in (ROOT / "configs").rglob("*.yaml")
     if not {ROOT / "configs" / d for d in ("eval", "ground_truth", "ablations")} & set(c.parents)
+    and c.parent.name != "overlays"
     and yaml.safe_load(c.read_text())["model"]["class_path"]
     != "ncl_lightning.methods.NCEClassifier"
 )

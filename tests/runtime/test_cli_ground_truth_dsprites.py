@@ -1,4 +1,5 @@
-"""The dSprites disentanglement configs (CL and NCL) through the real ``ncl-cli`` entry point."""
+"""The dSprites disentanglement configs (CL and NCL, with views that keep the factors and
+with SimCLR's views) through the real ``ncl-cli`` entry point."""
 
 from __future__ import annotations
 
@@ -7,18 +8,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ncl_lightning.data import DSpritesDataModule
+from ncl_lightning.data import DSpritesDataModule, SimCLRSpriteViews, SpriteAugmentation
 from ncl_lightning.nn import SpriteEncoder
 from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 
 CONFIGS = {
-    name: ROOT / "configs" / "ground_truth" / f"dsprites_{name}.yaml" for name in ("cl", "ncl")
+    name: ROOT / "configs" / "ground_truth" / f"dsprites_{name}.yaml"
+    for name in ("cl", "ncl", "simclr_cl", "simclr_ncl")
 }
 
 
-def test_configs_differ_only_in_the_method():
-    cl, ncl = (yaml.safe_load(CONFIGS[n].read_text()) for n in ("cl", "ncl"))
+@pytest.mark.parametrize("views", ["", "simclr_"])
+def test_configs_differ_only_in_the_method(views: str):
+    cl, ncl = (yaml.safe_load(CONFIGS[views + n].read_text()) for n in ("cl", "ncl"))
     assert cl["data"] == ncl["data"] and cl["trainer"]["max_epochs"] == ncl["trainer"]["max_epochs"]
     cl_args, ncl_args = cl["model"]["init_args"], dict(ncl["model"]["init_args"])
     assert ncl_args.pop("nonneg") == "relu"
@@ -53,3 +56,17 @@ def test_config_fast_dev_run_logs_mig(name: str, tmp_path: Path) -> None:
         metrics
     )
     assert 0.0 <= metrics["val/z/mig"].item() <= 1.0
+    views = cli.datamodule.views
+    assert isinstance(views, SimCLRSpriteViews if "simclr" in name else SpriteAugmentation)
+
+
+def test_simclr_configs_differ_from_the_others_only_in_the_views():
+    for method in ("cl", "ncl"):
+        names = (method, f"simclr_{method}")
+        ours, simclr = (yaml.safe_load(CONFIGS[n].read_text()) for n in names)
+        assert ours["model"] == simclr["model"]
+        ours_data, simclr_data = dict(ours["data"]["init_args"]), dict(simclr["data"]["init_args"])
+        assert "max_shift" in ours_data.pop("augmentation")
+        assert simclr_data.pop("augmentation")["crop_scale"] == [0.08, 1.0]
+        assert ours_data == simclr_data
+        assert ours["trainer"]["max_epochs"] == simclr["trainer"]["max_epochs"]

@@ -1,0 +1,182 @@
+"""NCL paper Table 4: CE and NCE without a projector, and NCE fine-tuned from a CL checkpoint.
+
+* ``configs/nce/overlays/no_projector.yaml`` on an NCE config: no projector, ``z`` is the
+  ReLU'd backbone output (the backbone output itself under CE), the classifier reads
+  ``backbone.out_dim`` features; on every paper and demo CE/NCE config alike.
+* ``configs/{nce,demo}/*_nce_finetune.yaml`` refuse to start without
+  ``model.init_args.pretrained`` (one line, nothing written) and, given a CL run's
+  checkpoint, start from exactly its backbone (compared with a plain ``torch.load`` of the
+  checkpoint) and train.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from ncl_lightning.data import load_imagenet100_classes
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.methods import NCEClassifier
+from ncl_lightning.nn import ResNet, SmallCNN
+from ncl_lightning.runtime.cli import cli_main
+from tests.conftest import ROOT
+from tests.fakes import make_image_folder
+from tests.helpers.cli import refused_fit
+from tests.helpers.paper_configs import Resolver
+from tests.helpers.start_weights import CALLBACK, at_start, backbone_of, same
+
+CONFIGS = ROOT / "configs"
+OVERLAY = CONFIGS / "nce" / "overlays" / "no_projector.yaml"
+FINETUNE = ("../nce/imagenet100_nce_finetune", "../nce/cifar10_nce_finetune", "digits_nce_finetune")
+CPU = [
+    "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
+    "--trainer.precision", "32-true", "--trainer.enable_progress_bar", "false",
+    "--trainer.enable_model_summary", "false",
+]  # fmt: skip
+MISSING = (
+    "ncl-cli: error: model.init_args.pretrained is required: this config fine-tunes a "
+    "pretrained backbone (require_pretrained: true); give --model.init_args.pretrained "
+    "<a CL run's last.ckpt>"
+)
+
+
+def fit(config: Path, out: Path, *extra: str) -> Any:
+    """``ncl-cli fit --config <config> <extra>`` in this process, into ``out``, CSV logs."""
+    args = [
+        "fit", "--config", str(config), *CPU,
+        "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+        "--trainer.logger.init_args.save_dir", str(out),
+        "--trainer.default_root_dir", str(out), *extra,
+    ]  # fmt: skip
+    return cli_main(args)
+
+
+# -- without a projector ------------------------------------------------------------------
+@pytest.mark.parametrize("loss", ["nce", "ce"])
+def test_no_projector_overlay_on_digits_trains_with_z_the_backbone_output(
+    loss: str, tmp_path: Path
+) -> None:
+    steps = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+             "--trainer.limit_val_batches", "1", "--config", str(OVERLAY)]  # fmt: skip
+    cli = fit(CONFIGS / "demo" / f"digits_{loss}.yaml", tmp_path, *steps)
+    model = cli.model.eval()
+    assert cli.trainer.global_step == 2
+    assert isinstance(model.projector, nn.Identity)
+    assert model.classifier.in_features == model.backbone.out_dim == 128
+    x, _ = next(iter(cli.datamodule.val_dataloader()))
+    with torch.no_grad():
+        h, z = model.backbone(x), model.encode(x).z
+    if loss == "nce":  # z = ReLU(h): non-negative, sparse where h < 0
+        assert torch.equal(z, torch.relu(h)) and (h < 0).any() and (z == 0).any()
+        assert (model.classifier.effective_weight() >= 0).all()
+    else:  # CE: the backbone output itself, negative entries kept
+        assert torch.equal(z, h) and (z < 0).any()
+
+
+@pytest.fixture(scope="module")
+def resolver() -> Resolver:
+    return Resolver(CONFIGS / "nce" / "cifar10_nce.yaml")
+
+
+@pytest.mark.parametrize(
+    ("base", "width"),
+    [("nce/imagenet100_nce.yaml", 512), ("nce/cifar10_ce.yaml", 512),
+     ("nce/imagenet100_nce_finetune.yaml", 512), ("subset/cifar10_subset_nce.yaml", 512)],
+)  # fmt: skip
+def test_no_projector_overlay_changes_only_the_projector_sizes(
+    resolver: Resolver, base: str, width: int
+) -> None:
+    """Resolved as ``ncl-cli fit --config <base> --config <overlay>``: the two projector
+    sizes are 0 and every other key is the base's; the model built from it has none."""
+    plain = resolver.parser.parse_args(["fit", "--config", str(CONFIGS / base)])
+    over = resolver.parser.parse_args(["fit", "--config", str(CONFIGS / base),
+                                       "--config", str(OVERLAY)])  # fmt: skip
+    a, b = plain["fit"].clone().as_dict(), over["fit"].clone().as_dict()
+    a.pop("config"), b.pop("config")
+    base_args, overlaid = a.pop("model")["init_args"], b.pop("model")["init_args"]
+    changed = {k for k in base_args if base_args[k] != overlaid[k]}
+    assert changed == {"proj_hidden_dim", "proj_output_dim"}
+    assert a == b  # trainer, data, seed: the base's
+    init = over["fit"]["model"]["init_args"].as_dict()
+    assert (init["proj_hidden_dim"], init["proj_output_dim"]) == (0, 0)
+    spec = init["backbone"]
+    backbone = ResNet(**spec["init_args"]) if spec["class_path"].endswith("ResNet") else (
+        SmallCNN(**spec["init_args"]))  # fmt: skip
+    model = NCEClassifier(backbone, num_classes=10, loss=init["loss"], proj_hidden_dim=0,
+                          proj_output_dim=0)  # fmt: skip
+    assert isinstance(model.projector, nn.Identity) and model.classifier.in_features == width
+
+
+# -- fine-tuned from a CL checkpoint ------------------------------------------------------
+@pytest.mark.parametrize("config", FINETUNE)
+def test_a_finetune_config_without_pretrained_stops_in_one_line(
+    config: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Before anything is built or written: not a silent run from scratch."""
+    assert refused_fit(config, [], tmp_path, capsys) == MISSING
+
+
+def test_require_pretrained_from_python() -> None:
+    with pytest.raises(ConfigError, match=r"^pretrained is required: ") as err:
+        NCEClassifier(SmallCNN(1, 8, 16), num_classes=10, require_pretrained=True)
+    assert err.value.key == "pretrained"
+    with pytest.raises(ConfigError, match=r"^pretrained is required: "):
+        NCEClassifier(SmallCNN(1, 8, 16), num_classes=10, pretrained="", require_pretrained=True)
+
+
+def _finetune(cl: Path, finetune: Path, out: Path, *data: str) -> Any:
+    """A CL run of ``cl`` (1 step), then ``finetune`` from its last.ckpt (2 steps); checks
+    that the fine-tune started from exactly the CL backbone and then trained it."""
+    steps = ["--trainer.max_epochs", "1", "--trainer.limit_val_batches", "1"]
+    fit(cl, out / "cl", *data, *steps, "--trainer.limit_train_batches", "1")
+    (checkpoint,) = (out / "cl").rglob("last.ckpt")
+    cli = fit(finetune, out / "ft", *data, *steps, "--trainer.limit_train_batches", "2",
+              "--model.init_args.pretrained", str(checkpoint), CALLBACK)  # fmt: skip
+    reference = backbone_of(checkpoint)
+    assert reference and same(at_start(out / "ft"), reference)
+    assert cli.trainer.global_step == 2
+    weights = {k: v.detach().cpu() for k, v in cli.model.backbone.named_parameters()}
+    assert not same(weights, {k: reference[k] for k in weights})  # fine-tuned, not frozen
+    return cli
+
+
+@pytest.mark.slow
+def test_cifar10_finetune_starts_from_the_cl_run_and_trains(
+    cifar_subset: Path, tmp_path: Path
+) -> None:
+    data = [
+        "--data", "ncl_lightning.data.ImageFolderDataModule",
+        "--data.init_args.root", str(cifar_subset), "--data.init_args.image_size", "32",
+        "--data.init_args.batch_size", "8", "--data.init_args.num_workers", "0",
+    ]  # fmt: skip
+    cli = _finetune(CONFIGS / "cifar10_cl.yaml", CONFIGS / "nce" / "cifar10_nce_finetune.yaml",
+                    tmp_path, *data)  # fmt: skip
+    assert cli.model.classifier.in_features == 2048  # the NCE projector, started fresh
+    assert cli.model.backbone.spec["init_args"]["stem"] == "cifar"
+
+
+@pytest.mark.slow
+def test_imagenet100_finetune_starts_from_the_cl_run_and_trains(tmp_path: Path) -> None:
+    wnids = load_imagenet100_classes()[:3]
+    class_list = tmp_path / "classes.txt"
+    class_list.write_text("\n".join(wnids) + "\n")
+    root = make_image_folder(tmp_path / "imagenet", wnids, n=4, size=(64, 64))
+    data = [
+        "--data.init_args.root", str(root), "--data.init_args.class_list", str(class_list),
+        "--data.init_args.batch_size", "4", "--data.init_args.num_workers", "0",
+    ]  # fmt: skip
+    cli = _finetune(CONFIGS / "imagenet100_cl.yaml",
+                    CONFIGS / "nce" / "imagenet100_nce_finetune.yaml", tmp_path, *data)  # fmt: skip
+    assert cli.model.classifier.in_features == 2048  # the NCE projector, started fresh
+    assert cli.model.backbone.spec["init_args"]["stem"] == "imagenet"
+
+
+@pytest.mark.slow
+def test_digits_finetune_starts_from_the_cl_run_and_trains(tmp_path: Path) -> None:
+    cli = _finetune(CONFIGS / "demo" / "digits_cl.yaml",
+                    CONFIGS / "demo" / "digits_nce_finetune.yaml", tmp_path)  # fmt: skip
+    assert cli.model.classifier.in_features == 128  # the NCE projector, started fresh
