@@ -57,6 +57,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     "ncl_lightning.optim": ("LARS", "scale_lr", "warmup_cosine"),
     "ncl_lightning.checkpoints.load": ("CheckpointError", "load_backbone", "load_method"),
+    "ncl_lightning.checkpoints.export": ("export_backbone",),
     "ncl_lightning.runtime.components": ("default_callbacks",),
     "ncl_lightning.foundation.errors": ("ConfigError", "DataError", "NCLError"),
 }  # fmt: skip
@@ -122,6 +123,7 @@ __all__ = [  # the names of _PUBLIC and __version__ (a test keeps them equal)
     "__version__",
     "build_atlas",
     "default_callbacks",
+    "export_backbone",
     "extract_features",
     "fit_linear_probe",
     "load_backbone",
@@ -161,6 +163,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a
         TopActivations,
         WarmStart,
     )
+    from ncl_lightning.checkpoints.export import export_backbone
     from ncl_lightning.checkpoints.load import CheckpointError, load_backbone, load_method
     from ncl_lightning.data import (
         CIFAR10DataModule,

@@ -5,8 +5,9 @@
 
 Trains the methods with the packaged configs ``demo/digits_{cl,ncl,bayesncl}`` (the
 repository's ``configs/demo/``, also inside an installed wheel) through the real ``ncl-cli``
-entry point (Lightning progress bar, CSV logs, checkpoints, feature statistics and
-pictures), then prints one table of the final validation numbers, writes it to
+entry point (Lightning's progress bar, one line per epoch when the output is not a
+terminal; CSV logs, checkpoints, feature statistics, pictures and each fit's ``Fit done:``
+summary), then prints one table of the final validation numbers, writes it to
 ``<out>/results.md``, puts the top-activation pictures side by side in
 ``<out>/top_activations_<methods>.png`` and draws the training and validation curves of
 the runs on shared panels in ``<out>/curves.png`` ([`ncl_lightning.plot.plot_curves`][]),

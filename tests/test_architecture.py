@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("model", frozenset({"data", "methods"})),
     ("components", frozenset({"callbacks", "evaluation"})),
     ("shell", frozenset({"runtime"})),
-    ("tools", frozenset({"atlas", "studies", "bench", "demo"})),
+    ("tools", frozenset({"atlas", "studies", "bench", "demo", "export"})),
     ("entry", frozenset({"<top>", "entry", "__main__"})),
 )
 RANK = {package: rank for rank, (_, packages) in enumerate(LAYERS) for package in packages}

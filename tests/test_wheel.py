@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,49 @@ def test_wheel_runs_demo_help_and_a_fit_outside_the_checkout(tmp_path: Path) -> 
         f for f in imported if ROOT in (r := Path(f).resolve()).parents and deps not in r.parents
     ]
     assert not from_checkout, from_checkout
+
+
+def _package_data() -> set[str]:
+    """Every non-Python file the package needs at run time, as a path inside the package."""
+    configs = {f"configs/{p.relative_to(ROOT / 'configs').as_posix()}"
+               for p in (ROOT / "configs").rglob("*.yaml")}  # fmt: skip
+    package = ROOT / "ncl_lightning"
+    other = {p.relative_to(package).as_posix() for pattern in ("data/resources/*.txt",
+             "atlas/static/*") for p in package.glob(pattern)}  # fmt: skip
+    return configs | other
+
+
+@pytest.mark.slow
+def test_the_sdist_carries_license_citation_constraints_and_builds_the_full_wheel(
+    tmp_path: Path,
+) -> None:
+    """``pip install`` from a source distribution, no make: the sdist has the package data
+    (the configs link followed), LICENSE, CITATION.cff and the constraints files, and the
+    wheel pip builds from it has every config and resource and the license."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "MANIFEST.in", "LICENSE", "CITATION.cff",
+                 "constraints.txt", "constraints-cuda13.txt"):  # fmt: skip
+        shutil.copy2(ROOT / name, src / name)
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "configs", src / "configs", ignore=skip)
+    shutil.copytree(ROOT / "ncl_lightning", src / "ncl_lightning", symlinks=True, ignore=skip)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_"))}
+    env.update(PIP_NO_INDEX="1", PIP_CONFIG_FILE=os.devnull)
+    hook = f"from setuptools.build_meta import build_sdist; print(build_sdist({str(tmp_path)!r}))"
+    name = _run([sys.executable, "-c", hook], src, env).strip().splitlines()[-1]
+    sdist = tmp_path / name
+    with tarfile.open(sdist) as tar:
+        members = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
+    top = "LICENSE", "CITATION.cff", "constraints.txt", "constraints-cuda13.txt", "README.md"
+    assert set(top) <= members
+    assert {f"ncl_lightning/{p}" for p in _package_data()} <= members
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    build = ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", "dist"]
+    _run([*pip, *build, str(sdist)], tmp_path, env)
+    (wheel,) = (tmp_path / "dist").glob("ncl_lightning-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert {f"ncl_lightning/{p}" for p in _package_data()} <= names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE")
+               for n in names), sorted(n for n in names if "dist-info" in n)  # fmt: skip

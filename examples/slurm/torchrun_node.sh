@@ -7,7 +7,9 @@
 #
 # torchrun starts one process per GPU (GPUS_PER_NODE) and Lightning reads the ranks from
 # its environment. The run id names the run's folder and W&B run, so a restart of the same
-# command with the same RUN_ID resumes it (--auto_resume true).
+# command with the same RUN_ID resumes it (--auto_resume true). NCCL settings for a
+# cluster (NCCL_DEBUG, NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE): see pretrain.sbatch and
+# docs/cluster.md.
 set -euo pipefail
 CONFIG=${CONFIG:-configs/imagenet100_ncl.yaml}
 GPUS_PER_NODE=${GPUS_PER_NODE:-$(nvidia-smi -L | wc -l)}

@@ -30,7 +30,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torchmetrics import Metric
 
@@ -267,12 +267,14 @@ class FeatureStatistics(L.Callback):
                 ).to(features.device)  # fmt: skip
             self._metrics[space].update(features, batch[1])
 
-    @staticmethod
-    def _num_classes(trainer: L.Trainer) -> int:
+    def _num_classes(self, trainer: L.Trainer) -> int:
         datamodule = trainer.datamodule
         num_classes = datamodule.num_classes if isinstance(datamodule, ClassLabels) else 0
-        if not num_classes:
-            rank_zero_warn(
+        if not num_classes and not getattr(self, "_said_no_classes", False):
+            # A notice, said once: unlabelled data (sparse coding, dSprites) is a normal
+            # input, and FeatureStatistics is a default component of every SSL fit.
+            self._said_no_classes = True
+            rank_zero_info(
                 "FeatureStatistics: the data has no num_classes; "
                 "semantic and retrieval metrics are skipped"
             )

@@ -4,8 +4,10 @@
 * [`check`][ncl_lightning.checkpoints.check]: structure and trusted class paths, checked
   before anything is imported;
 * [`load`][ncl_lightning.checkpoints.load]: the one reader (``read_checkpoint``) and
-  [`load_backbone`][ncl_lightning.checkpoints.load.load_backbone] /
-  [`load_method`][ncl_lightning.checkpoints.load.load_method].
+  [`load_backbone`][ncl_lightning.checkpoints.load.load_backbone] (also of an exported
+  folder) / [`load_method`][ncl_lightning.checkpoints.load.load_method];
+* [`export`][ncl_lightning.checkpoints.export] and [`card`][ncl_lightning.checkpoints.card]: a
+  backbone's weights out (safetensors, torchvision / timm keys, a model card).
 
 Writing checkpoints (atomic files, the logger versions) is the run-time shell's.
 """

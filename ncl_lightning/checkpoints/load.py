@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import pickle
 import zipfile
 from collections.abc import Iterable
@@ -29,17 +30,27 @@ import torch
 from torch import nn
 
 from ncl_lightning.checkpoints.check import (
+    DOTTED,
+    TRUSTED_ENV,
     CheckpointError,
     CheckpointNotFoundError,
     check_class_paths,
     check_structure,
     is_trusted,
 )
-from ncl_lightning.checkpoints.record import RECORD_KEY, same_class, trained_backbone_spec
+from ncl_lightning.checkpoints.record import (
+    RECORD_FORMAT,
+    RECORD_KEY,
+    same_class,
+    trained_backbone_spec,
+)
 from ncl_lightning.foundation.internals import outside_cli
 
 BACKBONE_PREFIX = "backbone."
 SHOWN_KEYS = 8
+# The files of an exported backbone's folder (checkpoints.export).
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
 
 
 def read_checkpoint(path: str | Path, trusted: Iterable[str] = ()) -> dict[str, Any]:
@@ -120,8 +131,14 @@ def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Mod
     strictly. The module is returned in training mode on the CPU; a backbone rebuilt from
     the record carries it as ``spec``, so a module holding it writes the same record.
 
+    An exported folder (``model.safetensors`` and ``config.json``, written by
+    [`export_backbone`][ncl_lightning.checkpoints.export.export_backbone]), or its
+    ``.safetensors`` file with ``config.json`` beside it, is read the same way: safetensors
+    holds tensors only, and the config's ``class_path`` must come from a trusted module.
+
     Args:
-        path: Checkpoint of CL, NCL, BayesNCL, NCE, a linear probe or a fine-tune.
+        path: Checkpoint of CL, NCL, BayesNCL, NCE, a linear probe or a fine-tune, or an
+            exported backbone's folder (or its ``.safetensors`` file).
         backbone: An architecture to load the weights into, for checkpoints of modules
             built from Python around a backbone without a ``spec``.
 
@@ -136,6 +153,8 @@ def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Mod
         >>> encoder = load_backbone("runs/cifar10_ncl/last.ckpt").eval()
         >>> h = encoder(images)  # [B, 512]
     """
+    if Path(path).expanduser().is_dir() or Path(path).suffix == ".safetensors":
+        return _load_exported(Path(path).expanduser(), backbone)
     ckpt = read_checkpoint(path)
     if backbone is None:
         spec = ckpt[RECORD_KEY].get("backbone")
@@ -155,6 +174,10 @@ def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Mod
     }
     if not state:
         raise CheckpointError(f"{path} holds no '{BACKBONE_PREFIX}*' weights")
+    return _load_strictly(backbone, state, path)
+
+
+def _load_strictly(backbone: nn.Module, state: dict[str, Any], path: Path | str) -> nn.Module:
     missing, unexpected = backbone.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise CheckpointError(
@@ -163,6 +186,67 @@ def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Mod
             f"{unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
         )
     return backbone
+
+
+def read_export_config(path: Path) -> dict[str, Any]:
+    """The ``config.json`` of an exported backbone (``path``: its folder or weights file),
+    checked to name a trusted ``class_path`` with ``init_args`` (nothing imported here)."""
+    folder = path if path.is_dir() else path.parent
+    config_path = folder / CONFIG_FILE
+    if not path.exists():
+        raise CheckpointNotFoundError(f"exported backbone not found: {path}", key="path")
+    if not config_path.is_file():
+        raise CheckpointError(
+            f"{folder}: no {CONFIG_FILE} (the architecture to rebuild) in this folder; "
+            "write one with python -m ncl_lightning.export CKPT OUT_DIR",
+            key="path",
+        )
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{config_path}: cannot read it as JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
+    class_path = config.get("class_path")
+    if not isinstance(class_path, str) or not DOTTED.match(class_path):
+        raise CheckpointError(f"{config_path}: 'class_path' must be a dotted class path, got "
+                              f"{class_path!r}")  # fmt: skip
+    if not isinstance(config.get("init_args") or {}, dict):
+        raise CheckpointError(f"{config_path}: 'init_args' must be a mapping")
+    if not is_trusted(class_path):
+        raise CheckpointError(
+            f"{config_path}: 'class_path' names {class_path!r} from a module that is not "
+            f"trusted (not imported: importing runs its code); if you trust this export, set "
+            f"{TRUSTED_ENV}={class_path.rpartition('.')[0]}",
+            key="path",
+        )
+    return config
+
+
+def _load_exported(path: Path, backbone: nn.Module | None) -> nn.Module:
+    """``load_backbone`` of an exported folder or its ``.safetensors`` file."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    config = read_export_config(path)
+    weights = path / WEIGHTS_FILE if path.is_dir() else path
+    if not weights.is_file():
+        raise CheckpointNotFoundError(
+            f"{path}: no {weights.name} (the weights) in this folder", key="path"
+        )
+    try:
+        state = load_file(weights, device="cpu")  # tensors only, by design
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"cannot read {weights}: {err}") from None
+    if backbone is None:
+        spec = {"class_path": config["class_path"], "init_args": config.get("init_args") or {}}
+        # An export holds the trained weights: never download pretrained ones on top (a
+        # hand-edited config.json may ask for them).
+        spec = trained_backbone_spec(spec, RECORD_FORMAT)
+        backbone = build_backbone_from_spec(spec, path)
+        if not isinstance(getattr(backbone, "spec", None), dict):
+            backbone.spec = spec
+    return _load_strictly(backbone, state, weights)
 
 
 def load_method(path: str | Path) -> L.LightningModule:
@@ -231,7 +315,9 @@ def check_state_fits(ckpt: dict[str, Any], model: nn.Module, path: str | Path) -
 
 __all__ = [
     "BACKBONE_PREFIX",
+    "CONFIG_FILE",
     "RECORD_KEY",
+    "WEIGHTS_FILE",
     "CheckpointError",
     "CheckpointNotFoundError",
     "build_backbone_from_spec",
@@ -239,4 +325,5 @@ __all__ = [
     "load_backbone",
     "load_method",
     "read_checkpoint",
+    "read_export_config",
 ]

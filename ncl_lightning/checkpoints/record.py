@@ -19,6 +19,8 @@ RECORD_FORMAT = 2
 # Format 2 (2026-11-26): the ResNet CIFAR stem pads ``conv1`` by 2, as the releases do; a
 # format-1 record's ResNet with a CIFAR stem and no ``stem_padding`` was trained with 1.
 _RESNETS = ("ResNet", "resnet18", "resnet34", "resnet50")
+# Backbones that would download weights: the init argument that turns it off.
+_DOWNLOADS = {"TimmBackbone": ("pretrained", False), "TorchvisionBackbone": ("weights", None)}
 
 
 def class_path(obj: type) -> str:
@@ -79,8 +81,24 @@ def same_class(path_a: str | None, path_b: str) -> bool:
     return found[0] is found[1]
 
 
+def _without_download(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` of a timm / torchvision backbone with its pretrained weights turned off."""
+    init_args = spec.get("init_args")
+    module, _, name = str(spec.get("class_path", "")).rpartition(".")
+    ours = module in ("ncl_lightning.nn", "ncl_lightning.nn.external")
+    off = _DOWNLOADS.get(name) if ours else None
+    if off is None or not isinstance(init_args, dict) or not init_args.get(off[0]):
+        return spec
+    return {**spec, "init_args": {**init_args, off[0]: off[1]}}
+
+
 def trained_backbone_spec(spec: Any, record_format: Any) -> Any:
     """The spec that rebuilds the architecture a backbone was trained with.
+
+    A [`TimmBackbone`][ncl_lightning.nn.TimmBackbone] or
+    [`TorchvisionBackbone`][ncl_lightning.nn.TorchvisionBackbone] configured with pretrained
+    weights is rebuilt without them (``pretrained: false``, ``weights: null``): the
+    checkpoint holds the trained weights, and reading it never downloads.
 
     Records before format 2 name the package's ResNet with a CIFAR stem without
     ``stem_padding``: those were trained with padding 1 (32x32 maps), the default then; the
@@ -90,6 +108,8 @@ def trained_backbone_spec(spec: Any, record_format: Any) -> Any:
         spec: ``{"class_path", "init_args"}`` of the record (or anything else, unchanged).
         record_format: The record's ``format``.
     """
+    if isinstance(spec, dict):
+        spec = _without_download(spec)
     if not isinstance(spec, dict) or not isinstance(record_format, int) or record_format >= 2:
         return spec
     init_args = spec.get("init_args") or {}

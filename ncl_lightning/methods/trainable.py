@@ -32,6 +32,12 @@ from ncl_lightning.optim.schedule_setup import check_schedule_length, configure_
 # Arguments taken from the DataModule attribute of the same name: ncl-cli links them
 # (data.<name> -> model.init_args.<name>); built in Python with None, at fit (setup).
 DATA_LINKED: tuple[str, ...] = ("num_classes", "batch_size")
+# Keys of the default components (foundation.components, registered by the shell) every
+# module asks for, and those a self-supervised method (``views_per_image``) adds.
+RUN_TIME_COMPONENTS: tuple[str, ...] = (
+    "preflight", "speed_switches", "nonfinite_guard", "checkpoint_record", "final_validation",
+)  # fmt: skip
+FEATURE_COMPONENTS: tuple[str, ...] = ("feature_statistics",)
 
 
 class TrainableModule(L.LightningModule):
@@ -154,10 +160,18 @@ class TrainableModule(L.LightningModule):
         ``max_epochs`` or ``max_steps``."""
         check_schedule_length(trainer.max_epochs, trainer.max_steps)
 
+    def default_components(self) -> tuple[str, ...]:
+        """Keys of the default components this module runs with: the run-time ones, and
+        for a self-supervised method (a class with ``views_per_image``) the feature
+        statistics of ``z``. Override to choose others."""
+        ssl = isinstance(getattr(type(self), "views_per_image", None), int)
+        return RUN_TIME_COMPONENTS + (FEATURE_COMPONENTS if ssl else ())
+
     def configure_callbacks(self) -> list[Callback]:
-        """The default run-time callbacks the trainer lacks, by injection (a user's own
-        instance of a type is kept; ``ncl-cli`` has installed them all already)."""
-        return missing_defaults(attached_trainer(self))
+        """The default components ([`default_components`][]) the trainer lacks, by
+        injection (a user's own instance of a type is kept; ``ncl-cli`` has installed the
+        run-time ones already)."""
+        return missing_defaults(attached_trainer(self), only=self.default_components())
 
     def backbone_spec(self) -> dict[str, Any] | None:
         """``{"class_path", "init_args"}`` rebuilding ``self.backbone`` (checkpoint record),

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info
@@ -75,13 +75,11 @@ from ncl_lightning.runtime.cli_resume import (
     typed_model_keys,
 )
 from ncl_lightning.runtime.components import default_callbacks, drop_shadowed
+from ncl_lightning.runtime.console import default_logger, progress_callbacks
+from ncl_lightning.runtime.fit_end import FitSummary
 from ncl_lightning.runtime.overrides import describe
-from ncl_lightning.runtime.preflight import (
-    Preflight,
-    check_fit,
-    example_batch,
-    preflight,
-)
+from ncl_lightning.runtime.preflight import Preflight, check_fit, example_batch, preflight
+from ncl_lightning.runtime.progress import library_notices_off
 from ncl_lightning.runtime.resume import continue_loggers, restore_csv_rows
 from ncl_lightning.runtime.run_config import NewRunFolders, RunConfig
 from ncl_lightning.runtime.runs import (
@@ -94,9 +92,7 @@ from ncl_lightning.runtime.runs import (
     set_logger_versions,
 )
 from ncl_lightning.runtime.subclass_defaults import check_model_defaults
-from ncl_lightning.runtime.trainer_checks import (
-    count_or_fraction_types,
-)
+from ncl_lightning.runtime.trainer_checks import count_or_fraction_types
 
 # Model arguments naming the files a model loads its weights from: a model given one is
 # trained (test/validate/predict need no --ckpt_path).
@@ -144,7 +140,10 @@ class NCLCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        super().parse_arguments(parser, args)
+        """LightningCLI's parsing without its caution against ``args`` beside ``sys.argv``:
+        [`cli_main`][]'s ``args`` replace ``sys.argv[1:]`` (scripts with their own argv)."""
+        parse = parser.parse_object if isinstance(args, dict) else parser.parse_args
+        self.config = parse(args)
         self._args = args  # parsed again without defaults when a checkpoint is resumed
 
     def _explicit_model(self, sub: str) -> Any:
@@ -237,12 +236,21 @@ class NCLCLI(LightningCLI):
                 f"{describe_kept(kept)}; give a value on the command line to change it"
             )
 
+    def before_instantiate_classes(self) -> None:
+        default_logger(self._subconfig()["trainer"])  # CSV, without Lightning's note
+
     def instantiate_classes(self) -> None:
         """Build the objects trusting the modules the config names (an evaluation module
         reading a checkpoint of the user's own backbone)."""
         with trusting(self._config_modules()):
             super().instantiate_classes()
         check_model_defaults(self.model)  # defaults through **kwargs, which the CLI ignores
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The trainer, with line progress instead of per-batch bars in a log file."""
+        key = f"{self.subcommand}.trainer" if self.subcommand else "trainer"
+        self.trainer_defaults["callbacks"] += progress_callbacks(self.config_init.get(key) or {})
+        return super().instantiate_trainer(**kwargs)
 
     def _config_modules(self) -> list[str]:
         """Modules of the classes the config names (the checkpoint's, once merged, have
@@ -350,18 +358,19 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
     import_public_classes()  # short class names: --model NCL, --data DigitsDataModule
     preemption = Preemption()
     try:
-        return NCLCLI(
-            model_class=LightningModule,
-            datamodule_class=LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            save_config_callback=RunConfig,
-            parser_class=NCLArgumentParser,
-            parser_kwargs=parser_kwargs(NCLCLI.subcommands()),
-            args=args,
-            auto_configure_optimizers=False,
-            trainer_defaults={"callbacks": [preemption, *default_callbacks()]},
-        )
+        with library_notices_off():  # Lightning's tips and a torch notice about its code
+            return NCLCLI(
+                model_class=LightningModule,
+                datamodule_class=LightningDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                save_config_callback=RunConfig,
+                parser_class=NCLArgumentParser,
+                parser_kwargs=parser_kwargs(NCLCLI.subcommands()),
+                args=args,
+                auto_configure_optimizers=False,
+                trainer_defaults={"callbacks": [preemption, *default_callbacks(), FitSummary()]},
+            )
     except (SystemExit, KeyboardInterrupt):
         if preemption.stop is not None:
             raise preemption.stop from None

@@ -15,17 +15,32 @@ from collections.abc import Sequence
 
 from lightning.pytorch.callbacks import Callback
 
+from ncl_lightning.callbacks import FeatureStatistics
 from ncl_lightning.foundation.components import new_defaults, register_default
+from ncl_lightning.methods.trainable import RUN_TIME_COMPONENTS
 from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
+from ncl_lightning.runtime.fit_end import FinalValidation
 from ncl_lightning.runtime.guard import NonFiniteGuard
 from ncl_lightning.runtime.preflight import Preflight
 from ncl_lightning.runtime.speed_switches import SpeedSwitches
+
+
+def default_feature_statistics() -> FeatureStatistics:
+    """The feature statistics of a self-supervised fit whose config lists none: those of
+    ``z`` (sparsity, active dimensions, orthogonality, semantic consistency and entropy,
+    retrieval) at every validation and test; no SEPIN (it encodes the split again), no
+    ``h``. A configured ``FeatureStatistics`` replaces it."""
+    return FeatureStatistics(every_n_epochs=1, spaces=["z"], sepin=False)
+
 
 # In the order they run; the keys are what modules ask for (``only=("checkpoint_record",)``).
 register_default("preflight", Preflight)
 register_default("speed_switches", SpeedSwitches)
 register_default("nonfinite_guard", NonFiniteGuard)
 register_default("checkpoint_record", CheckpointRecord)
+register_default("final_validation", FinalValidation)
+# Only self-supervised methods ask for it (TrainableModule.default_components).
+register_default("feature_statistics", default_feature_statistics)
 
 
 def default_callbacks() -> list[Callback]:
@@ -38,7 +53,12 @@ def default_callbacks() -> list[Callback]:
     * [`NonFiniteGuard`][ncl_lightning.runtime.guard.NonFiniteGuard]: stop or skip on a NaN/Inf
       loss, gradient or buffer (``nonfinite_loss``, ``grad_norm_limit``);
     * [`CheckpointRecord`][ncl_lightning.runtime.checkpoint_record.CheckpointRecord]: the record
-      every checkpoint carries (method, backbone, logger versions), loggers flushed on save.
+      every checkpoint carries (method, backbone, logger versions), loggers flushed on save;
+    * [`FinalValidation`][ncl_lightning.runtime.fit_end.FinalValidation]: the last epoch
+      validates even when ``check_val_every_n_epoch`` would skip it.
+
+    A self-supervised method adds [`default_feature_statistics`][] itself at fit
+    (``configure_callbacks``) when the trainer has no ``FeatureStatistics``.
 
     Returns:
         A new list of new callbacks (the guard keeps per-run state: one list per run).
@@ -46,7 +66,7 @@ def default_callbacks() -> list[Callback]:
     Example:
         >>> trainer = L.Trainer(max_epochs=100, callbacks=default_callbacks())
     """
-    return new_defaults()
+    return new_defaults(RUN_TIME_COMPONENTS)
 
 
 def drop_shadowed(callbacks: Sequence[Callback], defaults: Sequence[Callback]) -> list[Callback]:

@@ -12,7 +12,9 @@ completions, so it stays right). Units reused from an earlier run (``skip``) cou
 but not in the mean. Lines go to ``stderr`` (the scripts' tables stay alone on ``stdout``)
 and are flushed at once. [`quiet_lightning`][] silences Lightning's per-run banners
 (accelerator lines, ``LOCAL_RANK``, the model summary, "``Trainer.fit`` stopped") for the
-length of a ``with`` block and restores the loggers' levels after it.
+length of a ``with`` block and restores the loggers' levels after it;
+[`library_notices_off`][] drops, and only drops, the two notices every Lightning run
+repeats that no setting turns off (``ncl-cli`` runs inside it).
 
 Pure Python: nothing heavy is imported here.
 """
@@ -39,6 +41,12 @@ LIGHTNING_LOGGERS = (
 )
 # ncl-cli arguments that turn off the progress bar and the model summary of one run.
 QUIET_TRAINER_ARGS = ("--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false")
+# torch >= 2.10 deprecates ``LeafSpec``, which Lightning's CombinedLoader builds for every
+# loader (a FutureWarning from Lightning's code, not ours); Lightning's advertisements are
+# INFO lines of its rank-zero logger that no setting turns off (Lightning issue #21294).
+LEAFSPEC_NOTICE = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+TIP_PREFIX = "\N{ELECTRIC LIGHT BULB} Tip:"
+RANK_ZERO_LOGGERS = tuple(f"{name}.utilities.rank_zero" for name in LIGHTNING_LOGGERS)
 
 
 def format_duration(seconds: float) -> str:
@@ -54,14 +62,43 @@ def format_duration(seconds: float) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+class _DropTips(logging.Filter):
+    """Drops the records of Lightning's "💡 Tip: ... try installing ..." lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(TIP_PREFIX)
+
+
+@contextmanager
+def library_notices_off() -> Iterator[None]:
+    """Inside the block, drop the notices every Lightning run repeats and nothing the user
+    or this package sets can prevent: torch's ``LeafSpec`` FutureWarning raised inside
+    Lightning, and Lightning's "💡 Tip" advertisements (litlogger, litmodels). Every other
+    warning and log line is kept; the filters are removed after the block.
+    """
+    loggers = [logging.getLogger(name) for name in RANK_ZERO_LOGGERS]
+    shared = sys.modules.get("lightning_utilities.core.rank_zero")  # the logger in use
+    if isinstance(getattr(shared, "log", None), logging.Logger):
+        loggers.append(shared.log)  # type: ignore[union-attr]
+    drop = _DropTips()
+    for logger in loggers:
+        logger.addFilter(drop)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=LEAFSPEC_NOTICE, category=FutureWarning)
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(drop)
+
+
 @contextmanager
 def quiet_lightning(verbose: bool = False) -> Iterator[None]:
     """Raise Lightning's loggers to ``WARNING`` inside the block; restore their levels after.
 
-    Warnings and errors still show (but for two notices every run repeats: Lightning's
-    ``LeafSpec`` deprecation and LightningCLI's ``args`` caution); only INFO banners are
-    hidden. With ``verbose`` the block
-    changes nothing (the scripts' ``--verbose`` flag).
+    Warnings and errors still show (but for the notices of [`library_notices_off`][]);
+    only INFO banners are hidden. With ``verbose`` the block changes nothing (the
+    scripts' ``--verbose`` flag; ``ncl-cli`` drops those notices itself).
     """
     if verbose:
         yield
@@ -71,11 +108,7 @@ def quiet_lightning(verbose: bool = False) -> Iterator[None]:
     for logger in loggers:
         logger.setLevel(logging.WARNING)
     try:
-        with warnings.catch_warnings():
-            # Repeated by every run: Lightning's deprecation notice under this torch, and
-            # LightningCLI's caution about ``args`` given inside a script with its own argv.
-            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-            warnings.filterwarnings("ignore", message=r".*args parameter is intended")
+        with library_notices_off():
             yield
     finally:
         for logger, level in zip(loggers, saved, strict=True):

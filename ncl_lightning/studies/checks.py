@@ -11,11 +11,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.foundation.validation import check_int, check_output_dir, check_range
 from ncl_lightning.runtime.config_files import check_config_file
 from ncl_lightning.runtime.trainer_checks import SEED_MAX
-from ncl_lightning.studies.study_defs import Study
+from ncl_lightning.studies.study_defs import Study, row_config
 
 RUN_ARG = "--run-arg"
 CONFIG_FLAGS = ("--config", "-c")
@@ -46,21 +45,25 @@ def _option(arg: str) -> tuple[str, str | None]:
     return name.lstrip("-"), value if sep else None
 
 
-def check_run_args(run_args: Sequence[str], owned: Mapping[str, str]) -> None:
+def check_run_args(
+    run_args: Sequence[str], owned: Mapping[str, str], option: str = RUN_ARG
+) -> None:
     """The extra ``ncl-cli`` arguments of every cell: options (``--key=value`` or
     ``--key value``), none of the keys the study sets for each cell (``owned``: key ->
     why), and every ``--config`` file they name readable.
 
     Args:
-        run_args: The ``--run-arg`` values, in order.
+        run_args: The ``--run-arg`` values (or a row's ``args``), in order.
         owned: Config keys (``trainer.default_root_dir``) the study sets itself; a key
             below one (``trainer.logger.init_args.name``) is refused too.
+        option: Where the arguments come from, first in every message.
     """
     if run_args and not run_args[0].startswith("-"):
+        example = f"{RUN_ARG}=" if option == RUN_ARG else ""
         raise ConfigError(
-            f"{RUN_ARG}: {run_args[0]!r} is not an option; give ncl-cli options such as "
-            f"{RUN_ARG}=--trainer.max_epochs=2",
-            key=RUN_ARG,
+            f"{option}: {run_args[0]!r} is not an option; give ncl-cli options such as "
+            f"{example}--trainer.max_epochs=2",
+            key=option,
         )
     for i, arg in enumerate(run_args):
         if not arg.startswith("-") or _is_number(arg):
@@ -69,19 +72,19 @@ def check_run_args(run_args: Sequence[str], owned: Mapping[str, str]) -> None:
         for key, why in owned.items():
             if name == key or name.startswith(f"{key}."):
                 raise ConfigError(
-                    f"{RUN_ARG}: {arg} would change {key}, which the study sets for each "
+                    f"{option}: {arg} would change {key}, which the study sets for each "
                     f"cell ({why})",
-                    key=RUN_ARG,
+                    key=option,
                 )
         if arg.partition("=")[0] in CONFIG_FLAGS:
             if value is None:
                 value = run_args[i + 1] if i + 1 < len(run_args) else None
             if value is None:
-                raise ConfigError(f"{RUN_ARG}: {arg} needs a config file", key=RUN_ARG)
+                raise ConfigError(f"{option}: {arg} needs a config file", key=option)
             try:
                 check_config_file(value)
             except ConfigError as err:
-                raise ConfigError(f"{RUN_ARG}: {err}", key=RUN_ARG) from None
+                raise ConfigError(f"{option}: {err}", key=option) from None
 
 
 def _is_number(arg: str) -> bool:
@@ -116,6 +119,17 @@ def check_seeds_study(
     check_seeds("--seeds", seeds)
     check_int("--workers", workers)
     check_int("--threads", threads)
+    check_run_args(extra, owned_keys(study))
+    for row in study.rows:
+        if rows is None or row.name in rows:
+            for config in (row.config, *row.overlays, *filter(None, [row.pretrain])):
+                row_config(config)  # a packaged config of the row, or a file
+    check_out("--out", out)
+
+
+def owned_keys(study: Study) -> dict[str, str]:
+    """The config keys a seeds study sets for each cell (key -> why): ``--run-arg`` and a
+    row's ``args`` may not set them."""
     owned = {
         "seed_everything": "the cell's seed, from --seeds",
         **{key.lstrip("-"): "the cell's seed, from --seeds" for key in study.seed_keys},
@@ -124,12 +138,7 @@ def check_seeds_study(
     }
     if any(row.pretrain for row in study.rows):
         owned["model.init_args.pretrained"] = "the last.ckpt of the row's pretrain run"
-    check_run_args(extra, owned)
-    for row in study.rows:
-        if rows is None or row.name in rows:
-            for config in (row.config, *row.overlays, *filter(None, [row.pretrain])):
-                config_path(config)  # a packaged config of the row
-    check_out("--out", out)
+    return owned
 
 
 def check_landscape_study(

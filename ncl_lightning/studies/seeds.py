@@ -7,6 +7,7 @@ written to ``<out>/runs/<row>/seed_<s>/command.txt`` so that one cell can be rer
     python -m ncl_lightning.studies.seeds demo             # CL / NCL / BayesNCL on digits
     python -m ncl_lightning.studies.seeds ablation-digits  # the BayesNCL ablations
     python -m ncl_lightning.studies.seeds --list           # every study
+    python -m ncl_lightning.studies.seeds my_study.yaml    # your own rows and configs
 
 writes ``<out>/results.json`` (the final validation metrics of every cell),
 ``<out>/table.md`` (mean ± std over seeds, the per-seed values, and which differences
@@ -18,7 +19,10 @@ Cells already finished in ``--out`` are reused, so an
 interrupted study resumes. Each cell runs with ``--threads`` torch threads and ``--workers``
 cells run at once. Every argument is checked before any cell starts
 ([`check_seeds_study`][ncl_lightning.studies.checks.check_seeds_study]); bad input is one line, exit
-status 2.
+status 2. A study file (``--study-file``, or a positional path ending in ``.yaml``) gives
+one's own rows: a title, each row's config (a file or a packaged name), overlays and
+arguments, and optionally the columns, baseline, seed keys and curves
+([`ncl_lightning.studies.study_file`][]).
 
 A difference between two rows *exceeds the spread* when their means differ by more than the
 sum of their standard deviations (the mean ± std intervals do not overlap).
@@ -39,13 +43,13 @@ from itertools import combinations
 from pathlib import Path
 
 from ncl_lightning.foundation.errors import RunFailedError
-from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.plot.metrics_csv import read_metrics
 from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
 from ncl_lightning.studies.checks import check_seeds_study
 from ncl_lightning.studies.jobs import earlier_record, folder_args, run_jobs, slug
 from ncl_lightning.studies.spread import beyond_spread, mean_std
-from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Study
+from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Study, row_config
+from ncl_lightning.studies.study_file import chosen_study
 
 PROG = "python -m ncl_lightning.studies.seeds"
 
@@ -83,7 +87,7 @@ def _fit(
 ) -> list[str]:
     """The ``ncl-cli fit`` command of one run: configs, row values, seed, folder, extras."""
     command = [sys.executable, "-m", "ncl_lightning.entry", "fit"]
-    command += [a for c in configs for a in ("--config", str(config_path(c)))]
+    command += [a for c in configs for a in ("--config", str(row_config(c)))]
     command += [*args, "--seed_everything", str(seed)]
     command += [a for key in study.seed_keys for a in (key, str(seed))]
     return [*command, *folder_args(root, logs=True), *extra]
@@ -347,7 +351,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     """The command line: one line and exit status 2 for a bad argument (before any cell
     starts), 1 for a cell that failed (finished cells are kept; a rerun resumes)."""
     parser = ToolArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("study", nargs="?", help="the study to run (--list shows them)")
+    parser.add_argument(
+        "study", nargs="?", help="the study to run (--list shows them), or a study file (.yaml)"
+    )
+    parser.add_argument(
+        "--study-file", type=Path, default=None, help="a YAML study of your own rows and configs"
+    )
     parser.add_argument("--list", action="store_true", help="list the studies and exit")
     parser.add_argument("--out", type=Path, default=None, help="default: runs/studies/<study>")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -362,17 +371,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--rows", nargs="+", default=None, help="run only these rows")
     args = parser.parse_args(argv)
-    if args.list or not args.study:
+    if args.list or not (args.study or args.study_file):
         for key in STUDIES.names:
             study = STUDIES.get(key)()
             print(f"{key:18s} {study.title} ({len(study.rows)} rows)")
         return
-    run_tool(
-        PROG,
-        lambda: run_study(
-            args.study, args.out, args.seeds, args.workers, args.threads, args.run_arg, args.rows
-        ),
-    )
+
+    def work() -> str:
+        study, out = chosen_study(args.study, args.study_file, args.out)
+        extra, rows = args.run_arg, args.rows
+        return run_study(study, out, args.seeds, args.workers, args.threads, extra, rows)
+
+    run_tool(PROG, work)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Each study compares rows (a packaged config plus overlays, all under ``configs/``) on the
 final validation metrics that the configs' callbacks log. ``STUDIES.add`` registers a new
-one.
+one; a study of one's own rows and config files is a YAML file
+([`ncl_lightning.studies.study_file`][]).
 """
 
 from __future__ import annotations
@@ -13,13 +14,31 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.registry import Registry
+from ncl_lightning.foundation.resources import config_path
+
+
+def row_config(name: str) -> Path:
+    """The file of a row's config: an absolute path as it is (a study file's own configs),
+    else the packaged config of that name (``demo/digits_ncl.yaml``).
+
+    Raises:
+        ConfigError: No such file, or no packaged config of that name.
+    """
+    path = Path(name)
+    if not path.is_absolute():
+        return config_path(name)
+    if not path.is_file():
+        raise ConfigError(f"{name}: config file not found", key="config")
+    return path
 
 
 @dataclass(frozen=True)
 class Row:
-    """One row of a study: a packaged config (``demo/digits_ncl.yaml``) plus overlays,
-    and command-line values given after them (``("--model.init_args.prior", "0.5")``).
+    """One row of a study: a config (a packaged name such as ``demo/digits_ncl.yaml``, or
+    an absolute path) plus overlays, and command-line values given after them
+    (``("--model.init_args.prior", "0.5")``).
 
     ``pretrain``: a packaged config trained first with the cell's seed (once per seed,
     shared by every row naming it); its ``last.ckpt`` is the row's

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import ncl_lightning
 from ncl_lightning import methods
+from ncl_lightning.callbacks import FeatureStatistics
 from ncl_lightning.checkpoints.load import read_checkpoint
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.foundation import components
@@ -26,12 +27,13 @@ from ncl_lightning.methods.trainable import common_arguments
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
 from ncl_lightning.runtime.cli import cli_main
+from ncl_lightning.runtime.fit_end import FinalValidation
 from ncl_lightning.runtime.guard import CHECKPOINT_KEY, NonFiniteGuard
 from ncl_lightning.runtime.preflight import Preflight
 from ncl_lightning.runtime.speed_switches import SpeedSwitches
 from tests.conftest import ROOT
 
-DEFAULT_TYPES = (Preflight, SpeedSwitches, NonFiniteGuard, CheckpointRecord)
+DEFAULT_TYPES = (Preflight, SpeedSwitches, NonFiniteGuard, CheckpointRecord, FinalValidation)
 HOOK_PREFIXES = ("on_", "configure_", "setup", "teardown", "state_dict", "load_state_dict")
 
 
@@ -90,7 +92,7 @@ def test_plain_trainer_gets_every_default_and_keeps_the_users_guard(tmp_path: Pa
     mine = NonFiniteGuard()
     trainer = _trainer(tmp_path, [mine])
     trainer.fit(_ncl(), DigitsDataModule(batch_size=32, num_workers=0))
-    for kind in DEFAULT_TYPES:
+    for kind in (*DEFAULT_TYPES, FeatureStatistics):  # a self-supervised method's statistics
         assert len(_of_type(trainer, kind)) == 1, kind.__name__
     assert _of_type(trainer, NonFiniteGuard)[0] is mine  # configured instance not replaced
     trainer.save_checkpoint(tmp_path / "x.ckpt")
@@ -108,6 +110,7 @@ def test_plain_trainer_gets_the_defaults_outside_fit(stage: str, tmp_path: Path)
     else:
         getattr(trainer, stage)(model, DigitsDataModule(batch_size=32, num_workers=0, n_views=1))
     assert all(len(_of_type(trainer, kind)) == 1 for kind in DEFAULT_TYPES)
+    assert not _of_type(trainer, FeatureStatistics)  # a classifier: no default statistics
 
 
 def test_default_callbacks_are_fresh_and_complete() -> None:
@@ -155,7 +158,7 @@ def test_a_default_the_config_lists_is_the_users_only(tmp_path: Path) -> None:
 def test_the_defaults_come_from_the_foundation_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """The modules get the run-time callbacks by injection: a subset by key, one clear
     error for an unknown key or when nothing registered them."""
-    assert [type(c) for c in missing_defaults(None)] == list(DEFAULT_TYPES)
+    assert [type(c) for c in missing_defaults(None)] == [*DEFAULT_TYPES, FeatureStatistics]
     (record,) = missing_defaults(None, only=("checkpoint_record",))
     assert isinstance(record, CheckpointRecord)
     with pytest.raises(UsageError, match="no default component 'guard'; registered: preflight"):

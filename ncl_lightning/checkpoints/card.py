@@ -1,0 +1,302 @@
+"""The model card (``README.md``) of an exported backbone: what the checkpoint says, no more.
+
+YAML front matter as the Hugging Face hub reads it (``library_name``, ``tags``,
+``license``, ``datasets``, ``metrics``, ``pipeline_tag``), then the method (its class and
+the paper its module cites), the training configuration (the checkpoint's
+hyper-parameters), the final metrics, the code version and how to load the weights.
+
+Where each fact comes from is said on the card:
+
+* **Metrics**: a checkpoint stores no logged metrics, so they are read from the run's
+  ``metrics.csv`` (the ``CSVLogger`` file in the run folder the record names, or beside
+  the checkpoint: ``<run>/checkpoints/x.ckpt`` -> ``<run>/metrics.csv``), the last value
+  of each column logged before the checkpoint's step; and, when ``ModelCheckpoint``
+  monitored a metric, its best score from the checkpoint. Found nowhere: the card says so.
+* **Code version**: the record carries none; ``run.yaml`` of the run folder (written by
+  ``ncl-cli``) has the package's version and git commit. Absent: "not recorded".
+
+No absolute path, host name or working directory is written on the card.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import importlib.metadata
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ncl_lightning.checkpoints.check import is_trusted
+from ncl_lightning.checkpoints.record import RECORD_KEY
+
+CARD_FILE = "README.md"
+# Data modules whose data set has a Hugging Face hub id (the card's ``datasets``).
+HUB_DATASETS = {"CIFAR10DataModule": "uoft-cs/cifar10", "CIFAR100DataModule": "uoft-cs/cifar100"}
+SHOWN_METRICS = 40
+
+
+def run_folders(ckpt: Mapping[str, Any], path: Path) -> list[Path]:
+    """Where the run's ``metrics.csv`` / ``run.yaml`` may be: the record's run folder, then
+    the checkpoint's folder's parent (``<run>/checkpoints/``) and its own folder."""
+    run = (ckpt.get(RECORD_KEY) or {}).get("run") or {}
+    found = [Path(run["folder"])] if isinstance(run.get("folder"), str) else []
+    return [*found, path.parent.parent, path.parent]
+
+
+def final_metrics(ckpt: Mapping[str, Any], path: Path) -> tuple[str | None, dict[str, tuple]]:
+    """``(source, {name: (value, epoch, step)})``: the last value of each ``metrics.csv``
+    column logged before the checkpoint's ``global_step`` (``(None, {})`` when no file)."""
+    step_limit = ckpt.get("global_step")
+    for folder in run_folders(ckpt, path):
+        file = folder / "metrics.csv"
+        if not file.is_file():
+            continue
+        found: dict[str, tuple] = {}
+        with file.open(newline="") as f:
+            for row in csv.DictReader(f):
+                step = _number(row.get("step"))
+                if isinstance(step_limit, int) and step is not None and step >= step_limit:
+                    continue
+                for name, text in row.items():
+                    value = _number(text)
+                    if name not in ("epoch", "step") and value is not None:
+                        found[name] = (value, _number(row.get("epoch")), step)
+        where = "metrics.csv of the run folder"
+        if isinstance(step_limit, int):
+            where += f", last values logged before the checkpoint's step {step_limit}"
+        return where, found
+    return None, {}
+
+
+def _number(text: Any) -> float | int | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(value):
+        return None
+    return int(value) if value.is_integer() and "." not in str(text) else value
+
+
+def monitored(ckpt: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """``(monitor, best score)`` of each ``ModelCheckpoint`` state that monitored a metric."""
+    found = []
+    for state in (ckpt.get("callbacks") or {}).values():
+        if not isinstance(state, Mapping) or not state.get("monitor"):
+            continue
+        score = state.get("best_model_score")
+        if score is not None:
+            found.append((str(state["monitor"]), float(score)))
+    return found
+
+
+def run_code(ckpt: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """``{"version", "commit", "dirty", "torch", ...}`` from the run folder's ``run.yaml``."""
+    for folder in run_folders(ckpt, path):
+        file = folder / "run.yaml"
+        if not file.is_file():
+            continue
+        try:
+            run = yaml.safe_load(file.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        versions = run.get("versions") or {}
+        git = (run.get("git") or {}).get("ncl_lightning") or {}
+        return {"version": versions.get("ncl-lightning"), "commit": git.get("commit"),
+                "dirty": git.get("dirty"), "torch": versions.get("torch")}  # fmt: skip
+    return {}
+
+
+def method_reference(class_path: str | None) -> str:
+    """The first line of the method module's docstring (its paper), or ``""``."""
+    if not class_path or not is_trusted(class_path):
+        return ""
+    module = class_path.rpartition(".")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return ""
+    doc = (sys.modules[module].__doc__ or "").strip()
+    return doc.splitlines()[0].strip() if doc else ""
+
+
+def plain(value: Any) -> Any:
+    """A YAML-safe copy of hyper-parameters (other objects as their ``str``)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items() if k != "_instantiator"}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def front_matter(config: Mapping[str, Any], ckpt: Mapping[str, Any] | None,
+                 metrics: Mapping[str, Any], license: str) -> dict[str, Any]:  # fmt: skip
+    """The card's metadata (Hugging Face model card fields)."""
+    method = (config.get("ncl_lightning") or {}).get("method") or ""
+    data = ((ckpt or {}).get("datamodule_hyper_parameters") or {}).get("_class_path") or ""
+    dataset = HUB_DATASETS.get(str(data).rpartition(".")[2])
+    tags = ["ncl-lightning", "image-feature-extraction",
+            config["class_path"].rpartition(".")[2].lower()]  # fmt: skip
+    if method:
+        tags.insert(1, method.rpartition(".")[2].lower())
+    if "torchvision" in config:
+        tags.append(config["torchvision"]["architecture"])
+    return {
+        "library_name": "timm" if "timm" in config else "pytorch",
+        "license": license,
+        "pipeline_tag": "image-feature-extraction",
+        "tags": list(dict.fromkeys(tags)),
+        "datasets": [dataset] if dataset else [],
+        "metrics": ["accuracy"] if any("acc" in name for name in metrics) else [],
+    }
+
+
+def _keys_line(keymap: Mapping[str, Any]) -> str:
+    keys = keymap.get("keys") or {}
+    line = (f"`{keymap['library']}` `{keymap['architecture']}`: {keys.get('same')} of its "
+            f"{keys.get('theirs')} keys are ours, name and shape")  # fmt: skip
+    for what, label in (("missing", "not ours"), ("shape_differs", "other shape"),
+                        ("unexpected", "ours only")):  # fmt: skip
+        if keys.get(what):
+            line += f"; {label}: " + ", ".join(f"`{k}`" for k in keys[what][:8])
+    return line + (f". {keymap['caveat']}." if keymap.get("caveat") else ".")
+
+
+def _loading(config: Mapping[str, Any], files: Sequence[str]) -> list[str]:
+    lines = ["```python", "from ncl_lightning import load_backbone",
+             "", 'encoder = load_backbone("path/to/this/folder").eval()  # [B, C, H, W] -> '
+             f"[B, {config.get('out_dim')}]", "```"]  # fmt: skip
+    tv = config.get("torchvision")
+    if tv:
+        state = 'load_file("model.safetensors")'
+        if tv["prefix"]:
+            state = f"{{k.removeprefix(\"{tv['prefix']}\"): v for k, v in {state}.items()}}"
+        if "torchvision_state_dict.pt" in files:
+            state = 'torch.load("torchvision_state_dict.pt", weights_only=True)'
+        reader = ["from safetensors.torch import load_file"] if "load_file" in state else []
+        lines += ["", "With torchvision alone (`fc` is ours: an `Identity`):", "", "```python",
+                  "import torch", "import torchvision", *reader, "",
+                  f'net = torchvision.models.get_model("{tv["architecture"]}", '
+                  'weights=None)']  # fmt: skip
+        if not tv["exact"] and config["class_path"].endswith("ResNet"):
+            args = config["init_args"]
+            lines += [f"net.conv1 = torch.nn.Conv2d({args.get('in_channels')}, 64, "
+                      f"{3 if args.get('stem') == 'cifar' else 7}, "
+                      f"{1 if args.get('stem') == 'cifar' else 2}, "
+                      f"{args.get('stem_padding')}, bias=False)"]  # fmt: skip
+            if args.get("stem") == "cifar":
+                lines += ["net.maxpool = torch.nn.Identity()"]
+        head = "net.fc = torch.nn.Identity()"
+        if not tv["architecture"].startswith(("resnet", "resnext", "wide_resnet")):
+            head = "# replace the classifier's last nn.Linear by torch.nn.Identity()"
+        lines += [head, f"net.load_state_dict({state})", "```"]
+    if "timm" in config:
+        lines += ["", "With timm (this folder's `config.json` is timm's too):", "", "```python",
+                  "import timm", "",
+                  'net = timm.create_model("hf-hub:<user>/<repo>", pretrained=True)  # or',
+                  'net = timm.create_model("local-dir:path/to/this/folder", pretrained=True)',
+                  "```"]  # fmt: skip
+    return lines
+
+
+def model_card(config: Mapping[str, Any], ckpt: Mapping[str, Any] | None, path: Path | None,
+               files: Sequence[str], license: str = "mit") -> str:  # fmt: skip
+    """The ``README.md`` of an export.
+
+    Args:
+        config: The export's ``config.json``
+            ([`export_config`][ncl_lightning.checkpoints.export.export_config]).
+        ckpt: The checkpoint read (``None``: a backbone exported from Python).
+        path: The checkpoint's file (for the run folder beside it).
+        files: The files of the export.
+        license: The card's ``license``.
+    """
+    ckpt = ckpt or {}
+    source, metrics = final_metrics(ckpt, path) if path is not None else (None, {})
+    meta = front_matter(config, ckpt, metrics, license)
+    method = (config.get("ncl_lightning") or {}).get("method")
+    backbone = config["class_path"].rpartition(".")[2]
+    title = f"{method.rpartition('.')[2] + ' ' if method else ''}{backbone} backbone"
+    lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "", f"# {title}", "",
+             f"Exported by ncl-lightning from `{path.name if path else 'a Python backbone'}`.",
+             "", "## Model", "",
+             f"- Backbone: `{config['class_path']}`, features `[B, {config.get('out_dim')}]`"
+             " (no classifier); `init_args`: `" + inline(config["init_args"]) + "`."]  # fmt: skip
+    if method:
+        reference = method_reference(method)
+        lines.append(f"- Method: `{method}`" + (f": {reference}" if reference else "."))
+    if "epoch" in ckpt or "global_step" in ckpt:
+        lines.append(f"- Checkpoint: epoch {ckpt.get('epoch')}, global step "
+                     f"{ckpt.get('global_step')}.")  # fmt: skip
+    if ckpt:
+        hparams = {"model": plain(ckpt.get("hyper_parameters") or {}),
+                   "data": plain(ckpt.get("datamodule_hyper_parameters") or {})}  # fmt: skip
+        lines += ["", "## Training configuration", "",
+                  "The checkpoint's hyper-parameters (`hyper_parameters`, "
+                  "`datamodule_hyper_parameters`):", "", "```yaml",
+                  yaml.safe_dump(hparams, sort_keys=False).strip(), "```"]  # fmt: skip
+    lines += ["", "## Metrics", "", *_metrics_lines(source, metrics, monitored(ckpt))]
+    code = run_code(ckpt, path) if path is not None else {}
+    commit = code.get("commit") or "not recorded"
+    dirty = " (with uncommitted changes)" if code.get("dirty") else ""
+    lines += ["", "## Code", "",
+              f"- Trained with ncl-lightning {code.get('version') or 'version not recorded'}, "
+              f"commit `{commit}`{dirty}" + (" (from the run folder's `run.yaml`)." if code else
+              " (no `run.yaml` of the run beside the checkpoint; the record carries none)."),
+              f"- Lightning {ckpt.get('pytorch-lightning_version', 'version not recorded')}"
+              f"{', torch ' + str(code['torch']) if code.get('torch') else ''}.",
+              f"- Exported with ncl-lightning {package_version()}.",
+              "", "## How to load", "", *_loading(config, files)]  # fmt: skip
+    maps = [config[lib] for lib in ("torchvision", "timm") if lib in config]
+    lines += ["", "## Key names", ""]
+    if maps:
+        lines += ["Our keys are the library's, measured at export:", ""]
+        lines += [f"- {_keys_line(m)}" for m in maps]
+    else:
+        lines += ["No torchvision or timm model has this architecture here: load it with "
+                  "`load_backbone`."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _metrics_lines(source: str | None, metrics: Mapping[str, tuple],
+                   best: Sequence[tuple[str, float]]) -> list[str]:  # fmt: skip
+    if not metrics and not best:
+        return ["None found: the checkpoint stores no logged metrics and no `metrics.csv` "
+                "(CSVLogger) of its run lies beside it."]  # fmt: skip
+    lines = []
+    if metrics:
+        lines += [f"From the {source}:", "", "| metric | value | epoch | step |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for name in sorted(metrics)[:SHOWN_METRICS]:
+            value, epoch, step = metrics[name]
+            lines.append(f"| `{name}` | {value:.4g} | {epoch} | {step} |")
+        if len(metrics) > SHOWN_METRICS:
+            lines.append(f"\n({len(metrics) - SHOWN_METRICS} more columns in metrics.csv.)")
+    for monitor, score in best:
+        lines += ["", f"Best `{monitor}` monitored by ModelCheckpoint (from the checkpoint): "
+                  f"{score:.4g}."]  # fmt: skip
+    return lines
+
+
+def package_version() -> str:
+    """The installed ncl-lightning's version (``"unknown"`` when not installed)."""
+    try:
+        return importlib.metadata.version("ncl-lightning")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def inline(value: Any) -> str:
+    """``value`` as one line of YAML flow style (``{depth: 18, stem: cifar}``)."""
+    return yaml.safe_dump(plain(value), default_flow_style=True, width=10**6).strip()
+
+
+__all__ = ["CARD_FILE", "final_metrics", "front_matter", "method_reference", "model_card",
+           "monitored", "run_code", "run_folders"]  # fmt: skip

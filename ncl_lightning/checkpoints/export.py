@@ -1,0 +1,313 @@
+"""Export a trained backbone to a folder people load it from, ready for the Hugging Face hub.
+
+[`export_backbone`][] writes, from a checkpoint of the package (or a backbone with a
+``spec``):
+
+* ``model.safetensors``: the backbone's weights, keys in our naming (tensors only);
+* ``config.json``: how to rebuild it (``class_path``, ``init_args``, ``out_dim``), the
+  equivalent torchvision architecture and how its keys compare with ours (measured
+  against torchvision's model when the export is made), and, where the architecture is
+  exactly timm's, timm's fields (``architecture``, ``num_classes: 0``, ``num_features``,
+  ``pretrained_cfg``), so ``timm.create_model("hf-hub:<repo>", pretrained=True)`` or
+  ``"local-dir:<folder>"`` loads it;
+* ``README.md``: the model card ([`ncl_lightning.checkpoints.card`][]);
+* with ``format="torchvision"`` (or ``"all"``, where it applies)
+  ``torchvision_state_dict.pt``: the weights keyed as torchvision names them.
+
+[`load_backbone`][ncl_lightning.checkpoints.load.load_backbone] reads the folder back.
+
+Our [`ResNet`][ncl_lightning.nn.ResNet] registers torchvision's children under their own
+names, so its keys are torchvision's: of ``torchvision.models.resnet18``'s 122 keys, 120
+are ours and the 2 others are the classifier ``fc.weight`` and ``fc.bias`` (ours has no
+classifier); timm's ``resnet18`` with ``num_classes=0`` has exactly our 120. With the
+ImageNet stem (7x7 ``conv1``, padding 3, 3 channels) every tensor has torchvision's shape;
+with the CIFAR stem ``conv1.weight`` is ``[64, C, 3, 3]`` (torchvision: ``[64, 3, 7, 7]``)
+and there is no max-pool, so torchvision's model takes the weights once its ``conv1`` and
+``maxpool`` are replaced like ours.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ncl_lightning.checkpoints.card import CARD_FILE, model_card
+from ncl_lightning.checkpoints.check import CheckpointNotFoundError
+from ncl_lightning.checkpoints.load import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    load_backbone,
+    read_checkpoint,
+)
+from ncl_lightning.foundation.disk import atomic_write
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.validation import check_choice, check_output_dir
+
+EXPORT_FORMATS = ("safetensors", "torchvision", "timm", "all")
+TORCHVISION_FILE = "torchvision_state_dict.pt"
+EXPORT_FILES = (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, TORCHVISION_FILE)
+EXPORT_VERSION = 1
+_SHOWN = 8
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """How a backbone's weights map onto a library's model of the same architecture.
+
+    Attributes:
+        library: ``"torchvision"`` or ``"timm"``.
+        architecture: The library's model name (``resnet18``).
+        prefix: What our keys add in front of the library's (``""`` for our ResNet,
+            ``"model."`` for a ``TorchvisionBackbone``).
+        exact: Same architecture, so the library's model takes the weights as it is;
+            otherwise ``caveat`` says what to change first.
+        caveat: What differs (the stem), or ``""``.
+        keys: How the library's keys compare with ours (filled by [`compare_keys`][]).
+    """
+
+    library: str
+    architecture: str
+    prefix: str
+    exact: bool
+    caveat: str = ""
+    keys: dict[str, Any] = field(default_factory=dict)
+
+
+def _resnet_caveat(init_args: Mapping[str, Any]) -> str:
+    channels, padding = init_args.get("in_channels", 3), init_args.get("stem_padding")
+    if init_args.get("stem", "cifar") == "cifar":
+        return (
+            f"CIFAR stem: conv1 is 3x3, stride 1, padding {padding}, over {channels} "
+            "channel(s) and there is no max-pool (torchvision/timm: 7x7, stride 2, padding 3, "
+            "then a 3x3 max-pool); replace conv1 and maxpool before loading"
+        )
+    return f"conv1 takes {channels} channel(s) with padding {padding} (torchvision: 3, 3)"
+
+
+def key_maps(backbone: nn.Module) -> dict[str, KeyMap]:
+    """The torchvision / timm models a backbone's weights map onto (``{}``: none known).
+
+    Our [`ResNet`][ncl_lightning.nn.ResNet]: torchvision's ``resnet{depth}`` always (the
+    stem may differ: ``caveat``), timm's ``resnet{depth}`` when the architecture is exactly
+    timm's (ImageNet stem, 3 channels, padding 3). The package's ``TorchvisionBackbone``
+    (``ncl_lightning.nn``): its torchvision model, keys without the ``model.`` prefix.
+    """
+    from ncl_lightning.nn.backbones import ResNet
+
+    spec = getattr(backbone, "spec", None) or {}
+    args = dict(spec.get("init_args") or {})
+    module, _, name = str(spec.get("class_path", "")).rpartition(".")
+    if isinstance(backbone, ResNet):
+        arch = f"resnet{args.get('depth', 18)}"
+        exact = (args.get("stem"), args.get("in_channels"), args.get("stem_padding")) == (
+            "imagenet", 3, 3,
+        )  # fmt: skip
+        caveat = "" if exact else _resnet_caveat(args)
+        maps = {"torchvision": KeyMap("torchvision", arch, "", exact, caveat)}
+        if exact:
+            maps["timm"] = KeyMap("timm", arch, "", True)
+        return maps
+    if module.startswith("ncl_lightning.nn") and name == "TorchvisionBackbone":
+        exact = not args.get("cifar_stem") and args.get("in_channels", 3) == 3
+        caveat = "" if exact else "its stem differs from torchvision's (cifar_stem/in_channels)"
+        return {"torchvision": KeyMap("torchvision", args["name"], "model.", exact, caveat)}
+    return {}
+
+
+def renamed(state: Mapping[str, torch.Tensor], keymap: KeyMap) -> dict[str, torch.Tensor]:
+    """``state`` keyed as ``keymap.library`` names it (our prefix dropped)."""
+    n = len(keymap.prefix)
+    return {k[n:]: v for k, v in state.items() if k.startswith(keymap.prefix)}
+
+
+def library_shapes(keymap: KeyMap) -> dict[str, tuple[int, ...]]:
+    """``{key: shape}`` of the library's model (built on the meta device: no memory, no
+    download; timm's with ``num_classes=0``)."""
+    with torch.device("meta"):
+        if keymap.library == "timm":
+            import timm
+
+            net = timm.create_model(keymap.architecture, pretrained=False, num_classes=0)
+        else:
+            import torchvision
+
+            net = torchvision.models.get_model(keymap.architecture, weights=None)
+    return {k: tuple(v.shape) for k, v in net.state_dict().items()}
+
+
+def compare_keys(state: Mapping[str, torch.Tensor], keymap: KeyMap) -> dict[str, Any]:
+    """How the library's keys compare with ``state``'s (renamed): ``{"theirs", "same",
+    "missing", "unexpected", "shape_differs"}`` (missing: theirs, not ours)."""
+    theirs, ours = library_shapes(keymap), renamed(state, keymap)
+    return {
+        "theirs": len(theirs),
+        "same": sum(1 for k in ours if k in theirs and theirs[k] == tuple(ours[k].shape)),
+        "missing": sorted(set(theirs) - set(ours)),
+        "unexpected": sorted(set(ours) - set(theirs)),
+        "shape_differs": sorted(
+            k for k in set(ours) & set(theirs) if theirs[k] != tuple(ours[k].shape)
+        ),
+    }
+
+
+def _wanted_files(format: str, maps: Mapping[str, KeyMap], what: str) -> list[str]:
+    """The files ``format`` asks for; a variant asked by name must apply."""
+    for library in ("torchvision", "timm"):
+        if format == library and library not in maps:
+            found = {m: (k.architecture, k.exact) for m, k in maps.items()} or "none"
+            raise ConfigError(
+                f"format: {library!r} does not apply to {what} (no exact {library} "
+                f"equivalent; maps found: {found}); use format 'safetensors'",
+                key="format",
+            )
+    files = [WEIGHTS_FILE, CONFIG_FILE, CARD_FILE]
+    if format in ("torchvision", "all") and "torchvision" in maps:
+        files.append(TORCHVISION_FILE)
+    return files
+
+
+def _check_out_dir(out: Path, overwrite: bool) -> None:
+    check_output_dir("out_dir", out)
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ConfigError(
+            f"out_dir: {out} exists and is not empty; choose a new folder or pass "
+            "overwrite=True (--overwrite) to replace the export's files in it",
+            key="out_dir",
+        )
+
+
+def _source(checkpoint: str | Path | nn.Module) -> tuple[nn.Module, dict[str, Any] | None, str]:
+    """``(backbone, checkpoint dict or None, name)``: read and checked, nothing written."""
+    if isinstance(checkpoint, nn.Module):
+        if not isinstance(getattr(checkpoint, "spec", None), dict):
+            raise ConfigError(
+                f"checkpoint: {type(checkpoint).__name__} has no `spec` (how to rebuild it); "
+                "export a checkpoint, or a backbone of ncl_lightning.nn",
+                key="checkpoint",
+            )
+        return checkpoint, None, type(checkpoint).__name__
+    path = Path(checkpoint).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"checkpoint: {path} is a folder, not a checkpoint file (.ckpt)",
+                          key="checkpoint")  # fmt: skip
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"checkpoint: no such file: {path}", key="checkpoint")
+    return load_backbone(path), read_checkpoint(path), path.name
+
+
+def export_config(
+    backbone: nn.Module, maps: Mapping[str, KeyMap], method: str | None
+) -> dict[str, Any]:
+    """The ``config.json`` of an export (module docstring)."""
+    spec = backbone.spec
+    config: dict[str, Any] = {
+        "class_path": spec["class_path"],
+        "init_args": dict(spec.get("init_args") or {}),
+        "out_dim": int(getattr(backbone, "out_dim", 0)) or None,
+        "ncl_lightning": {"export_version": EXPORT_VERSION, "method": method},
+    }
+    if "torchvision" in maps:
+        config["torchvision"] = asdict(maps["torchvision"])
+    if "timm" in maps:
+        config["timm"] = asdict(maps["timm"])
+        config.update(
+            architecture=maps["timm"].architecture, num_classes=0,
+            num_features=config["out_dim"], pretrained_cfg={"num_classes": 0},
+        )  # fmt: skip
+    return config
+
+
+def _bytes(name: str, state: Mapping[str, torch.Tensor], maps: Mapping[str, KeyMap]) -> bytes:
+    if name == WEIGHTS_FILE:
+        from safetensors.torch import save
+
+        return save(dict(state), metadata={"format": "pt"})
+    buffer = io.BytesIO()
+    torch.save(renamed(state, maps["torchvision"]), buffer)
+    return buffer.getvalue()
+
+
+def export_backbone(
+    checkpoint: str | Path | nn.Module,
+    out_dir: str | Path,
+    *,
+    format: str = "safetensors",
+    overwrite: bool = False,
+    license: str = "mit",
+) -> Path:
+    """Write a trained backbone's folder: weights, config and model card (module docstring).
+
+    Every input is checked before anything is written: the checkpoint is read (tensor-only,
+    trusted class paths) and the backbone rebuilt; the folder must be new or empty.
+
+    Args:
+        checkpoint: A checkpoint of the package (any method, a probe, a fine-tune), or a
+            backbone with a ``spec`` (no training facts on its card then).
+        out_dir: The folder to write (created).
+        format: ``"safetensors"``: ``model.safetensors``, ``config.json`` and
+            ``README.md`` (plus timm's fields where the architecture is exactly timm's);
+            ``"torchvision"``: also ``torchvision_state_dict.pt``; ``"timm"``: as
+            ``"safetensors"``, refused unless timm's model is the same architecture;
+            ``"all"``: every variant that applies.
+        overwrite: Replace the export's files in a folder that is not empty (other files,
+            such as a hub clone's ``.git``, are left alone).
+        license: The card's ``license`` (a Hugging Face license id).
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        CheckpointError: The checkpoint is missing, unsafe, foreign or damaged.
+        ConfigError: ``out_dir`` is a file or holds files (without ``overwrite``), or a
+            ``format`` that does not apply or is unknown.
+
+    Example:
+        >>> export_backbone("runs/cifar10_ncl/last.ckpt", "export/ncl-resnet18")
+        >>> encoder = load_backbone("export/ncl-resnet18")
+    """
+    check_choice("format", format, EXPORT_FORMATS)
+    backbone, ckpt, name = _source(checkpoint)
+    out = Path(out_dir).expanduser()
+    _check_out_dir(out, overwrite)
+    maps = key_maps(backbone)
+    files = _wanted_files(format, maps, f"{type(backbone).__name__} ({name})")
+    state = {k: v.detach().cpu().contiguous().clone() for k, v in backbone.state_dict().items()}
+    keyed = {lib: KeyMap(**{**asdict(m), "keys": compare_keys(state, m)})
+             for lib, m in maps.items()}  # fmt: skip
+    method = (ckpt or {}).get("ncl_lightning", {}).get("method") if ckpt else None
+    config = export_config(backbone, keyed, method)
+    source = Path(checkpoint).expanduser() if ckpt is not None else None
+    contents = {
+        CONFIG_FILE: (json.dumps(config, indent=2, sort_keys=False) + "\n").encode(),
+        CARD_FILE: model_card(config, ckpt, source, files, license).encode(),
+    }
+    for file in files:
+        if file not in contents:
+            contents[file] = _bytes(file, state, keyed)
+    for file in files:
+        with atomic_write(out / file, size=len(contents[file])) as f:
+            f.write(contents[file])
+    for stale in set(EXPORT_FILES) - set(files):
+        (out / stale).unlink(missing_ok=True)
+    return out
+
+
+__all__ = [
+    "EXPORT_FILES",
+    "EXPORT_FORMATS",
+    "TORCHVISION_FILE",
+    "KeyMap",
+    "compare_keys",
+    "export_backbone",
+    "export_config",
+    "key_maps",
+    "library_shapes",
+    "renamed",
+]
