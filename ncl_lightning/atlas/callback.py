@@ -21,7 +21,7 @@ from ncl_lightning.atlas.collect import (
     num_classes_of,
     profile_split,
 )
-from ncl_lightning.atlas.images import IMAGE_FORMATS, ImageReader, write_strips
+from ncl_lightning.atlas.images import IMAGE_FORMATS, ImageReader, upscale_factor, write_strips
 from ncl_lightning.atlas.model import model_entry, strip_indices
 from ncl_lightning.atlas.site import single_file_page, write_page
 from ncl_lightning.callbacks.schedule import batch_limit, run_dir
@@ -152,8 +152,10 @@ class FeatureAtlas(L.Callback):
         aug = pictures.augmentation
         read = ImageReader(dataset, aug.mean, aug.std)
         tops = strip_indices(self._measured, self.eps)
-        write_strips(out, self.key, tops, read, self.image_format)
         height, width = read(0).shape[:2]
+        scale = upscale_factor(height, width)  # 8x8 digits: stored 40x40, legible anywhere
+        write_strips(out, self.key, tops, read, self.image_format, scale)
+        height, width = height * scale, width * scale
         method = type(pl_module).__name__
         checkpoint = getattr(trainer, "ckpt_path", None)
         return model_entry(

@@ -4,6 +4,12 @@ One file per dimension keeps a 2,048-dimension atlas at 2,048 requests (the page
 lazily) instead of 32,768 single images. Strips are written one at a time from images read
 by index, with a cache of decoded images bounded in bytes (the same image tops many dimensions), so
 memory does not grow with the number of dimensions.
+
+Small images (scikit-learn's 8x8 digits) are stored nearest-neighbour upscaled by an integer
+factor ([`upscale_factor`][]: blocks of equal pixels, no blur) to the size a card shows them,
+so a strip is legible in any viewer (W&B panels, an image opened on its own, a paper), not
+only in a browser that honours ``image-rendering: pixelated``; grey images are stored with
+one grey channel.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from ncl_lightning.atlas.schema import image_path
-from ncl_lightning.foundation.validation import check_choice
+from ncl_lightning.foundation.validation import check_choice, check_int
 from ncl_lightning.plot.pictures import to_uint8
 
 # How each format is saved: PNG is lossless (small images, digits), JPEG and WebP lossy and
@@ -27,6 +33,21 @@ IMAGE_FORMATS: dict[str, dict[str, object]] = {
     "jpeg": {"format": "JPEG", "quality": 90},
     "webp": {"format": "WEBP", "quality": 90, "method": 4},
 }
+
+
+CARD_SIDE = 40  # CSS pixels of one card image: CARD_CELL of static/cards.js
+
+
+def upscale_factor(height: int, width: int, target: int = CARD_SIDE) -> int:
+    """The integer factor that brings an image's longer side closest to ``target`` without
+    passing it (at least 1: large images are stored as they are). 8x8 digits: 5 (40x40)."""
+    return max(1, target // max(height, width))
+
+
+def upscale(image: np.ndarray, factor: int) -> np.ndarray:
+    """``[H, W, ...]`` -> ``[H * factor, W * factor, ...]``, each pixel a ``factor`` x
+    ``factor`` block (nearest neighbour)."""
+    return np.repeat(np.repeat(image, factor, axis=0), factor, axis=1)
 
 
 class ImageReader:
@@ -74,9 +95,14 @@ class ImageReader:
         return item
 
 
-def strip(images: Sequence[np.ndarray]) -> Image.Image:
-    """Images ``[H, W, 3]`` of one size side by side, left to right."""
-    return Image.fromarray(np.concatenate(list(images), axis=1))
+def strip(images: Sequence[np.ndarray], scale: int = 1) -> Image.Image:
+    """Images ``[H, W, 3]`` of one size side by side, left to right, each upscaled by
+    ``scale`` (nearest neighbour); a grey picture (equal channels) as one channel (mode L,
+    drawn with the grey colour map)."""
+    pixels = upscale(np.concatenate(list(images), axis=1), scale)
+    if (pixels == pixels[..., :1]).all():
+        return Image.fromarray(np.ascontiguousarray(pixels[..., 0]), mode="L")
+    return Image.fromarray(pixels)
 
 
 def write_strips(
@@ -85,6 +111,7 @@ def write_strips(
     tops: Sequence[Sequence[int]],
     read: Callable[[int], np.ndarray],
     ext: str,
+    scale: int = 1,
 ) -> list[Path]:
     """Write the strip of every dimension ``j`` with a non-empty ``tops[j]`` at
     ``<site>/``[`image_path`][ncl_lightning.atlas.schema.image_path] (``img/<key>/<j>.<ext>``).
@@ -95,11 +122,13 @@ def write_strips(
         tops: Per dimension, the dataset indices of its images, in strip order.
         read: Index to ``uint8 [H, W, 3]`` image (e.g. an [`ImageReader`][]).
         ext: ``png``, ``jpeg`` or ``webp`` (``IMAGE_FORMATS``).
+        scale: Integer upscaling of every image (nearest neighbour; [`upscale_factor`][]).
 
     Returns:
         The files written.
     """
     check_choice("image_format", ext, tuple(IMAGE_FORMATS))
+    check_int("scale", scale)
     options = IMAGE_FORMATS[ext]
     written = []
     for dim, indices in enumerate(tops):
@@ -107,6 +136,6 @@ def write_strips(
             continue
         path = site / image_path(key, dim, ext)
         path.parent.mkdir(parents=True, exist_ok=True)
-        strip([read(int(i)) for i in indices]).save(path, **options)
+        strip([read(int(i)) for i in indices], scale).save(path, **options)
         written.append(path)
     return written

@@ -11,7 +11,10 @@ with the paper"), derived from the same states where they can be. A field ``z_un
 of the eval steps' output (BayesNCL's ``z⁺`` before the gate) is measured too whenever
 the method returns it. SEPIN needs two
 augmented views of held-out images, so after the loop it encodes the DataModule's
-``view_dataloader`` (this rank's shard) and logs ``{stage}/z/sepin@k``.
+``view_dataloader`` (this rank's shard) and logs ``{stage}/z/sepin@k``. The per-dimension
+vectors of ``z`` (EA, activation frequency, consistency, majority class, SEPIN) are kept in
+``dimensions``; at the end of ``fit`` and ``test`` rank 0 hands them to the loggers that
+take a table (the W&B logger's ``log_dimensions``: ``{stage}/z/dimensions``).
 
 The callback never looks inside the method: a method changes what is measured by
 changing ``encode`` (BayesNCL's gated features, for example), not by editing this file.
@@ -26,7 +29,7 @@ from a checkpoint monitor on the other ranks.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -42,7 +45,7 @@ from ncl_lightning.callbacks.schedule import (
 )
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.protocols import ClassLabels, ViewData, require_extra
-from ncl_lightning.foundation.validation import check_at_least, check_int
+from ncl_lightning.foundation.validation import check_at_least, check_choice, check_int
 from ncl_lightning.metrics import (
     ActiveDimensions,
     EffectiveRank,
@@ -173,6 +176,30 @@ class FeatureMetricSet(nn.Module):
             out[name] = metric.compute().float()
         return out
 
+    def dimensions(self) -> dict[str, Tensor]:
+        """Per-dimension vectors ``[d]`` of the states, reduced over the ranks (a collective:
+        call it on every rank): ``ea`` (expected activation), ``frequency`` (share of samples
+        with ``|ẑ_i| > eps``) and, with labels, ``consistency`` (``100 · max_c n_ic / Σ_c
+        n_ic``, NaN for a dimension never activated) and ``majority_class`` (-1 then)."""
+        ea, active = self.unlabelled["expected_activation"], self.unlabelled["active_dims"]
+        with ea.sync_context(), active.sync_context():
+            n = ea.num_samples.clamp_min(1).double()
+            out = {
+                "ea": (ea.activation_sum / n).float(),
+                "frequency": (active.activation_count / n).float(),
+            }
+        if "semantic_consistency" in self.labelled:
+            metric = self.labelled["semantic_consistency"]
+            with metric.sync_context():
+                counts = metric.class_counts.double()
+            total = counts.sum(dim=1)
+            best, majority = counts.max(dim=1)
+            seen = total > 0
+            out["consistency"] = torch.where(seen, 100.0 * best / total.clamp_min(1), torch.nan)
+            out["consistency"] = out["consistency"].float()
+            out["majority_class"] = torch.where(seen, majority, -1)
+        return out
+
     @staticmethod
     def _shared_state_values(name: str, metric: Metric) -> dict[str, Tensor]:
         """Ours and the releases' variants from one metric's (synchronised) states."""
@@ -199,6 +226,10 @@ class FeatureStatistics(L.Callback):
         sepin: Also estimate SEPIN@k of ``z`` on augmented view pairs of the split.
         sepin_max_batches: Cap on the view batches used for SEPIN (None: the whole split,
             or as many batches as `fast_dev_run` / `limit_val_batches` let the trainer read).
+        missing: When the eval steps' output lacks one of ``spaces``: ``error`` (a
+            ``ConfigError`` naming ``spaces``) or ``skip`` (one notice, then nothing is
+            measured: the default instance every self-supervised fit gets, so a subclass
+            whose eval steps return nothing still trains).
     """
 
     def __init__(
@@ -211,8 +242,10 @@ class FeatureStatistics(L.Callback):
         retrieval_dims: int | None = None,
         sepin: bool = True,
         sepin_max_batches: int | None = None,
+        missing: Literal["error", "skip"] = "error",
     ) -> None:
         spaces = list(SPACES) if spaces is None else spaces
+        check_choice("missing", missing, ("error", "skip"))
         check_int("every_n_epochs", every_n_epochs)
         check_spaces(spaces)
         for name, value in (("top_k", top_k), ("retrieval_k", retrieval_k),
@@ -228,13 +261,21 @@ class FeatureStatistics(L.Callback):
         self.retrieval_dims = retrieval_dims
         self.sepin = sepin
         self.sepin_max_batches = sepin_max_batches
+        self.missing = missing
+        self._skipped = False  # missing: skip, and the outputs lacked a space
         self._metrics: dict[str, FeatureMetricSet] = {}
         self._active = False
+        self.dimensions: dict[str, dict[str, Tensor]] = {}
+        """``stage -> {name: [d]}``: the per-dimension vectors of ``z`` of the stage's last
+        measurement ([`FeatureMetricSet.dimensions`][], plus ``sepin`` when measured), the
+        same on every rank; loggers with a ``log_dimensions`` method (W&B) get them as a
+        table at the end of ``fit`` and ``test``."""
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start(epoch_due(trainer, self.every_n_epochs))
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.dimensions.pop("test", None)
         self._start(True)
 
     def _start(self, active: bool) -> None:
@@ -253,7 +294,14 @@ class FeatureStatistics(L.Callback):
     def _update(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any
     ) -> None:
-        if not self._active:
+        if not self._active or self._skipped:
+            return
+        if self.missing == "skip" and any(not hasattr(outputs, s) for s in self.spaces):
+            self._skipped, self._active = True, False
+            rank_zero_info(
+                f"FeatureStatistics: {type(pl_module).__name__}'s eval steps return no "
+                f"{self.spaces}; the default feature statistics are off for this run"
+            )
             return
         missing_spaces("FeatureStatistics", self.spaces, pl_module, outputs)
         optional = [s for s in OPTIONAL_SPACES if s not in self.spaces]
@@ -295,11 +343,39 @@ class FeatureStatistics(L.Callback):
         for space, metrics in self._metrics.items():
             for key, value in metrics.compute().items():
                 pl_module.log(f"{stage}/{space}/{key}", value, sync_dist=True)
+        if "z" in self._metrics:
+            self.dimensions[stage] = self._metrics["z"].dimensions()
         if self.sepin and "z" in self._metrics:
-            for key, value in self._sepin(trainer, pl_module, stage).items():
+            values = self._sepin(trainer, pl_module, stage)
+            self.dimensions[stage]["sepin"] = values.pop("per_dimension")
+            for key, value in values.items():
                 pl_module.log(f"{stage}/z/{key}", value, sync_dist=True)
         self._metrics = {}
         self._active = False
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.dimensions.pop("val", None)  # this fit's table only
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._log_dimensions(trainer, "val")
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._log_dimensions(trainer, "test")
+
+    def _log_dimensions(self, trainer: L.Trainer, stage: str) -> None:
+        """Rank 0 hands the stage's per-dimension vectors of ``z`` (and the top-activation
+        rows a ``TopActivations`` of ``z`` drew at that stage) to loggers that take them."""
+        values = self.dimensions.get(stage)
+        if values is None or not trainer.is_global_zero:
+            return
+        rows: dict[int, Any] = {}
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]
+            if getattr(callback, "space", None) == "z":
+                rows |= getattr(callback, "last_rows", {}).get(stage, {})
+        columns = {name: vector.tolist() for name, vector in values.items()}
+        for logger in trainer.loggers:
+            if hasattr(logger, "log_dimensions"):
+                logger.log_dimensions(f"{stage}/z/dimensions", columns, rows, trainer.global_step)
 
     @torch.no_grad()
     def _sepin(
@@ -318,4 +394,5 @@ class FeatureStatistics(L.Callback):
         loader = datamodule.view_dataloader(stage, trainer.global_rank, trainer.world_size)
         limits = [self.sepin_max_batches, batch_limit(trainer, stage, loader)]
         most = min((n for n in limits if n is not None), default=None)
-        return sepin_on_views(pl_module, loader, temperature, self._metrics["z"].num_features, most)
+        d = self._metrics["z"].num_features
+        return sepin_on_views(pl_module, loader, temperature, d, most, per_dimension=True)

@@ -3,15 +3,19 @@
 For the dimensions with the highest expected activation (EA), a row of the validation
 images that activate each most (NCL paper, Wang et al., ICLR 2024, Figure 1); a heat map of
 feature values for random samples; the dimension-by-dimension correlation matrix; and the
-sorted EA curve. PNG files go to ``<run dir>/pictures/`` (beside the checkpoints); loggers
-that show images (W&B) also get them.
+sorted EA curve. PNG files go to ``<run dir>/pictures/`` (beside the checkpoints), with PDF
+and SVG copies beside them when ``formats`` asks; loggers that show images (W&B) get the PNGs.
+The grid's title names the model (method and backbone classes), split, space and epoch; each
+row its dimension, EA and the majority class of its images (the DataModule's class names when
+it has them) with its share; each image its class.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -27,6 +31,7 @@ from ncl_lightning.metrics.functional import (
     select_by_expected_activation,
 )
 from ncl_lightning.plot import pictures
+from ncl_lightning.plot.style import check_formats, save_figure
 
 
 def _picture_data(trainer: L.Trainer) -> PictureData:
@@ -35,6 +40,41 @@ def _picture_data(trainer: L.Trainer) -> PictureData:
         trainer.datamodule, PictureData, "TopActivations", "val_dataset, test_dataset and "
         "augmentation (images to draw)", "trainer.callbacks",
     )  # fmt: skip
+
+
+def class_names(datamodule: Any, dataset: Any, count: int) -> list[str]:
+    """Names of the ``count`` classes: the DataModule's ``classes`` / ``class_names``, or
+    those of ``dataset`` or of a dataset it wraps (``.dataset``, e.g. torchvision's
+    ``CIFAR10.classes``), when there is one per class; else ``"0"``, ``"1"``, ..."""
+    holders = [datamodule]
+    inner = dataset
+    for _ in range(4):  # TransformedDataset -> Subset -> the base dataset
+        if inner is None:
+            break
+        holders.append(inner)
+        inner = getattr(inner, "dataset", None)
+    for holder in holders:
+        for attr in ("classes", "class_names"):
+            names = getattr(holder, attr, None)
+            if isinstance(names, Sequence) and not isinstance(names, str) and len(names) == count:
+                return [str(n) for n in names]
+    return [str(c) for c in range(count)]
+
+
+def model_title(pl_module: L.LightningModule) -> str:
+    """``"NCL · ResNet18 backbone"``: the method's class and its backbone's class."""
+    backbone = getattr(pl_module, "backbone", None)
+    name = type(pl_module).__name__
+    return name if backbone is None else f"{name} · {type(backbone).__name__} backbone"
+
+
+def _label(target: Any) -> int | None:
+    """A sample's class label, or None when it carries none (e.g. dSprites' factors)."""
+    if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
+        return int(target)
+    if isinstance(target, Tensor) and target.numel() == 1 and not target.is_floating_point():
+        return int(target)
+    return None
 
 
 class TopActivations(L.Callback):
@@ -54,6 +94,9 @@ class TopActivations(L.Callback):
             `limit_val_batches` / `limit_test_batches` bound the batches read as well).
         cell: Pixel side of each image in the grid.
         seed: Seed of the heat map's sample choice.
+        formats: Files of every picture: ``png`` (always written: the loggers get it) and,
+            for papers, the vector ``pdf`` and ``svg`` beside it (same name, other suffix).
+        image_labels: Write each grid image's class under it (when the data has classes).
     """
 
     def __init__(
@@ -66,12 +109,16 @@ class TopActivations(L.Callback):
         max_samples: int | None = 10_000,
         cell: int = 64,
         seed: int = 0,
+        formats: list[str] = ["png"],  # noqa: B006 (a typed list: it becomes YAML)
+        image_labels: bool = True,
     ) -> None:
         for name, value in (("every_n_epochs", every_n_epochs), ("num_dims", num_dims),
                             ("num_images", num_images), ("heatmap_samples", heatmap_samples),
                             ("cell", cell)):  # fmt: skip
             check_int(name, value)
         check_choice("space", space, ("z", "h"))
+        self.formats = list(check_formats(["png", *check_formats(formats)]))
+        self.image_labels = image_labels
         self.every_n_epochs = every_n_epochs
         self.space = space
         self.num_dims = num_dims
@@ -81,6 +128,8 @@ class TopActivations(L.Callback):
         self.cell = cell
         self.seed = seed
         self.last_paths: dict[str, Path] = {}
+        self.last_rows: dict[str, dict[int, np.ndarray]] = {}
+        """``stage -> {dim: [H, k · W, 3] uint8}``: each drawn row's images side by side."""
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if epoch_due(trainer, self.every_n_epochs):
@@ -117,38 +166,53 @@ class TopActivations(L.Callback):
         dims = select_by_expected_activation(ea, min(self.num_dims, d))
         k = min(self.num_images, n)
         top = z[:, dims].topk(k, dim=0).indices.T  # [rows, k] dataset indices
-        images = torch.stack([torch.stack([dataset[int(i)][0] for i in row]) for row in top])
+        items = [[dataset[int(i)] for i in row] for row in top]
+        images = torch.stack([torch.stack([item[0] for item in row]) for row in items])
         aug = datamodule.augmentation
         pixels = pictures.to_uint8(images.flatten(0, 1), aug.mean, aug.std)
         pixels = pixels.reshape(len(dims), k, *pixels.shape[1:])
-        labels = [f"dim {int(i)}\nEA {float(ea[i]):.3f}" for i in dims]
+        count = int(getattr(datamodule, "num_classes", 0) or 0)
+        classes = [[_label(item[1]) for item in row] for row in items]
+        known = count > 0 and all(c is not None and 0 <= c < count for row in classes for c in row)
+        names = class_names(datamodule, dataset, count) if known else []
+        labels = [
+            pictures.row_label(int(j), float(ea[j]), row if known else None, names)
+            for j, row in zip(dims, classes, strict=True)
+        ]
+        captions = [[names[c] for c in row] for row in classes] if known else None
 
         out.mkdir(parents=True, exist_ok=True)
         tag = f"{stage}_{self.space}_epoch{trainer.current_epoch:03d}"
         order = ea.argsort(descending=True)
         g = torch.Generator().manual_seed(self.seed)
         sample = torch.randperm(n, generator=g)[: self.heatmap_samples]
+        formats = self.formats
+        title = (
+            f"{model_title(pl_module)}\n{stage} {self.space}, epoch {trainer.current_epoch}"
+        )
+        grid = pictures.activation_grid(
+            np.asarray(pixels), labels, title, captions if self.image_labels else None, self.cell
+        )
         paths = {
-            "top_activations": out / f"{tag}_top_activations.png",
+            "top_activations": save_figure(grid, out / f"{tag}_top_activations.png", formats)[0],
             "heatmap": pictures.heatmap(
                 z[sample][:, order],
                 out / f"{tag}_heatmap.png",
                 f"{self.space} of {len(sample)} random {stage} images",
                 "dimension (by EA)",
                 "sample",
+                formats,
             ),
             "correlation": pictures.correlation(
                 z[:, order],
                 out / f"{tag}_correlation.png",
                 f"{self.space}: correlation of dimensions (by EA)",
+                formats,
             ),
             "ea_curve": pictures.ea_curve(
-                ea, out / f"{tag}_ea_curve.png", f"{self.space}: expected activation"
+                ea, out / f"{tag}_ea_curve.png", f"{self.space}: expected activation", formats
             ),
         }
-        pictures.activation_grid(np.asarray(pixels), labels, self.cell).save(
-            paths["top_activations"]
-        )
         for logger in trainer.loggers:
             if hasattr(logger, "log_image"):
                 for name, path in paths.items():
@@ -158,4 +222,7 @@ class TopActivations(L.Callback):
                         step=trainer.global_step,
                     )
         self.last_paths = paths
+        self.last_rows[stage] = {  # FeatureStatistics' per-dimension table shows them
+            int(j): np.concatenate(list(row), axis=1) for j, row in zip(dims, pixels, strict=True)
+        }
         return paths

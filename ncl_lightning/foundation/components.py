@@ -109,6 +109,10 @@ class FiniteCheck(Protocol):
         """Run ``effect`` once the batch is known to be finite (dropped if it is not)."""
         ...
 
+    def judge_pending(self, module: Any) -> None:
+        """Read the deferred verdict now, while the batch's gradients still exist."""
+        ...
+
 
 @runtime_checkable
 class FiniteCheckHost(Protocol):

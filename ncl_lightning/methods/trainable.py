@@ -209,6 +209,13 @@ class TrainableModule(L.LightningModule):
         """Run ``effect`` once this batch is known to be finite (dropped if it is not)."""
         self.nonfinite_guard().after_finite(effect)
 
+    def on_validation_model_zero_grad(self) -> None:
+        """Judge the last deferred batch before Lightning releases the gradients for
+        validation: a non-finite gradient is named from them (one sync, per validation)."""
+        if self._finite.attached is not None:
+            self._finite.attached.judge_pending(self)
+        super().on_validation_model_zero_grad()
+
     def skipped_step_loss(self) -> Tensor:
         """What a skipped step returns: a zero loss on every trainable parameter."""
         return zero_loss(self, self.device)

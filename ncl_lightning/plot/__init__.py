@@ -4,7 +4,9 @@
 Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``) and draws one
 panel per logged metric of interest (train loss, online and kNN accuracy, sparsity,
 semantic consistency, gate open rate, learning rate), one line per run. From Python:
-[`plot_curves`][]. W&B runs are not read (use the W&B web page for those).
+[`plot_curves`][]. The command line reads offline W&B runs too
+(``<save_dir>/wandb/offline-run-*``): [`load_runs`][]' ``read_wandb`` takes the reader of
+the run-time shell, [`read_history`][ncl_lightning.runtime.wandb_history.read_history].
 """
 
 from ncl_lightning.plot.curves import (

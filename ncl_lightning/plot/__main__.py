@@ -1,7 +1,9 @@
-"""``python -m ncl_lightning.plot RUN [RUN ...]``: training and validation curves of CSV runs.
+"""``python -m ncl_lightning.plot RUN [RUN ...]``: curves of CSV and offline W&B runs.
 
-Reads Lightning ``CSVLogger`` files only (``<save_dir>/<name>/version_N/metrics.csv``); W&B
-runs are not read. Several runs go on the same panels, one line (and legend entry) each.
+Reads Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``) and offline
+W&B runs (``<save_dir>/wandb/offline-run-*/run-<id>.wandb``, read by
+[`read_history`][ncl_lightning.runtime.wandb_history.read_history]; a synced run's folder
+stays on disk). Several runs go on the same panels, one line (and legend entry) each.
 Every input is checked before anything is written ([`check_inputs`][]); an error of input
 (a folder without ``metrics.csv``, an unreadable CSV, nothing to draw, several versions
 without ``--all``, an output file of unknown format or in a folder that cannot be written)
@@ -24,7 +26,9 @@ from ncl_lightning.plot.curves import (
     draw_curves,
 )
 from ncl_lightning.plot.metrics_csv import RunCurves, load_runs
+from ncl_lightning.plot.style import FORMATS, check_formats
 from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
+from ncl_lightning.runtime.wandb_history import read_history
 
 PROG = "python -m ncl_lightning.plot"
 OUT_NAME = "curves.png"
@@ -46,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="RUN",
         help="a CSVLogger run: its save_dir (e.g. runs/demo/digits_ncl), a "
-        "version_N folder or a metrics.csv; CSV only, W&B runs are not read",
+        "version_N folder or a metrics.csv; or an offline W&B run: its save_dir (e.g. "
+        "runs/cifar10_ncl), a wandb/offline-run-* folder or its run-<id>.wandb file",
     )
     p.add_argument(
         "--out",
@@ -77,6 +82,14 @@ def parser() -> argparse.ArgumentParser:
         help="x axis: the global step, or the epoch (values averaged per epoch)",
     )
     p.add_argument(
+        "--formats",
+        nargs="+",
+        default=None,
+        metavar="FORMAT",
+        help=f"also write the image as these formats beside --out ({', '.join(FORMATS)}; "
+        "pdf and svg are vector files for papers), e.g. --formats pdf svg",
+    )
+    p.add_argument(
         "--all",
         action="store_true",
         dest="all_versions",
@@ -98,7 +111,9 @@ def check_inputs(args: argparse.Namespace) -> tuple[list[RunCurves], Path]:
     """
     out = args.out if args.out is not None else default_out(args.runs)
     check_out(out, "--out")
-    runs = load_runs(args.runs, args.labels, args.all_versions)
+    if args.formats is not None:
+        check_formats(args.formats, "--formats")
+    runs = load_runs(args.runs, args.labels, args.all_versions, read_history)
     choose_panels(runs, args.metrics)
     return runs, out
 
@@ -111,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _plot(args: argparse.Namespace) -> None:
     runs, out = check_inputs(args)
-    panels = draw_curves(runs, out, args.metrics, args.x)
+    panels = draw_curves(runs, out, args.metrics, args.x, args.formats)
     print(
         f"{out}: {len(runs)} run(s) ({', '.join(r.label for r in runs)}), x = {args.x}, "
         f"panels: {', '.join(panels)}"

@@ -20,6 +20,17 @@ from matplotlib.lines import Line2D
 from ncl_lightning.foundation.errors import ConfigError, DataError, did_you_mean
 from ncl_lightning.foundation.validation import check_choice
 from ncl_lightning.plot.metrics_csv import Point, RunCurves, load_runs
+from ncl_lightning.plot.style import (
+    COLOURS,
+    DPI,
+    LABEL_SIZE,
+    TICK_SIZE,
+    TITLE_SIZE,
+    check_formats,
+    figure_style,
+    new_figure,
+    save_figure,
+)
 
 # Drawn when logged, in this order. ``lr`` stands for LearningRateMonitor's ``lr-<Optimizer>``
 # columns (one panel each).
@@ -36,7 +47,6 @@ LR_ALIAS, LR_PREFIX = "lr", "lr-"
 X_AXES = ("step", "epoch")
 X_LABELS = {"step": "step (global training step)", "epoch": "epoch (mean of its logged values)"}
 PANEL_SIZE = (4.0, 3.0)  # inches
-DPI = 100
 MAX_COLUMNS = 3
 MARKER_MAX = 60  # series with at most this many points get a marker (validation curves)
 # What ``--out``'s extension may be: the Agg canvas' file types (pgf needs LaTeX; raw/rgba
@@ -167,44 +177,64 @@ def curves_figure(runs: Sequence[RunCurves], panels: Sequence[str], x: str = "st
             if any(p.epoch is None for points in run.series.values() for p in points):
                 raise DataError(f"{run.path}: no 'epoch' column; draw against x='step'")
     width, height = figure_size(len(panels))
-    fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    cols = min(MAX_COLUMNS, len(panels))
-    axes = fig.subplots(math.ceil(len(panels) / cols), cols, squeeze=False).ravel()
-    for ax, column in zip(axes, panels, strict=False):
-        for i, run in enumerate(runs):
-            points = run.series.get(column)
-            if not points:
-                continue
-            xs, ys = _xy(points, x)
-            marker = "o" if len(xs) <= MARKER_MAX else None
-            ax.plot(xs, ys, color=f"C{i}", label=run.label, marker=marker, markersize=3, lw=1.2)
-        ax.set_title(column, fontsize=10)
-        ax.set_xlabel(X_LABELS[x], fontsize=8)
-        ax.tick_params(labelsize=8)
-        ax.grid(alpha=0.3)
-    for ax in axes[len(panels) :]:
-        fig.delaxes(ax)
-    handles = [Line2D([], [], color=f"C{i}", label=run.label) for i, run in enumerate(runs)]
-    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(runs), 4), fontsize=9)
+    with figure_style():
+        fig = new_figure((width / DPI, height / DPI), layout="constrained")
+        cols = min(MAX_COLUMNS, len(panels))
+        axes = fig.subplots(math.ceil(len(panels) / cols), cols, squeeze=False).ravel()
+        for ax, column in zip(axes, panels, strict=False):
+            for i, run in enumerate(runs):
+                points = run.series.get(column)
+                if not points:
+                    continue
+                xs, ys = _xy(points, x)
+                marker = "o" if len(xs) <= MARKER_MAX else None
+                ax.plot(xs, ys, color=_colour(i), label=run.label, marker=marker, markersize=3)
+            ax.set_title(column, fontsize=TITLE_SIZE)
+            ax.set_xlabel(X_LABELS[x], fontsize=TICK_SIZE)
+            ax.grid(True)
+        for ax in axes[len(panels) :]:
+            fig.delaxes(ax)
+        handles = [Line2D([], [], color=_colour(i), label=r.label) for i, r in enumerate(runs)]
+        fig.legend(
+            handles=handles, loc="outside upper center", ncols=min(len(runs), 4),
+            fontsize=LABEL_SIZE,
+        )  # fmt: skip
     return fig
 
 
+def _colour(i: int) -> str:
+    """The colour of the ``i``-th run (the style's cycle, repeated)."""
+    return COLOURS[i % len(COLOURS)]
+
+
 def draw_curves(
-    runs: Sequence[RunCurves], out: Path, metrics: Sequence[str] | None = None, x: str = "step"
+    runs: Sequence[RunCurves],
+    out: Path,
+    metrics: Sequence[str] | None = None,
+    x: str = "step",
+    formats: Sequence[str] | None = None,
 ) -> list[str]:
     """Choose the panels, draw them and write the image to ``out`` (parents created);
     every argument is checked before anything is written.
+
+    Args:
+        formats: Also write ``out`` with these suffixes (some of ``png``, ``pdf``, ``svg``:
+            vector files beside the PNG); None: only ``out``, in its own format.
 
     Returns:
         The columns drawn, in panel order.
     """
     check_out(out)
+    extra = () if formats is None else check_formats(formats)
     panels = choose_panels(runs, metrics)
     fig = curves_figure(runs, panels, x)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=DPI)
+    with figure_style():
+        fig.savefig(out, dpi=DPI)
+    beside = [f for f in extra if f != out.suffix.lower().lstrip(".")]
+    if beside:
+        save_figure(fig, out, beside)
     return panels
 
 
@@ -216,6 +246,7 @@ def plot_curves(
     metrics: Sequence[str] | None = None,
     x: str = "step",
     all_versions: bool = False,
+    formats: Sequence[str] | None = None,
 ) -> Path:
     """Draw the training and validation curves of CSV-logged runs into one PNG.
 
@@ -232,6 +263,8 @@ def plot_curves(
         metrics: Columns to draw; default: the logged ones of ``DEFAULT_PANELS``.
         x: ``"step"`` or ``"epoch"``.
         all_versions: Draw every version below a folder instead of refusing several.
+        formats: Also write ``out`` as these formats beside it (``["pdf", "svg"]``: vector
+            files for a paper, ``out.pdf`` and ``out.svg``).
 
     Returns:
         ``out``.
@@ -242,5 +275,5 @@ def plot_curves(
         ConfigError: Several versions without ``all_versions``, wrong ``labels``, an unknown
             metric or ``x``.
     """
-    draw_curves(load_runs(runs, labels, all_versions), out, metrics, x)
+    draw_curves(load_runs(runs, labels, all_versions), out, metrics, x, formats)
     return Path(out)

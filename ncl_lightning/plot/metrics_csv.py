@@ -1,4 +1,11 @@
-"""Finding and reading Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``).
+"""Finding and reading Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``)
+and finding offline W&B runs (``<save_dir>/wandb/offline-run-*/run-<id>.wandb``).
+
+A W&B run file is read by a function the caller passes ([`load_runs`][]'s ``read_wandb``):
+this package reads it with wandb's own record format in the run-time shell
+([`read_history`][ncl_lightning.runtime.wandb_history.read_history]), which the entry point
+``python -m ncl_lightning.plot`` hands in. It gives the same ``(step, epoch, value)`` points
+as a CSV file, so both kinds of run are drawn alike.
 
 The logger writes one row per logging call: the columns ``epoch`` and ``step``, then one
 column per logged key, left empty where that key was not logged by the call (a validation
@@ -11,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -19,6 +26,8 @@ from typing import NamedTuple
 from ncl_lightning.foundation.errors import ConfigError, DataError, DataNotFoundError
 
 METRICS_FILE = "metrics.csv"
+WANDB_FILE = "run-*.wandb"
+"""The record file of an offline W&B run folder (``offline-run-<time>-<id>/``)."""
 INDEX_COLUMNS = ("epoch", "step")
 
 
@@ -33,7 +42,7 @@ class Point(NamedTuple):
 
 @dataclass(frozen=True)
 class RunCurves:
-    """The logged series of one CSV run.
+    """The logged series of one run (CSV or offline W&B).
 
     Attributes:
         label: The name shown in the legend (the logger name, ``digits_ncl``).
@@ -47,14 +56,23 @@ class RunCurves:
     series: dict[str, list[Point]]
 
 
+def _run_files(folder: Path, pattern: str) -> list[Path]:
+    """``metrics.csv`` or ``run-*.wandb`` files: those in ``folder``, else those below it."""
+    here = sorted(folder.glob(pattern))
+    return here if here else sorted(folder.rglob(pattern))
+
+
 def find_metrics(folder: Path, all_versions: bool = False) -> list[Path]:
-    """The ``metrics.csv`` files of the run at ``folder``.
+    """The ``metrics.csv`` files (and offline W&B ``run-<id>.wandb`` files) of the run at
+    ``folder``.
 
     Args:
-        folder: A version folder holding ``metrics.csv``, the file itself, or any folder above
-            (a run root such as ``runs/demo/digits_ncl`` holding ``<name>/version_N/``).
-        all_versions: Return every ``metrics.csv`` found below ``folder``; otherwise more than
-            one is refused.
+        folder: A version folder holding ``metrics.csv``, an ``offline-run-*`` folder, the
+            file itself, or any folder above (a run root such as ``runs/demo/digits_ncl``
+            holding ``<name>/version_N/``, or ``runs/cifar10_ncl`` holding
+            ``wandb/offline-run-*/``).
+        all_versions: Return every run file found below ``folder``; otherwise more than one
+            is refused.
 
     Returns:
         The files, sorted by path.
@@ -70,16 +88,17 @@ def find_metrics(folder: Path, all_versions: bool = False) -> list[Path]:
         raise DataNotFoundError(f"{folder}: no such file or folder")
     if (folder / METRICS_FILE).is_file():
         return [folder / METRICS_FILE]
-    found = sorted(folder.rglob(METRICS_FILE))
+    found = _run_files(folder, METRICS_FILE) + _run_files(folder, WANDB_FILE)
     if not found:
         raise DataNotFoundError(
-            f"{folder}: no {METRICS_FILE} below it; expected a CSVLogger run "
-            f"(<save_dir>/<name>/version_N/{METRICS_FILE}); W&B runs are not read"
+            f"{folder}: no {METRICS_FILE} and no {WANDB_FILE} below it; expected a CSVLogger "
+            f"run (<save_dir>/<name>/version_N/{METRICS_FILE}) or an offline W&B run "
+            f"(<save_dir>/wandb/offline-run-*/{WANDB_FILE})"
         )
     if len(found) > 1 and not all_versions:
-        names = ", ".join(str(p.parent.relative_to(folder)) for p in found)
+        names = ", ".join(str(p.parent.relative_to(folder)) or "." for p in found)
         raise ConfigError(
-            f"{folder}: {len(found)} CSV runs below it ({names}); pass one of them, "
+            f"{folder}: {len(found)} runs below it ({names}); pass one of them, "
             f"or --all (all_versions=True) to draw them all",
             key="runs",
         )
@@ -142,23 +161,34 @@ def read_metrics(path: Path) -> dict[str, list[Point]]:
 
 def run_label(path: Path) -> str:
     """The logger name of a ``<name>/version_N/metrics.csv`` (the folder above the version
-    folder); the file's own folder name when it is not in a ``version_N`` folder."""
+    folder), the ``save_dir`` name of a ``<save_dir>/wandb/offline-run-*/run-<id>.wandb``;
+    the file's own folder name otherwise."""
     folder = Path(path).parent
+    if folder.parent.name == "wandb" and folder.parent.parent.name:
+        return folder.parent.parent.name
     if folder.name.startswith("version_") and folder.parent.name:
         return folder.parent.name
     return folder.name or str(folder)
 
 
 def load_runs(
-    runs: Sequence[Path], labels: Sequence[str] | None = None, all_versions: bool = False
+    runs: Sequence[Path],
+    labels: Sequence[str] | None = None,
+    all_versions: bool = False,
+    read_wandb: Callable[[Path], dict[str, list[Point]]] | None = None,
 ) -> list[RunCurves]:
-    """Find and read the CSV runs at ``runs`` (see [`find_metrics`][]).
+    """Find and read the CSV and offline W&B runs at ``runs`` (see [`find_metrics`][]).
 
     Args:
-        runs: Run folders, version folders or ``metrics.csv`` files.
-        labels: One legend label per ``metrics.csv`` found; default: each logger's name,
-            made unique with ``/version_N`` (then the full folder) where two runs share it.
-        all_versions: Draw every version found below a folder.
+        runs: Run folders, version folders, ``offline-run-*`` folders, ``metrics.csv`` or
+            ``run-<id>.wandb`` files.
+        labels: One legend label per run file found; default: each logger's name (the
+            ``save_dir`` name for W&B), made unique with ``/version_N`` (``/offline-run-…``,
+            then the full folder) where two runs share it.
+        all_versions: Draw every run found below a folder.
+        read_wandb: Reads a ``run-<id>.wandb`` file into the points of [`read_metrics`][]
+            ([`read_history`][ncl_lightning.runtime.wandb_history.read_history]); None
+            refuses W&B runs.
 
     Returns:
         One [`RunCurves`][] per ``metrics.csv``, in the order of ``runs``.
@@ -167,7 +197,7 @@ def load_runs(
         ConfigError: ``labels`` does not give one label per file found, or no run is given.
     """
     if not runs:
-        raise ConfigError("runs: give at least one CSV run folder", key="runs")
+        raise ConfigError("runs: give at least one run folder", key="runs")
     paths = [p for run in runs for p in find_metrics(Path(run), all_versions)]
     if labels is None:
         labels = [run_label(p) for p in paths]
@@ -176,8 +206,24 @@ def load_runs(
                 labels = [unique(p) for p in paths]
     elif len(labels) != len(paths):
         raise ConfigError(
-            f"labels: {len(labels)} given for {len(paths)} CSV runs "
+            f"labels: {len(labels)} given for {len(paths)} runs "
             f"({', '.join(str(p) for p in paths)})",
             key="labels",
         )
-    return [RunCurves(lab, p, read_metrics(p)) for lab, p in zip(labels, paths, strict=True)]
+    return [
+        RunCurves(lab, p, _read(p, read_wandb)) for lab, p in zip(labels, paths, strict=True)
+    ]
+
+
+def _read(
+    path: Path, read_wandb: Callable[[Path], dict[str, list[Point]]] | None
+) -> dict[str, list[Point]]:
+    """A ``metrics.csv`` by [`read_metrics`][], a ``.wandb`` file by ``read_wandb``."""
+    if path.suffix != ".wandb":
+        return read_metrics(path)
+    if read_wandb is None:
+        raise DataError(
+            f"{path}: an offline W&B run; read it with `python -m ncl_lightning.plot` "
+            f"(or pass read_wandb=ncl_lightning.runtime.wandb_history.read_history)"
+        )
+    return read_wandb(path)

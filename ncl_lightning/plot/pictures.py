@@ -1,27 +1,43 @@
 """Pure drawing functions for feature pictures (no Lightning, no state).
 
-Sizes are deterministic: the activation grid is composed pixel by pixel with PIL, and the
-matplotlib figures use a fixed size and dpi (no tight bounding box), so a picture's size
-depends only on its arguments.
+Every figure uses the package's style ([`figure_style`][ncl_lightning.plot.style.figure_style]:
+no global matplotlib state changes) and a fixed size and dpi (no tight bounding box), so a
+picture's pixel size depends only on its arguments. Each function takes ``formats`` (some of
+``png``, ``pdf``, ``svg``) and writes the vector files beside the PNG when asked.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.figure import Figure
 from PIL import Image, ImageDraw
 from torch import Tensor
 
-FIGSIZE = (6.4, 4.8)
-DPI = 100
-LABEL_WIDTH = 72
+from ncl_lightning.foundation.validation import check_int, check_shape
+from ncl_lightning.plot.style import (
+    DIVERGING_CMAP,
+    DPI,
+    LABEL_SIZE,
+    SEQUENTIAL_CMAP,
+    SMALL_SIZE,
+    TITLE_SIZE,
+    figure_style,
+    new_figure,
+    save_figure,
+)
+
+FIGSIZE = (6.4, 4.8)  # inches of the heat maps and curves
+LABEL_WIDTH = 120  # pixels of the row-label column of the activation grid
+TITLE_LINE = 18  # pixels per title line of the activation grid
+CAPTION = 12  # pixels of the class caption under each grid image
+CAPTION_CELL = 32  # smallest cell with captions (narrower images leave them out)
+ROW_LABEL = 44  # smallest row height: the three lines of a row label
+MIN_WIDTH = 360  # pixels: room for the title of a narrow grid
 PAD = 2
 
 
@@ -35,69 +51,153 @@ def to_uint8(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> np.
     return (pixels.permute(0, 2, 3, 1).numpy() * 255).round().astype(np.uint8)
 
 
-def grid_size(rows: int, cols: int, cell: int) -> tuple[int, int]:
-    """``(width, height)`` in pixels of [`activation_grid`][]."""
-    return LABEL_WIDTH + cols * (cell + PAD) + PAD, rows * (cell + PAD) + PAD
+def majority_class(labels: Sequence[int]) -> tuple[int, float]:
+    """The most frequent label (ties: the smallest) and its share of ``labels``."""
+    counts = Counter(int(label) for label in labels)
+    label = min(counts, key=lambda c: (-counts[c], c))
+    return label, counts[label] / len(labels)
 
 
-def activation_grid(images: np.ndarray, row_labels: Sequence[str], cell: int = 64) -> Image.Image:
-    """One row per feature dimension, its top-activated images left to right.
+def row_label(dim: int, ea: float, labels: Sequence[int] | None, names: Sequence[str]) -> str:
+    """``"dim 17\nEA 0.031\ncat 70%"``: a grid row's label; the class line (majority
+    class of the row's images by ``names``, or the label id) only with ``labels``."""
+    text = f"dim {dim}\nEA {ea:.3f}"
+    if labels:
+        label, share = majority_class(labels)
+        name = names[label] if 0 <= label < len(names) else str(label)
+        text += f"\n{name} {share:.0%}"
+    return text
 
-    Args:
-        images: ``[rows, cols, H, W, 3]`` uint8.
-        row_labels: One label per row (e.g. ``"dim 17\\nEA .031"``).
-        cell: Side in pixels of each (nearest-upscaled) image.
-    """
+
+def _row_height(cell: int, captions: bool) -> int:
+    """Pixels of one grid row: the images (at least a row label's height), the captions
+    (only from ``CAPTION_CELL`` pixels on) and a gap."""
+    captions = captions and cell >= CAPTION_CELL
+    return max(cell + (CAPTION if captions else 0), ROW_LABEL) + PAD
+
+
+def grid_size(
+    rows: int, cols: int, cell: int, title_lines: int = 2, captions: bool = True
+) -> tuple[int, int]:
+    """``(width, height)`` in pixels of [`activation_grid`][] (and of its PNG)."""
+    width = max(LABEL_WIDTH + cols * (cell + PAD) + PAD, MIN_WIDTH)
+    return width, title_lines * TITLE_LINE + 8 + rows * _row_height(cell, captions)
+
+
+def _mosaic(images: np.ndarray, cell: int, captions: bool) -> np.ndarray:
+    """``[rows, cols, H, W, 3]`` images as one white-padded ``uint8`` picture, each image
+    nearest-upscaled to ``cell`` pixels (blocks of equal pixels: no blur)."""
     rows, cols = images.shape[:2]
-    canvas = Image.new("RGB", grid_size(rows, cols, cell), "white")
-    draw = ImageDraw.Draw(canvas)
+    row = _row_height(cell, captions)
+    canvas = np.full((rows * row, cols * (cell + PAD) + PAD, 3), 255, np.uint8)
     for r in range(rows):
-        y = PAD + r * (cell + PAD)
-        draw.multiline_text((4, y + 4), row_labels[r], fill="black")
         for c in range(cols):
             tile = Image.fromarray(images[r, c]).resize((cell, cell), Image.NEAREST)
-            canvas.paste(tile, (LABEL_WIDTH + PAD + c * (cell + PAD), y))
+            x = PAD + c * (cell + PAD)
+            canvas[r * row : r * row + cell, x : x + cell] = np.asarray(tile.convert("RGB"))
     return canvas
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+def activation_grid(
+    images: np.ndarray,
+    row_labels: Sequence[str],
+    title: str,
+    image_labels: Sequence[Sequence[str]] | None = None,
+    cell: int = 64,
+) -> Figure:
+    """One row per feature dimension, its top-activated images left to right (NCL paper,
+    Figure 1), as a figure (not saved; [`save_figure`][ncl_lightning.plot.style.save_figure]
+    writes it). Images are drawn pixel for pixel in the PNG (size [`grid_size`][]).
+
+    Args:
+        images: ``[rows, cols, H, W, 3]`` uint8.
+        row_labels: One label per row (e.g. [`row_label`][]'s ``"dim 17\nEA 0.031\ncat 70%"``).
+        title: Above the grid (e.g. the model and the epoch); one or more lines.
+        image_labels: ``[rows][cols]`` caption under each image (its class), or None;
+            left out for cells under ``CAPTION_CELL`` pixels (they would overlap).
+        cell: Side in pixels of each (nearest-upscaled) image.
+
+    Raises:
+        ConfigError: ``images`` not ``[rows, cols, H, W, 3]``, labels of another count,
+            ``cell`` < 1.
+    """
+    check_shape("images", images, ("rows", "cols", "H", "W", 3))
+    check_int("cell", cell)
+    rows, cols = images.shape[:2]
+    check_shape("row_labels", np.empty(len(row_labels)), (rows,))
+    if image_labels is not None:
+        check_shape("image_labels", np.empty(len(image_labels)), (rows,))
+        for labels in image_labels:
+            check_shape("image_labels", np.empty((rows, len(labels))), (rows, cols))
+    captions = image_labels is not None and cell >= CAPTION_CELL
+    lines = title.count("\n") + 1
+    width, height = grid_size(rows, cols, cell, lines, captions)
+    top = lines * TITLE_LINE + 8  # pixels above the images
+    row = _row_height(cell, captions)
+    mosaic = _mosaic(images, cell, captions)
+    with figure_style():
+        fig = new_figure((width / DPI, height / DPI))
+        fig.text(0.5, 1 - 4 / height, title, ha="center", va="top", size=TITLE_SIZE,
+                 linespacing=1.3)  # fmt: skip
+        box = (LABEL_WIDTH / width, 0, mosaic.shape[1] / width, 1 - top / height)
+        ax = fig.add_axes(box)  # the mosaic pixel for pixel
+        ax.imshow(mosaic, interpolation="nearest", aspect="auto")
+        ax.set_axis_off()
+        for r in range(rows):
+            y = 1 - (top + r * row + (row - PAD) / 2) / height
+            fig.text(4 / width, y, row_labels[r], va="center", size=LABEL_SIZE - 1)
+            for c in range(cols if captions else 0):
+                x = (LABEL_WIDTH + PAD + c * (cell + PAD) + cell / 2) / width
+                y = 1 - (top + r * row + cell + 1) / height
+                caption = image_labels[r][c]  # type: ignore[index]
+                fig.text(x, y, caption, ha="center", va="top", size=SMALL_SIZE)
+    return fig
 
 
-def heatmap(values: Tensor, path: Path, title: str, xlabel: str, ylabel: str) -> Path:
-    """Save a heat map of a ``[rows, cols]`` matrix (e.g. samples x dimensions)."""
-    fig, ax = plt.subplots(figsize=FIGSIZE)
-    im = ax.imshow(
-        values.cpu().float().numpy(), aspect="auto", cmap="viridis", interpolation="nearest"
-    )
-    fig.colorbar(im, ax=ax)
+def _plain(title: str, xlabel: str, ylabel: str) -> tuple[Figure, object]:
+    fig = new_figure(FIGSIZE)
+    ax = fig.add_subplot()
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    return _save(fig, path)
+    return fig, ax
 
 
-def correlation(features: Tensor, path: Path, title: str) -> Path:
+def heatmap(
+    values: Tensor, path: Path, title: str, xlabel: str, ylabel: str,
+    formats: Sequence[str] = ("png",),
+) -> Path:  # fmt: skip
+    """Save a heat map of a ``[rows, cols]`` matrix (e.g. samples x dimensions) as
+    ``path`` (and its ``formats``); returns the first file written."""
+    with figure_style():
+        fig, ax = _plain(title, xlabel, ylabel)
+        im = ax.imshow(values.cpu().float().numpy(), aspect="auto", cmap=SEQUENTIAL_CMAP)
+        fig.colorbar(im, ax=ax)
+    return save_figure(fig, path, formats)[0]
+
+
+def correlation(
+    features: Tensor, path: Path, title: str, formats: Sequence[str] = ("png",)
+) -> Path:
     """Save the dimension-by-dimension correlation matrix of ``[N, d]`` features.
 
     Dimensions that are constant over the samples (e.g. dead ones) have no defined
-    correlation and are drawn as 0.
+    correlation and are drawn as 0. Returns the first file written.
     """
     corr = torch.corrcoef(features.float().T).nan_to_num(0.0)
-    fig, ax = plt.subplots(figsize=FIGSIZE)
-    im = ax.imshow(corr.cpu().numpy(), cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
-    fig.colorbar(im, ax=ax)
-    ax.set(title=title, xlabel="dimension", ylabel="dimension")
-    return _save(fig, path)
+    with figure_style():
+        fig, ax = _plain(title, "dimension", "dimension")
+        im = ax.imshow(corr.cpu().numpy(), cmap=DIVERGING_CMAP, vmin=-1, vmax=1)
+        fig.colorbar(im, ax=ax)
+    return save_figure(fig, path, formats)[0]
 
 
-def ea_curve(ea: Tensor, path: Path, title: str) -> Path:
-    """Save the expected activation of every dimension, sorted in decreasing order."""
-    fig, ax = plt.subplots(figsize=FIGSIZE)
-    ax.plot(ea.sort(descending=True).values.cpu().numpy())
-    ax.set(title=title, xlabel="dimension rank (by EA)", ylabel="expected activation")
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
+def ea_curve(ea: Tensor, path: Path, title: str, formats: Sequence[str] = ("png",)) -> Path:
+    """Save the expected activation of every dimension, sorted in decreasing order;
+    returns the first file written."""
+    with figure_style():
+        fig, ax = _plain(title, "dimension rank (by EA)", "expected activation")
+        ax.plot(ea.sort(descending=True).values.cpu().numpy())
+        ax.grid(True)
+    return save_figure(fig, path, formats)[0]
 
 
 def side_by_side(
@@ -130,15 +230,19 @@ def side_by_side(
 
 
 def accuracy_vs_k(
-    curves: dict[str, tuple[Sequence[int], Sequence[float]]], path: Path, title: str
+    curves: dict[str, tuple[Sequence[int], Sequence[float]]],
+    path: Path,
+    title: str,
+    formats: Sequence[str] = ("png",),
 ) -> Path:
     """Save accuracy against the number of kept dimensions, one line per selection
-    rule (NCL paper, Figure 10); ``curves[name] = (ks, accuracies in [0, 1])``."""
-    fig, ax = plt.subplots(figsize=FIGSIZE)
-    for name, (ks, accs) in curves.items():
-        ax.plot(list(ks), [100 * a for a in accs], marker="o", label=name)
-    ax.set_xscale("log", base=2)
-    ax.set(title=title, xlabel="selected dimensions k", ylabel="linear accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, path)
+    rule (NCL paper, Figure 10); ``curves[name] = (ks, accuracies in [0, 1])``. Returns
+    the first file written."""
+    with figure_style():
+        fig, ax = _plain(title, "selected dimensions k", "linear accuracy (%)")
+        for name, (ks, accs) in curves.items():
+            ax.plot(list(ks), [100 * a for a in accs], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.grid(True)
+        ax.legend()
+    return save_figure(fig, path, formats)[0]

@@ -30,7 +30,7 @@ def default_feature_statistics() -> FeatureStatistics:
     ``z`` (sparsity, active dimensions, orthogonality, semantic consistency and entropy,
     retrieval) at every validation and test; no SEPIN (it encodes the split again), no
     ``h``. A configured ``FeatureStatistics`` replaces it."""
-    return FeatureStatistics(every_n_epochs=1, spaces=["z"], sepin=False)
+    return FeatureStatistics(every_n_epochs=1, spaces=["z"], sepin=False, missing="skip")
 
 
 # In the order they run; the keys are what modules ask for (``only=("checkpoint_record",)``).

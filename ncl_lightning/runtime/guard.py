@@ -311,6 +311,12 @@ class NonFiniteGuard(SkipOrStop, Callback):
         if self._unlogged_skip:
             self._log_skips(pl_module)
 
+    def judge_pending(self, module: L.LightningModule) -> None:
+        """Read the deferred verdict now: called by the module before Lightning sets its
+        gradients to ``None`` for validation, so a non-finite gradient can be named."""
+        if isinstance(module, GuardedModule):
+            self.resolve(module.trainer, module)
+
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Judge the last deferred batch before validation reads the kNN bank."""
         if isinstance(pl_module, GuardedModule):

@@ -23,6 +23,7 @@ from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import Tensor, nn
 
 from ncl_lightning.foundation.internals import wandb_settings_and_key
+from ncl_lightning.runtime.wandb_tables import dimension_table, metric_definition
 
 PROBE_TIMEOUT_S = 3.0
 ONLINE_MODES = ("online", "run", "shared")  # the others: offline, dryrun, disabled
@@ -94,6 +95,12 @@ class WandbLogger(_LightningWandbLogger):
        hyperparameters, ``watch``, checkpoint artifacts), one warning, and from then on numbers
        and hyperparameters go to a ``CSVLogger`` in ``<save_dir>/<project>/<version>/`` (media
        and tables are dropped; ``experiment`` becomes a no-op). Bad arguments still raise.
+    4. For the dashboard, each key is declared to W&B (``define_metric``) when first logged:
+       ``train/…`` and ``lr-…`` on ``trainer/global_step``, ``val/…`` and ``test/…`` on
+       ``epoch``, the best value kept in the summary
+       ([`metric_definition`][ncl_lightning.runtime.wandb_tables.metric_definition]); and
+       [`log_dimensions`][ncl_lightning.runtime.loggers.WandbLogger.log_dimensions] logs
+       FeatureStatistics' per-dimension table.
 
     Resuming with ``version=<run id>`` (``wandb.init(id=..., resume="allow")``): online, the run
     continues. Offline, each session writes its own ``offline-run-<time>-<id>`` folder and the
@@ -144,6 +151,7 @@ class WandbLogger(_LightningWandbLogger):
         )  # fmt: skip
         self._csv: CSVLogger | None = None
         self._hparams: dict[str, Any] | Namespace = {}
+        self._defined: set[str] = set()
 
     @property
     @rank_zero_experiment
@@ -216,9 +224,26 @@ class WandbLogger(_LightningWandbLogger):
             return False
         return True
 
+    def _define_and_log(self, metrics: Mapping[str, Any], step: int | None) -> None:
+        """``define_metric`` for each key seen the first time (axis and summary:
+        [`metric_definition`][ncl_lightning.runtime.wandb_tables.metric_definition]), then
+        Lightning's ``log_metrics``."""
+        join = f"{self._prefix}{self.LOGGER_JOIN_CHAR}" if self._prefix else ""
+        for key in metrics:
+            name = join + key
+            if name not in self._defined:
+                definition = metric_definition(name)
+                if definition is not None:
+                    self.experiment.define_metric(name, **definition)
+                self._defined.add(name)
+        super().log_metrics(metrics, step)
+
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        if not self._wandb("log_metrics", super().log_metrics, metrics, step):
+        """Lightning's ``log_metrics``; a key's first row also declares its x-axis and
+        summary to W&B
+        ([`metric_definition`][ncl_lightning.runtime.wandb_tables.metric_definition])."""
+        if not self._wandb("log_metrics", self._define_and_log, metrics, step):
             assert self._csv is not None
             numeric = {
                 key: value
@@ -254,6 +279,24 @@ class WandbLogger(_LightningWandbLogger):
     def log_site(self, key: str, page: str, folder: str | Path, artifact: str, kind: str) -> None:
         """[`log_site`][] (an HTML panel and an artifact); skipped once logging went to CSV."""
         self._wandb("log_site", log_site, self, key, page, folder, artifact, kind)
+
+    @rank_zero_only
+    def log_dimensions(
+        self,
+        key: str,
+        columns: Mapping[str, list[Any]],
+        images: Mapping[int, Any] | None = None,
+        step: int | None = None,
+    ) -> None:
+        """Log the per-dimension statistics ``columns`` (``name -> [d]``; pictures
+        ``images``: ``dim -> [H, W, 3]`` uint8) as a ``wandb.Table`` under ``key``
+        ([`dimension_table`][ncl_lightning.runtime.wandb_tables.dimension_table]); skipped once
+        logging went to CSV. [`FeatureStatistics`][ncl_lightning.callbacks.FeatureStatistics]
+        calls it at the end of ``fit`` and ``test``."""
+        self._wandb(
+            "log_dimensions",
+            lambda: self._define_and_log({key: dimension_table(columns, images)}, step),
+        )
 
     def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
         self._wandb("after_save_checkpoint", super().after_save_checkpoint, checkpoint_callback)

@@ -77,7 +77,9 @@ def test_per_dimension_values_and_strips_follow_the_features(demo_atlas: Path) -
             assert float(values[0]) == pytest.approx(float(z_hat[:, j].max()))
             assert model["dims"]["top_labels"][j] == labels[top].tolist()
             strip = Image.open(demo_atlas / "img" / model["key"] / f"{j}.png")
-            assert strip.size == (8 * len(top), 8)
+            side = model["images"]["width"]  # 8x8 digits, stored nearest-upscaled
+            assert side == model["images"]["height"] and side % 8 == 0 and side >= 32
+            assert strip.size == (side * len(top), side)
 
 
 @pytest.mark.slow

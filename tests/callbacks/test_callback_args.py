@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import lightning as L
 import pytest
 import torch
 
 from ncl_lightning.callbacks import FeatureStatistics, TopActivations
+from ncl_lightning.data import DigitsDataModule
+from ncl_lightning.methods import NCL
+from ncl_lightning.nn import SmallCNN
 
 
 @pytest.mark.parametrize(
@@ -60,3 +64,39 @@ def test_ea_top10_share_is_a_share_of_magnitudes_for_signed_features():
     expected = float(ea[:10].sum() / ea.sum())
     assert 0.0 <= float(out["ea_top10_share"]) <= 1.0
     assert float(out["ea_top10_share"]) == pytest.approx(expected, rel=1e-3)
+
+
+def test_feature_statistics_rejects_an_unknown_missing_policy() -> None:
+    with pytest.raises(ValueError, match="missing must be one of"):
+        FeatureStatistics(missing="ignore")  # type: ignore[arg-type]
+
+
+class _QuietNCL(NCL):
+    """NCL whose validation step returns nothing (a subclass the default must not break)."""
+
+    def validation_step(self, batch, batch_idx):  # type: ignore[override]
+        return None
+
+
+def _fit_quiet(callback: FeatureStatistics, tmp_path) -> L.Trainer:
+    model = _QuietNCL(
+        SmallCNN(in_channels=1, width=4, out_dim=8), proj_hidden_dim=8, proj_output_dim=8,
+        num_classes=10, batch_size=32,
+    )  # fmt: skip
+    trainer = L.Trainer(
+        accelerator="cpu", max_epochs=1, limit_train_batches=2, limit_val_batches=1,
+        num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+        callbacks=[callback],
+    )  # fmt: skip
+    trainer.fit(model, DigitsDataModule(batch_size=32, num_workers=0))
+    return trainer
+
+
+@pytest.mark.slow
+def test_missing_spaces_stop_a_configured_instance_and_skip_the_default_one(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"FeatureStatistics\(spaces=\['z'\]\)"):
+        _fit_quiet(FeatureStatistics(spaces=["z"], sepin=False), tmp_path / "a")
+    trainer = _fit_quiet(FeatureStatistics(spaces=["z"], sepin=False, missing="skip"), tmp_path)
+    assert trainer.state.finished
+    assert not [k for k in trainer.callback_metrics if k.startswith("val/z/")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torchmetrics import Metric
@@ -82,6 +84,15 @@ def update_all(
                 metric.update(zb)
 
 
+def results(metrics: dict[str, Metric | FeatureMetricSet]) -> dict[str, Any]:
+    """Every metric's ``compute()``, and the callback set's per-dimension vectors
+    (``FeatureMetricSet.dimensions``, the W&B table's columns) as ``dimensions/<name>``."""
+    out: dict[str, Any] = {name: metric.compute() for name, metric in metrics.items()}
+    feature_set = metrics["feature_set"]
+    assert isinstance(feature_set, FeatureMetricSet)
+    return out | {f"dimensions/{k}": v for k, v in feature_set.dimensions().items()}
+
+
 def run_rank(rank: int, world: int, init_file: str, out_file: str) -> None:
     """Update every metric with this rank's share of the data; save the synced results."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -89,6 +100,6 @@ def run_rank(rank: int, world: int, init_file: str, out_file: str) -> None:
         z, labels = make_data()
         metrics = make_metrics()
         update_all(metrics, z[RANK_SLICES[rank]], labels[RANK_SLICES[rank]])
-        torch.save({name: metric.compute() for name, metric in metrics.items()}, out_file)
+        torch.save(results(metrics), out_file)
     finally:
         dist.destroy_process_group()

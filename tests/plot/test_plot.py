@@ -177,8 +177,8 @@ def test_figure_on_written_csvs(tmp_path: Path) -> None:
     assert [line.get_label() for line in fig.axes[2].lines] == ["bayes"]
 
 
-def test_help_says_csv_only(capsys: pytest.CaptureFixture) -> None:
+def test_help_names_csv_and_wandb_runs(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "W&B runs are not read" in text and "--all" in text
+    assert "offline W&B run" in text and "metrics.csv" in text and "--all" in text

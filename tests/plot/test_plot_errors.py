@@ -39,7 +39,7 @@ def test_missing_folder_and_folder_without_csv(tmp_path: Path) -> None:
     (tmp_path / "empty" / "version_0").mkdir(parents=True)
     with pytest.raises(DataNotFoundError) as err:
         plot_curves([tmp_path / "empty"], tmp_path / "c.png")
-    assert "W&B runs are not read" in one_line(err, tmp_path / "empty")
+    assert "or an offline W&B run" in one_line(err, tmp_path / "empty")
     assert not (tmp_path / "c.png").exists()
 
 
@@ -91,7 +91,7 @@ def test_unknown_metric_labels_and_x(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="did you mean 'val/online_acc'") as err:
         plot_curves([root], tmp_path / "c.png", metrics=["val/onlin_acc"])
     one_line(err, root)
-    with pytest.raises(ConfigError, match="labels: 2 given for 1 CSV runs"):
+    with pytest.raises(ConfigError, match="labels: 2 given for 1 runs"):
         plot_curves([root], tmp_path / "c.png", labels=["a", "b"])
     with pytest.raises(ConfigError, match="x must be one of"):
         plot_curves([root], tmp_path / "c.png", x="time")
@@ -184,7 +184,7 @@ def test_common_formats_are_written(tmp_path: Path) -> None:
     [
         (["--x", "time"], "--x: invalid choice: 'time' (choose from 'step', 'epoch')"),
         (["--metrics", "val/onlin_acc"], "did you mean 'val/online_acc'"),
-        (["--labels", "a", "b"], "labels: 2 given for 1 CSV runs"),
+        (["--labels", "a", "b"], "labels: 2 given for 1 runs"),
         (["--bogus"], "unrecognized arguments: --bogus"),
     ],
 )

@@ -52,6 +52,7 @@ WHEN = ("step", "epoch", "validation", "test", "every")
 CONDITIONAL = "train/skipped_nonfinite"  # only after a skipped batch
 STEPS = 3  # training batches of every fit below (one epoch, logged every step)
 IMAGE = "images/separated"  # W&B's type of a logged image list
+TABLE = "table-file"  # W&B's type of a logged wandb.Table
 
 
 # -- the page -------------------------------------------------------------------------
@@ -459,8 +460,9 @@ def test_pictures_are_images_in_wandb_and_on_disk(runs: dict[str, Logged], name:
         assert (logged.run.folder / "files" / media).is_file()
         name_ = key.rsplit("/", 1)[1]
         assert (run_dir / "pictures" / f"{stage}_z_epoch000_{name_}.png").is_file()
-    for key in logged.keys - set(pictures):
-        assert logged.run.media_type(key) is None, f"{key} is media"
+    for key in logged.keys - set(pictures):  # numbers, and the per-dimension table
+        kind = TABLE if key == f"{stage}/z/dimensions" else None
+        assert logged.run.media_type(key) == kind, f"{key} is {logged.run.media_type(key)}"
 
 
 @pytest.mark.slow
