@@ -63,5 +63,8 @@ def run_rank(rank: int, world: int, init_file: str, out_file: str) -> None:
         dist.all_reduce(mean)
         grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
         torch.save({"loss": mean / world, "grads": grads}, out_file)
+        # Both ranks done with DDP's reducer before the group goes: a rank that tore the
+        # group down while the other's gloo work was in flight once aborted (CI, loaded VM).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
