@@ -36,6 +36,15 @@ def backbone_spec(cls: type, **init_args: Any) -> dict[str, Any]:
     return {"class_path": f"ncl_lightning.nn.{cls.__name__}", "init_args": init_args}
 
 
+def stem_conv(in_channels: int, cifar: bool, padding: int, out_channels: int = 64) -> nn.Conv2d:
+    """A ResNet ``conv1`` with torchvision's init: 3x3 stride 1 (the CIFAR stem, used
+    without max-pool) or 7x7 stride 2 (the ImageNet stem)."""
+    kernel, stride = (3, 1) if cifar else (7, 2)
+    conv = nn.Conv2d(in_channels, out_channels, kernel, stride=stride, padding=padding, bias=False)
+    nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+    return conv
+
+
 class ResNet(nn.Module, Backbone):
     """Randomly initialised torchvision ResNet with the classifier replaced by ``Identity``.
 
@@ -89,17 +98,10 @@ class ResNet(nn.Module, Backbone):
         )  # fmt: skip
         # weights=None: random init, never a download.
         net = factory(weights=None, zero_init_residual=zero_init_residual)
+        if stem == "cifar" or in_channels != 3 or padding != 3:
+            net.conv1 = stem_conv(in_channels, stem == "cifar", padding)
         if stem == "cifar":
-            net.conv1 = nn.Conv2d(
-                in_channels, 64, kernel_size=3, stride=1, padding=padding, bias=False
-            )
             net.maxpool = nn.Identity()
-        elif in_channels != 3 or padding != 3:
-            net.conv1 = nn.Conv2d(
-                in_channels, 64, kernel_size=7, stride=2, padding=padding, bias=False
-            )
-        # Same init torchvision uses for every conv.
-        nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
         net.fc = nn.Identity()
         for name, child in net.named_children():
             self.add_module(name, child)

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from ncl_lightning.foundation.errors import ConfigError, did_you_mean
 from ncl_lightning.foundation.validation import check_int, check_range
+from ncl_lightning.nn.backbones import backbone_spec, stem_conv
 from ncl_lightning.nn.protocols import Backbone
 
 # timm modules whose models take the CIFAR stem (the module of the model's entry point).
@@ -36,15 +37,9 @@ _CIFAR_VIT = {"img_size": 32, "patch_size": 4}
 _HEADS = ("fc", "classifier", "heads", "head")
 
 
-def _spec(cls: type, **init_args: Any) -> dict[str, Any]:
-    return {"class_path": f"ncl_lightning.nn.{cls.__name__}", "init_args": init_args}
-
-
 def _cifar_conv1(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:
-    """3x3 stride-1 padding-1 ``conv1`` (SimCLR's CIFAR stem), torchvision's init."""
-    new = nn.Conv2d(in_channels, conv.out_channels, 3, stride=1, padding=1, bias=False)
-    nn.init.kaiming_normal_(new.weight, mode="fan_out", nonlinearity="relu")
-    return new
+    """3x3 stride-1 padding-1 ``conv1`` (SimCLR's CIFAR stem: 32x32 maps)."""
+    return stem_conv(in_channels, cifar=True, padding=1, out_channels=conv.out_channels)
 
 
 class TimmBackbone(nn.Module, Backbone):
@@ -117,7 +112,7 @@ class TimmBackbone(nn.Module, Backbone):
                 kwargs[key] = value
         # pretrained=False: the spec rebuilds the architecture to load trained weights into
         # (checkpoints, exports), never downloading.
-        self.spec = _spec(
+        self.spec = backbone_spec(
             TimmBackbone, name=name, pretrained=False, cifar_stem=cifar_stem,
             in_chans=in_chans, img_size=img_size, patch_size=patch_size,
             drop_path_rate=drop_path_rate, model_kwargs=dict(model_kwargs or {}),
@@ -192,7 +187,8 @@ class TorchvisionBackbone(nn.Module, Backbone):
             raise ConfigError(
                 f"name: unknown torchvision classification model {name!r}{hint}", key="name"
             )
-        self.spec = _spec(  # weights=None: rebuilt to load trained weights into, no download
+        # weights=None: rebuilt to load trained weights into, no download.
+        self.spec = backbone_spec(
             TorchvisionBackbone, name=name, weights=None, cifar_stem=cifar_stem,
             in_channels=in_channels,
         )  # fmt: skip
@@ -212,8 +208,7 @@ class TorchvisionBackbone(nn.Module, Backbone):
             net.conv1 = _cifar_conv1(net.conv1, in_channels)
             net.maxpool = nn.Identity()
         elif in_channels != 3:
-            net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
-            nn.init.kaiming_normal_(net.conv1.weight, mode="fan_out", nonlinearity="relu")
+            net.conv1 = stem_conv(in_channels, cifar=False, padding=3)
         self.out_dim = _drop_head(net, name)
         self.model = net
 
