@@ -75,7 +75,7 @@ class Run(NamedTuple):
 
 def run(config: Path, out: Path, extra: list[str]) -> Run:
     """Fit one config; return its final logged metrics, top-activation PNG and log folder."""
-    args = ["fit", "--config", str(config), *folder_args(out / config.stem, verbose=True)]
+    args = ["fit", "--config", str(config), *folder_args(out, verbose=True)]
     cli = cli_here([*args, *extra], verbose=True)  # Lightning's banners kept
     drawn = [c.last_paths for c in cli.trainer.callbacks if isinstance(c, TopActivations)]
     picture = drawn[0].get("top_activations") if drawn else None

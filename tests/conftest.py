@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,16 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         report = main(["--out", str(out), *extra])
     return DemoRun(out, report, stdout.getvalue(), stderr.getvalue())
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The documentation site, built once per session with ``mkdocs build --strict`` (the
+    docs tests and the docs pages' browser test share it)."""
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    warnings = [line for line in done.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
+    assert done.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(warnings[:30])
+    return out

@@ -8,10 +8,7 @@ exist, a page left out of the navigation, an API reference (``::: module``) or c
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,17 +17,7 @@ import yaml
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)]
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    warnings = [line for line in done.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
-    assert done.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(warnings[:30])
-    return out
+# The `site` fixture (the built site, shared with tests/test_docs_pages.py) is in conftest.py.
 
 
 def nav_pages(nav: list) -> list[str]:

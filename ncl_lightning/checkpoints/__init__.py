@@ -6,6 +6,8 @@
 * [`load`][ncl_lightning.checkpoints.load]: the one reader (``read_checkpoint``) and
   [`load_backbone`][ncl_lightning.checkpoints.load.load_backbone] (also of an exported
   folder) / [`load_method`][ncl_lightning.checkpoints.load.load_method];
+* [`optimizer_groups`][ncl_lightning.checkpoints.optimizer_groups]: a resumed fit's
+  optimizer state against the groups the method builds now, refused in one line;
 * [`export`][ncl_lightning.checkpoints.export] and [`card`][ncl_lightning.checkpoints.card]: a
   backbone's weights out (safetensors, torchvision / timm keys, a model card).
 

@@ -43,7 +43,7 @@ from ncl_lightning.checkpoints.check import CheckpointNotFoundError
 from ncl_lightning.checkpoints.load import (
     CONFIG_FILE,
     WEIGHTS_FILE,
-    load_backbone,
+    backbone_from_checkpoint,
     read_checkpoint,
 )
 from ncl_lightning.foundation.disk import atomic_write
@@ -199,7 +199,8 @@ def _source(checkpoint: str | Path | nn.Module) -> tuple[nn.Module, dict[str, An
                           key="checkpoint")  # fmt: skip
     if not path.is_file():
         raise CheckpointNotFoundError(f"checkpoint: no such file: {path}", key="checkpoint")
-    return load_backbone(path), read_checkpoint(path), path.name
+    ckpt = read_checkpoint(path)  # read once: the backbone and the card both use it
+    return backbone_from_checkpoint(ckpt, path), ckpt, path.name
 
 
 def export_config(

@@ -155,7 +155,26 @@ def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Mod
     """
     if Path(path).expanduser().is_dir() or Path(path).suffix == ".safetensors":
         return _load_exported(Path(path).expanduser(), backbone)
-    ckpt = read_checkpoint(path)
+    return backbone_from_checkpoint(read_checkpoint(path), path, backbone)
+
+
+def backbone_from_checkpoint(
+    ckpt: dict[str, Any], path: str | Path, backbone: nn.Module | None = None
+) -> nn.Module:
+    """[`load_backbone`][] of a checkpoint already read by [`read_checkpoint`][] (the file
+    is not read again).
+
+    Args:
+        ckpt: The checkpoint dict, as [`read_checkpoint`][] returns it (checked).
+        path: The file it was read from (named in errors).
+        backbone: As [`load_backbone`][]'s.
+
+    Returns:
+        The backbone ``[B, C, H, W] -> [B, out_dim]`` with the checkpoint's weights.
+
+    Raises:
+        CheckpointError: As [`load_backbone`][].
+    """
     if backbone is None:
         spec = ckpt[RECORD_KEY].get("backbone")
         if spec is None:
@@ -291,7 +310,11 @@ def _listed(keys: list[str]) -> str:
 
 def check_state_fits(ckpt: dict[str, Any], model: nn.Module, path: str | Path) -> None:
     """Refuse a checkpoint whose weights do not fit ``model``: another method, or the same
-    method with other dimensions. Lists the missing, unexpected and mis-shaped keys."""
+    method with other dimensions. Lists the missing, unexpected and mis-shaped keys.
+
+    A fit resuming it also restores its optimizer state, whose parameter groups are
+    checked once the optimizers are built
+    ([`check_optimizer_groups`][ncl_lightning.checkpoints.optimizer_groups.check_optimizer_groups])."""
     state = ckpt["state_dict"]
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
@@ -320,6 +343,7 @@ __all__ = [
     "WEIGHTS_FILE",
     "CheckpointError",
     "CheckpointNotFoundError",
+    "backbone_from_checkpoint",
     "build_backbone_from_spec",
     "check_state_fits",
     "load_backbone",

@@ -26,8 +26,9 @@ _RESNETS: dict[int, tuple[Callable[..., torchvision.models.ResNet], int]] = {
 }
 _STEMS = ("cifar", "imagenet")
 # conv1's zero padding when none is given: the releases' CIFAR stem (solo-learn
-# ``solo/methods/base.py``: 3x3, stride 1, padding 2), torchvision's 7x7 stem.
-_STEM_PADDING = {"cifar": 2, "imagenet": 3}
+# ``solo/methods/base.py``: 3x3, stride 1, padding 2), torchvision's 7x7 stem. The one rule
+# of the package: ResNet and the timm / torchvision wrappers (nn.external) follow it.
+STEM_PADDING = {"cifar": 2, "imagenet": 3}
 
 
 def backbone_spec(cls: type, **init_args: Any) -> dict[str, Any]:
@@ -89,7 +90,7 @@ class ResNet(nn.Module, Backbone):
         check_int("in_channels", in_channels)
         if stem_padding is not None:
             check_int("stem_padding", stem_padding, low=0)
-        padding = _STEM_PADDING[stem] if stem_padding is None else int(stem_padding)
+        padding = STEM_PADDING[stem] if stem_padding is None else int(stem_padding)
         factory, self.out_dim = _RESNETS[depth]
         # The padding resolved: a checkpoint rebuilds what it was trained with.
         self.spec = backbone_spec(

@@ -5,10 +5,12 @@
 * [`TorchvisionBackbone`][] — any classification model of
   ``torchvision.models.get_model`` with its last linear layer replaced by ``Identity``.
 
-Both offer the CIFAR stem switch where it applies (ResNets: 3x3 stride-1 ``conv1`` and no
-max-pool; timm ViTs: 32x32 images cut into 4x4 patches) and refuse it with a one-line
-[`ConfigError`][ncl_lightning.foundation.errors.ConfigError] where it does not. timm and
-torchvision are imported when a backbone is built, so ``import ncl_lightning`` stays light.
+Both offer the CIFAR stem switch where it applies (ResNets: 3x3 stride-1 ``conv1``
+padded by 2 and no max-pool, the CIFAR stem of [`ResNet`][ncl_lightning.nn.ResNet] and of
+the NCL and BayesNCL releases; timm ViTs: 32x32 images cut into 4x4 patches) and refuse it
+with a one-line [`ConfigError`][ncl_lightning.foundation.errors.ConfigError] where it
+does not. timm and torchvision are imported when a backbone is built, so
+``import ncl_lightning`` stays light.
 
 Pretrained weights (``pretrained: true``, ``weights: DEFAULT``) are downloaded on first use
 (timm: from the Hugging Face hub; torchvision: from download.pytorch.org) unless they are
@@ -26,7 +28,7 @@ from torch import Tensor, nn
 
 from ncl_lightning.foundation.errors import ConfigError, did_you_mean
 from ncl_lightning.foundation.validation import check_int, check_range
-from ncl_lightning.nn.backbones import backbone_spec, stem_conv
+from ncl_lightning.nn.backbones import STEM_PADDING, backbone_spec, stem_conv
 from ncl_lightning.nn.protocols import Backbone
 
 # timm modules whose models take the CIFAR stem (the module of the model's entry point).
@@ -38,8 +40,10 @@ _HEADS = ("fc", "classifier", "heads", "head")
 
 
 def _cifar_conv1(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:
-    """3x3 stride-1 padding-1 ``conv1`` (SimCLR's CIFAR stem: 32x32 maps)."""
-    return stem_conv(in_channels, cifar=True, padding=1, out_channels=conv.out_channels)
+    """3x3 stride-1 ``conv1`` padded as [`ResNet`][ncl_lightning.nn.ResNet]'s CIFAR stem
+    (2, the releases': a 32x32 image gives 34x34 maps, 5x5 after ``layer4``)."""
+    padding = STEM_PADDING["cifar"]
+    return stem_conv(in_channels, cifar=True, padding=padding, out_channels=conv.out_channels)
 
 
 class TimmBackbone(nn.Module, Backbone):
@@ -53,8 +57,9 @@ class TimmBackbone(nn.Module, Backbone):
         pretrained: Start from timm's pretrained weights: downloaded from the Hugging Face
             hub on first use unless cached (needs the network). A checkpoint rebuilds the
             architecture with ``pretrained: false`` and loads its own weights.
-        cifar_stem: For 32x32 images. timm ResNets: 3x3 stride-1 ``conv1`` (the deep-stem
-            variants: a stride-1 first conv) and no max-pool; ViTs: ``img_size`` 32 and
+        cifar_stem: For 32x32 images. timm ResNets: 3x3 stride-1 ``conv1`` padded by 2 as
+            [`ResNet`][ncl_lightning.nn.ResNet]'s (the deep-stem variants: a stride-1
+            first conv, its own padding) and no max-pool; ViTs: ``img_size`` 32 and
             ``patch_size`` 4 unless given. Any other model: ``ConfigError``.
         in_chans: Number of input channels (>= 1).
         img_size: Input size for models that fix it (ViTs: the position embedding);
@@ -157,7 +162,8 @@ class TorchvisionBackbone(nn.Module, Backbone):
             from download.pytorch.org on first use unless cached. ``None``: random init.
             A checkpoint rebuilds the architecture with ``weights: null``.
         cifar_stem: ResNet family (ResNet, ResNeXt, Wide ResNet) only: 3x3 stride-1
-            ``conv1`` and no max-pool, for 32x32 images. Others: ``ConfigError``.
+            ``conv1`` padded by 2 as [`ResNet`][ncl_lightning.nn.ResNet]'s, and no
+            max-pool, for 32x32 images. Others: ``ConfigError``.
         in_channels: Number of input channels (>= 1); other than 3: ResNet family only
             (a new ``conv1``).
 
@@ -208,7 +214,7 @@ class TorchvisionBackbone(nn.Module, Backbone):
             net.conv1 = _cifar_conv1(net.conv1, in_channels)
             net.maxpool = nn.Identity()
         elif in_channels != 3:
-            net.conv1 = stem_conv(in_channels, cifar=False, padding=3)
+            net.conv1 = stem_conv(in_channels, cifar=False, padding=STEM_PADDING["imagenet"])
         self.out_dim = _drop_head(net, name)
         self.model = net
 

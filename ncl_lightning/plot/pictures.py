@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from matplotlib.figure import Figure
-from PIL import Image, ImageDraw
+from PIL import Image
 from torch import Tensor
 
 from ncl_lightning.foundation.validation import check_int, check_shape
@@ -26,6 +26,7 @@ from ncl_lightning.plot.style import (
     SEQUENTIAL_CMAP,
     SMALL_SIZE,
     TITLE_SIZE,
+    check_formats,
     figure_style,
     new_figure,
     save_figure,
@@ -39,6 +40,7 @@ CAPTION_CELL = 32  # smallest cell with captions (narrower images leave them out
 ROW_LABEL = 44  # smallest row height: the three lines of a row label
 MIN_WIDTH = 360  # pixels: room for the title of a narrow grid
 PAD = 2
+TITLE_BAND = 22  # pixels above each picture of side_by_side: one title line
 
 
 def to_uint8(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
@@ -200,33 +202,66 @@ def ea_curve(ea: Tensor, path: Path, title: str, formats: Sequence[str] = ("png"
     return save_figure(fig, path, formats)[0]
 
 
-def side_by_side(
-    paths: Sequence[Path], titles: Sequence[str], out: Path, vertical: bool = False
-) -> Path:
-    """Place pictures next to each other (or one below the other, ``vertical``) with a
-    title band above each; save as PNG. Stacked grids stay legible at a page's width."""
-    pictures = [Image.open(p).convert("RGB") for p in paths]
-    band = 20
+def side_by_side_size(
+    sizes: Sequence[tuple[int, int]], vertical: bool = False
+) -> tuple[int, int]:
+    """``(width, height)`` in pixels of [`side_by_side`][] (and of its PNG) for pictures of
+    ``sizes`` (``(width, height)`` each)."""
     if vertical:
-        width = max(p.width for p in pictures) + 2 * PAD
-        height = sum(p.height + band for p in pictures) + PAD * (len(pictures) + 1)
+        width = max(w for w, _ in sizes) + 2 * PAD
+        height = sum(h + TITLE_BAND for _, h in sizes) + PAD * (len(sizes) + 1)
     else:
-        width = sum(p.width for p in pictures) + PAD * (len(pictures) + 1)
-        height = max(p.height for p in pictures) + band + PAD
-    canvas = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(canvas)
+        width = sum(w for w, _ in sizes) + PAD * (len(sizes) + 1)
+        height = max(h for _, h in sizes) + TITLE_BAND + PAD
+    return width, height
+
+
+def side_by_side(
+    paths: Sequence[Path],
+    titles: Sequence[str],
+    out: Path,
+    vertical: bool = False,
+    formats: Sequence[str] = ("png",),
+) -> Path:
+    """Place pictures next to each other (or one below the other, ``vertical``), each
+    under its title, in the package's figure style; stacked grids stay legible at a page's
+    width. Each picture is drawn pixel for pixel in the PNG (size [`side_by_side_size`][]).
+
+    Args:
+        paths: The pictures (any format PIL reads).
+        titles: One title per picture (e.g. the method's name).
+        out: The file; its suffix is replaced by each format's.
+        vertical: Stack the pictures instead of placing them in a row.
+        formats: Some of ``png``, ``pdf``, ``svg`` (vector files beside the PNG).
+
+    Returns:
+        The first file written.
+
+    Raises:
+        ConfigError: No pictures, a title count other than the picture count, or an
+            unknown format.
+    """
+    check_formats(formats)
+    check_shape("titles", np.empty(len(titles)), (len(paths),))
+    check_int("len(paths)", len(paths))  # at least one picture
+    pictures = [np.asarray(Image.open(p).convert("RGB")) for p in paths]
+    sizes = [(p.shape[1], p.shape[0]) for p in pictures]
+    width, height = side_by_side_size(sizes, vertical)
     x = y = PAD
-    for picture, title in zip(pictures, titles, strict=True):
-        if vertical:
-            draw.text((x + 4, y + 4), title, fill="black")
-            canvas.paste(picture, (x, y + band))
-            y += picture.height + band + PAD
-        else:
-            draw.text((x + 4, 4), title, fill="black")
-            canvas.paste(picture, (x, band))
-            x += picture.width + PAD
-    canvas.save(out)
-    return out
+    with figure_style():
+        fig = new_figure((width / DPI, height / DPI))
+        for picture, (w, h), title in zip(pictures, sizes, titles, strict=True):
+            top = y + TITLE_BAND if vertical else TITLE_BAND
+            fig.text((x + w / 2) / width, 1 - (top - 3) / height, title, ha="center",
+                     va="bottom", size=TITLE_SIZE)  # fmt: skip
+            ax = fig.add_axes((x / width, 1 - (top + h) / height, w / width, h / height))
+            ax.imshow(picture, interpolation="nearest", aspect="auto")
+            ax.set_axis_off()
+            if vertical:
+                y += h + TITLE_BAND + PAD
+            else:
+                x += w + PAD
+    return save_figure(fig, out, formats)[0]
 
 
 def accuracy_vs_k(

@@ -55,7 +55,7 @@ from ncl_lightning.checkpoints.load import RECORD_KEY, check_state_fits, read_ch
 from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.internals import override_ckpt_path_parsing
-from ncl_lightning.foundation.protocols import ChecksInputs, MultiViewData
+from ncl_lightning.foundation.protocols import ChecksInputs
 from ncl_lightning.methods.trainable import DATA_LINKED
 from ncl_lightning.runtime import (
     Preemption,
@@ -64,6 +64,7 @@ from ncl_lightning.runtime import (
     overlay_explicit,
     run_folders,
 )
+from ncl_lightning.runtime import preflight as checks
 from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO
 from ncl_lightning.runtime.cli_errors import user_error_message
 from ncl_lightning.runtime.cli_names import import_public_classes, parser_kwargs
@@ -78,10 +79,11 @@ from ncl_lightning.runtime.components import default_callbacks, drop_shadowed
 from ncl_lightning.runtime.console import default_logger, progress_callbacks
 from ncl_lightning.runtime.fit_end import FitSummary
 from ncl_lightning.runtime.overrides import describe
-from ncl_lightning.runtime.preflight import Preflight, check_fit, example_batch, preflight
+from ncl_lightning.runtime.preflight import Preflight, check_fit, check_views, example_batch
 from ncl_lightning.runtime.progress import library_notices_off
-from ncl_lightning.runtime.resume import continue_loggers, restore_csv_rows
+from ncl_lightning.runtime.resume import OptimizerGroupsCheck, continue_loggers, restore_csv_rows
 from ncl_lightning.runtime.run_config import NewRunFolders, RunConfig
+from ncl_lightning.runtime.run_layout import keep_checkpoint_folders, lay_out_run
 from ncl_lightning.runtime.runs import (
     check_new_run_folders,
     check_run_id,
@@ -237,7 +239,9 @@ class NCLCLI(LightningCLI):
             )
 
     def before_instantiate_classes(self) -> None:
+        """One folder per run ([`run_layout`][ncl_lightning.runtime.run_layout])."""
         default_logger(self._subconfig()["trainer"])  # CSV, without Lightning's note
+        lay_out_run(self.subcommand, self._subconfig())
 
     def instantiate_classes(self) -> None:
         """Build the objects trusting the modules the config names (an evaluation module
@@ -269,20 +273,24 @@ class NCLCLI(LightningCLI):
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         if isinstance(datamodule, ChecksInputs):
             datamodule.check_inputs(stage, trainer.world_size)
-        preflight(model, example_batch(datamodule))
+        checks.preflight(model, example_batch(datamodule))
         for callback in trainer.callbacks:
             if isinstance(callback, Preflight):
                 callback.done = True  # checked here, before anything is written
-        _check_views(model, datamodule)
+        check_views(model, datamodule)
         if stage == "fit":
             check_fit(model, trainer, datamodule)
         ckpt = getattr(self, "_resume_checkpoint", None)
         if ckpt is not None:
             check_state_fits(ckpt, model, self._subconfig()["ckpt_path"])
+            if stage != "fit":  # evaluations keep the run's checkpoint folder, no warning
+                keep_checkpoint_folders(trainer.callbacks, ckpt)
         elif stage != "fit":
             self._check_trained(stage)
         if stage != "fit":
             return
+        if ckpt is not None:  # a fit restores the optimizer state too
+            trainer.callbacks.append(OptimizerGroupsCheck(ckpt, self._subconfig()["ckpt_path"]))
         if ckpt is not None and getattr(self, "_overrides", None):
             trainer.callbacks.append(ResumeOverrides())
         run_id = getattr(self, "_run_id", None)
@@ -332,17 +340,6 @@ class NCLCLI(LightningCLI):
 
     def before_predict(self) -> None:
         self._preflight("predict")
-
-
-def _check_views(model: Any, datamodule: Any) -> None:
-    """The views per image the DataModule yields are those the method trains on."""
-    expected = getattr(model, "views_per_image", None)
-    given = datamodule.n_views if isinstance(datamodule, MultiViewData) else None
-    if isinstance(expected, int) and isinstance(given, int) and given != expected:
-        raise ConfigError(
-            f"data.init_args.n_views: {type(model).__name__} trains on {expected} views per "
-            f"image, got {given}"
-        )
 
 
 def cli_main(args: list[str] | None = None) -> NCLCLI:

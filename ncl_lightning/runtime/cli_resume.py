@@ -11,6 +11,7 @@ for a change. Those are kept from the checkpoint and named in one notice.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from ncl_lightning.runtime.overrides import Change
 from ncl_lightning.runtime.run_search import run_checkpoints, select_checkpoint
 from ncl_lightning.runtime.runs import short_path
 
-FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger")  # <save_dir>/<name>/<version>
+FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger", "WandbLogger")  # <save_dir>/<name>/<version>
 DEFAULT_LOGGER_NAME = "lightning_logs"
 
 
@@ -42,8 +43,8 @@ def run_roots(cfg: Any, run_id: str | None) -> tuple[list[Any], list[Path], list
 
     Returns:
         ``(roots, homes, fixed)``: the folders to search; the folder holding this
-        experiment's runs (``<save_dir>/<name>`` of the first logger, when it is a CSV or
-        TensorBoard logger), which keeps other experiments of a shared root out; and the
+        experiment's runs (``<save_dir>/<name>`` of the first logger, when it is a CSV,
+        TensorBoard or W&B logger), which keeps other experiments of a shared root out; and the
         configured ``ModelCheckpoint`` ``dirpath`` s, which stay candidates.
     """
     trainer = cfg.get("trainer") or {}
@@ -61,6 +62,9 @@ def run_roots(cfg: Any, run_id: str | None) -> tuple[list[Any], list[Path], list
         init_args = loggers[0]["init_args"]
         save_dir = init_args.get("save_dir") or root or cwd
         name = init_args.get("name", DEFAULT_LOGGER_NAME)
+        if str(loggers[0]["class_path"]).endswith("WandbLogger"):  # run name, else project
+            project = init_args.get("project") or os.environ.get("WANDB_PROJECT")
+            name = name or project or DEFAULT_LOGGER_NAME
         homes.append(Path(save_dir) / name if name else Path(save_dir))
     fixed = []
     for callback in _entries(trainer.get("callbacks") or []):

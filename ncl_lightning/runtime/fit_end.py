@@ -28,6 +28,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from ncl_lightning.runtime.console import format_metrics
 from ncl_lightning.runtime.progress import format_duration
+from ncl_lightning.runtime.runs import run_folder
 
 # The metrics of the summary (full matches), when logged: the losses, the probes'
 # accuracies (a Classifier's ``val/<label>/acc_top1``) and the interpretability numbers of
@@ -83,16 +84,6 @@ class FinalValidation(Callback):
         if self.configured is not None:
             trainer.check_val_every_n_epoch = self.configured
             self.configured = None
-
-
-def run_folder(trainer: Any) -> str | None:
-    """The first logger's folder, else the checkpoint folder, else ``None``."""
-    for logger in trainer.loggers:
-        folder = getattr(logger, "log_dir", None) or getattr(logger, "save_dir", None)
-        if folder:
-            return str(folder)
-    checkpoint = trainer.checkpoint_callback
-    return str(checkpoint.dirpath) if checkpoint is not None and checkpoint.dirpath else None
 
 
 def summary_lines(trainer: Any, seconds: float | None) -> list[str]:

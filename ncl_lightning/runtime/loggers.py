@@ -154,6 +154,13 @@ class WandbLogger(_LightningWandbLogger):
         self._defined: set[str] = set()
 
     @property
+    def name(self) -> str | None:
+        """The name of the run's folder, ``<save_dir>/<name>/<run id>``: the run's ``name``
+        when given (the packaged configs: the config's name), else the project (Lightning's
+        choice)."""
+        return self._wandb_init.get("name") or super().name
+
+    @property
     @rank_zero_experiment
     def experiment(self) -> Any:
         """The wandb run, started on first use; a no-op stand-in once logging went to CSV."""

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from ncl_lightning.data.batch_scope import per_device_batch
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.internals import MESSAGE_FORMATS
-from ncl_lightning.foundation.protocols import ImageShape
+from ncl_lightning.foundation.protocols import ImageShape, MultiViewData
 from ncl_lightning.foundation.validation import check_positive
 from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
 
@@ -335,4 +335,15 @@ def _check_width(h: Any, out_dim: int) -> None:
             f"model does not fit the data: the backbone outputs {h.shape[1]} features but "
             f"declares out_dim={out_dim} (the input width of the heads built on it)",
             key="model.init_args.backbone",
+        )
+
+
+def check_views(model: Any, datamodule: Any) -> None:
+    """The views per image the DataModule yields are those the method trains on."""
+    expected = getattr(model, "views_per_image", None)
+    given = datamodule.n_views if isinstance(datamodule, MultiViewData) else None
+    if isinstance(expected, int) and isinstance(given, int) and given != expected:
+        raise ConfigError(
+            f"data.init_args.n_views: {type(model).__name__} trains on {expected} views per "
+            f"image, got {given}"
         )

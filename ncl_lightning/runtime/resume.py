@@ -17,8 +17,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger, Logger
 
+from ncl_lightning.checkpoints.optimizer_groups import check_optimizer_groups, saved_group_sizes
 from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.runtime.run_search import run_checkpoints
 
@@ -118,7 +120,29 @@ def restore_csv_rows(logger: Logger, before_step: int) -> int:
     return len(rows)
 
 
+class OptimizerGroupsCheck(Callback):
+    """Refuse, in one line, a resumed fit whose optimizer state does not fit the optimizers
+    the module builds now (its parameter groups changed since the checkpoint was written).
+
+    Runs at ``on_fit_start``: the optimizers are built, and Lightning has not yet loaded
+    the checkpoint's state into them (it would fail with torch's raw ``ValueError``).
+
+    Args:
+        ckpt: The checkpoint resumed (only its groups' sizes are kept).
+        path: Its file, named in the refusal.
+    """
+
+    def __init__(self, ckpt: dict[str, Any], path: str | Path) -> None:
+        self.saved = saved_group_sizes(ckpt)
+        self.path = str(path)
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.saved is not None:
+            check_optimizer_groups(self.saved, list(trainer.optimizers), pl_module, self.path)
+
+
 __all__ = [
+    "OptimizerGroupsCheck",
     "continue_loggers",
     "find_last_checkpoint",
     "logger_versions",

@@ -36,14 +36,13 @@ def folder_args(root: Path, logs: bool = False, verbose: bool = False) -> list[s
     """``ncl-cli`` arguments putting a run's output under ``root``.
 
     Args:
-        root: The run's folder (``default_root_dir`` and the logger's ``save_dir``).
-        logs: The logger writes ``<root>/logs/version_0`` (a fixed place to read back).
+        root: The runs' root, ``default_root_dir`` (the loggers follow it): a config
+            named ``<name>`` writes ``<root>/<name>/version_N``.
+        logs: The logger writes ``<root>/logs/version_0`` instead (a fixed place to read
+            back).
         verbose: Keep the progress bar and the model summary (off otherwise).
     """
-    args = [
-        "--trainer.default_root_dir", str(root),
-        "--trainer.logger.init_args.save_dir", str(root),
-    ]  # fmt: skip
+    args = ["--trainer.default_root_dir", str(root)]
     if logs:
         args += ["--trainer.logger.init_args.name", "logs"]
         args += ["--trainer.logger.init_args.version", "0"]

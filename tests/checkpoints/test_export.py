@@ -258,3 +258,25 @@ def test_a_folder_without_config_or_with_an_untrusted_class_is_refused(tmp_path:
     assert "evil_module_xyz" not in sys.modules
     with pytest.raises(CheckpointNotFoundError, match="exported backbone not found"):
         load_backbone(tmp_path / "missing.safetensors")
+
+
+def test_the_checkpoint_is_read_once_and_the_round_trip_still_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _fake_run(tmp_path, None)
+    original = load_backbone(path).eval()
+    reads: list[str] = []
+    real_load = torch.load
+
+    def counting_load(f, *args, **kwargs):
+        reads.append(str(f))
+        return real_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting_load)
+    out = export_backbone(path, tmp_path / "export")
+    assert reads == [str(path)]  # the backbone and the card share one read
+    monkeypatch.undo()
+    again = load_backbone(out).eval()
+    x = torch.randn(3, 1, 8, 8)
+    assert again.spec == original.spec and torch.equal(again(x), original(x))
+    assert "ncl_lightning.methods" in (out / "README.md").read_text()  # the card's facts

@@ -15,7 +15,7 @@ from ncl_lightning import load_backbone
 from ncl_lightning.checkpoints.load import RECORD_KEY, build_backbone_from_spec
 from ncl_lightning.checkpoints.record import trained_backbone_spec
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.nn import TimmBackbone, TorchvisionBackbone
+from ncl_lightning.nn import ResNet, TimmBackbone, TorchvisionBackbone
 
 TINY_VIT = {"name": "vit_tiny_patch16_224", "model_kwargs": {"depth": 1}}
 
@@ -41,16 +41,45 @@ def test_timm_vit_with_the_cifar_stem_is_timms_vit_on_4x4_patches() -> None:
         assert torch.equal(ours(x), tokens[:, 0])
 
 
-def test_timm_resnet_with_the_cifar_stem_keeps_32x32_maps() -> None:
+def _side_after(side: int, stem_padding: int) -> tuple[int, int]:
+    """By hand: (side after the 3x3 stride-1 conv1, side after layer4's three stride-2 3x3
+    convs with padding 1), for a ResNet-18-like net without max-pool."""
+    side = side + 2 * stem_padding - 3 + 1
+    after = side
+    for _ in range(3):
+        after = (after + 2 * 1 - 3) // 2 + 1
+    return side, after
+
+
+def _same_stem_as_resnet(conv1: nn.Conv2d, x: torch.Tensor) -> None:
+    """conv1 is ResNet's CIFAR stem: 3x3, stride 1, padded by 2 (the releases'), checked
+    against a zero-padded correlation written out here."""
+    ours = ResNet(18, stem="cifar", in_channels=x.shape[1]).conv1
+    assert (conv1.kernel_size, conv1.stride, conv1.padding) == ((3, 3), (1, 1), (2, 2))
+    assert (conv1.kernel_size, conv1.stride, conv1.padding) == (
+        ours.kernel_size, ours.stride, ours.padding)  # fmt: skip
+    padded = torch.zeros(x.shape[0], x.shape[1], x.shape[2] + 4, x.shape[3] + 4)
+    padded[:, :, 2:-2, 2:-2] = x
+    patches = padded.unfold(2, 3, 1).unfold(3, 3, 1)  # [B, C, H+2, W+2, 3, 3]
+    expected = torch.einsum("bchwij,ocij->bohw", patches, conv1.weight)
+    with torch.no_grad():
+        torch.testing.assert_close(conv1(x), expected)
+
+
+def test_timm_resnet_with_the_cifar_stem_is_resnets_stem() -> None:
     ours = TimmBackbone("resnet18", cifar_stem=True, in_chans=1).eval()
     conv1 = ours.model.conv1
     assert (conv1.kernel_size, conv1.stride, conv1.in_channels) == ((3, 3), (1, 1), 1)
     assert isinstance(ours.model.maxpool, nn.Identity) and ours.out_dim == 512
     net = ours.model
     x = torch.randn(2, 1, 32, 32)
+    _same_stem_as_resnet(conv1, x)
+    stem_side, final = _side_after(32, stem_padding=2)
+    assert (stem_side, final) == (34, 5)
     with torch.no_grad():
+        assert net.conv1(x).shape == (2, 64, stem_side, stem_side)
         maps = net.layer4(net.layer3(net.layer2(net.layer1(net.act1(net.bn1(net.conv1(x)))))))
-        assert maps.shape == (2, 512, 4, 4)
+        assert maps.shape == (2, 512, final, final)
         torch.testing.assert_close(ours(x), maps.mean(dim=(2, 3)))
 
 
@@ -71,13 +100,18 @@ def test_torchvision_resnet18_with_the_cifar_stem() -> None:
     full = torchvision.models.resnet18(weights=None)
     assert ours.out_dim == full.fc.in_features == 512
     assert isinstance(ours.model.fc, nn.Identity) and isinstance(ours.model.maxpool, nn.Identity)
-    assert ours.model.conv1.stride == (1, 1) and ours.model.conv1.kernel_size == (3, 3)
     net = ours.model
     x = torch.randn(2, 3, 32, 32)
+    _same_stem_as_resnet(net.conv1, x)
+    _, final = _side_after(32, stem_padding=2)
     with torch.no_grad():
         maps = net.layer4(net.layer3(net.layer2(net.layer1(net.relu(net.bn1(net.conv1(x)))))))
-        assert maps.shape == (2, 512, 4, 4)
+        assert maps.shape == (2, 512, final, final) == (2, 512, 5, 5)
         torch.testing.assert_close(ours(x), maps.mean(dim=(2, 3)))
+        # the same maps as the package's ResNet with the same weights
+        resnet = ResNet(18, stem="cifar").eval()
+        resnet.load_state_dict(net.state_dict())
+        torch.testing.assert_close(resnet(x), ours(x))
 
 
 def test_torchvision_convnext_keeps_the_norm_before_its_classifier() -> None:

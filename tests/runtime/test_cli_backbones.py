@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from ncl_lightning import load_backbone, load_method
 from ncl_lightning.atlas import build_atlas, read_atlas
@@ -163,3 +164,45 @@ def test_a_users_own_module_is_a_backbone(tmp_path: Path, monkeypatch: pytest.Mo
     assert type(loaded).__name__ == "MyNet" and loaded.out_dim == 24
     _same_weights(loaded, trained)
     assert type(load_method(ckpt).backbone).__name__ == "MyNet"
+
+
+VIT_CONFIGS = sorted((ROOT / "configs").glob("imagenet100_*_vit.yaml"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", VIT_CONFIGS, ids=[c.stem for c in VIT_CONFIGS])
+def test_each_vit_config_trains_its_method_with_its_optimiser(config: Path, tmp_path: Path) -> None:
+    """The shipped ViT configs' backbone class, AdamW and (BayesNCL) gate settings, on the
+    digits method of the same name with a tiny ViT: one step, then the optimiser's groups
+    against the config's values by hand."""
+    shipped = yaml.safe_load(config.read_text())["model"]
+    method = config.stem.removeprefix("imagenet100_").removesuffix("_vit")
+    assert shipped["init_args"]["backbone"]["class_path"] == "ncl_lightning.nn.TimmBackbone"
+    overlay = {"model": {"init_args": {
+        "optimizer": shipped["init_args"]["optimizer"],
+        **{k: v for k, v in shipped["init_args"].items()
+           if k.startswith("gate") or k == "probe_lr"},
+    }}}  # fmt: skip
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    common = _common(tmp_path, TIMM_VIT)
+    common[1] = str(ROOT / "configs" / "demo" / f"digits_{method}.yaml")
+    fit = cli_main(["fit", *common, "--config", str(tmp_path / "overlay.yaml"),
+                    "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
+                    "--trainer.limit_val_batches", "0"])  # fmt: skip
+    assert type(fit.model).__name__ == shipped["class_path"].rpartition(".")[2]
+    (optimizer,) = fit.trainer.optimizers
+    opt_args = shipped["init_args"]["optimizer"]["init_args"]
+    assert type(optimizer) is torch.optim.AdamW
+    groups = optimizer.param_groups
+    base = opt_args["lr"] * 32 / 256  # scale_lr: global batch 32
+    probe = shipped["init_args"]["probe_lr"] * 32 / 256  # the online probe, no decay
+    expected = [(base, opt_args["weight_decay"]), (base, 0.0), (probe, 0.0)]
+    if method == "bayesncl":  # the gating head: its weights, then its biases, at gate_lr
+        gate_lr = shipped["init_args"]["gate_lr"]
+        expected += [(gate_lr, opt_args["weight_decay"]), (gate_lr, 0.0)]
+    got = [(g["initial_lr"], g["weight_decay"]) for g in groups]
+    assert len(got) == len(expected) and all(
+        a == pytest.approx(b) for pair, want in zip(got, expected, strict=True)
+        for a, b in zip(pair, want, strict=True)
+    ), got  # fmt: skip
+    assert all(tuple(g["betas"]) == tuple(opt_args["betas"]) for g in groups)

@@ -3,6 +3,7 @@ started twice is refused with one line, and the first run's files are left alone
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -48,10 +49,47 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
         RunLock().acquire([tmp_path / "run"])
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    assert lock_path(tmp_path / "run").is_file()  # the file stays, its lock is gone
+    assert lock_path(tmp_path / "run").is_file()  # the killed holder's file stays, unlocked
     lock = RunLock()
-    lock.acquire([tmp_path / "run"])
+    lock.acquire([tmp_path / "run"])  # taken over
     lock.release()
+    assert not lock_path(tmp_path / "run").exists()  # a run that ends removes its lock file
+
+
+def test_a_starting_run_removes_stale_locks_beside_it_but_not_held_ones(tmp_path: Path) -> None:
+    stale = lock_path(tmp_path / "killed")
+    stale.write_text("pid 1 on gone since 2026-01-01T00:00:00\n")  # nobody holds it
+    held = RunLock()
+    held.acquire([tmp_path / "busy"])
+    mine = RunLock()
+    mine.acquire([tmp_path / "new"])
+    assert not stale.exists()
+    assert lock_path(tmp_path / "busy").is_file() and lock_path(tmp_path / "new").is_file()
+    with pytest.raises(RunFolderInUseError):
+        RunLock().acquire([tmp_path / "busy"])  # still held after the sweep
+    mine.release()
+    held.release()
+    assert not any(tmp_path.glob(".*.ncl-run.lock"))
+
+
+def test_a_process_holding_the_removed_lock_file_tries_the_new_one(tmp_path: Path) -> None:
+    """The race of removal: B opens the lock file, A ends (removes it, unlocks), B locks
+    the removed file; a third process C would then lock a new file beside B. B must see
+    that its file was removed and lock the file at the path instead."""
+    path = lock_path(tmp_path / "run")
+    first = RunLock()
+    first.acquire([tmp_path / "run"])
+    stale = open(path, "a+")  # B's open, before A ends  # noqa: SIM115
+    first.release()
+    assert not path.exists()
+    fcntl.flock(stale.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # B gets the removed file's lock
+    second = RunLock()
+    second.acquire([tmp_path / "run"])  # the path's file, not the stale one
+    assert os.stat(path).st_ino != os.fstat(stale.fileno()).st_ino
+    with pytest.raises(RunFolderInUseError, match=f"pid {os.getpid()}"):
+        RunLock().acquire([tmp_path / "run"])
+    second.release()
+    stale.close()
 
 
 @pytest.mark.slow

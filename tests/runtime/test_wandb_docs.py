@@ -234,13 +234,11 @@ def test_wandb_config_follows_the_convention(config: Path) -> None:
     assert config.stem.startswith(f"{dataset}_")
     assert logger["project"] == "ncl-lightning"
     assert logger["group"] == dataset + ("_supervised" if job_type in ("ce", "nce") else "")
-    # <dataset>_<job_type>; a variant of a run kind is named as its file, after that prefix
-    # (nce/imagenet100_nce_finetune.yaml: imagenet100_nce_finetune)
-    base = f"{dataset}_{job_type}"
-    variant = logger["name"] == config.stem and config.stem.startswith(f"{base}_")
-    assert logger["name"] == base or variant, logger["name"]
-    run_folder = "runs/" + config.relative_to(CONFIGS).with_suffix("").as_posix()
-    assert logger["save_dir"] == spec["trainer"]["default_root_dir"] == run_folder
+    # the config's file name, which also names the run folder <save_dir>/<name>/<run id>
+    assert logger["name"] == config.stem, logger["name"]
+    parent = config.relative_to(CONFIGS).parent.as_posix()
+    root = "runs" if parent == "." else f"runs/{parent}"
+    assert logger["save_dir"] == spec["trainer"]["default_root_dir"] == root
 
 
 def test_every_documented_job_type_has_a_wandb_config() -> None:

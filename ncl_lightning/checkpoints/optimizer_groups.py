@@ -1,0 +1,85 @@
+"""A resumed fit's optimizer state against the optimizer the module builds now.
+
+Lightning restores a checkpoint's ``optimizer_states`` with ``Optimizer.load_state_dict``,
+which refuses state of another shape with a raw ``ValueError`` after the run has set
+itself up ("loaded state dict has a different number of parameter groups"). That happens
+when a method's parameter groups changed since the checkpoint was written (BayesNCL's
+gating head got groups of its own: 4 groups before, 5 now). [`check_optimizer_groups`][]
+says so in one line, naming the file, the group counts and sizes and what to do instead.
+
+Only a fit restores optimizer state (``test``/``validate``/``predict`` read the weights):
+``ncl-cli`` runs the check when a resumed fit starts, once the optimizers are built and
+before Lightning loads their state
+([`OptimizerGroupsCheck`][ncl_lightning.runtime.resume.OptimizerGroupsCheck]).
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+from torch.optim import Optimizer
+
+from ncl_lightning.checkpoints.check import CheckpointError
+
+
+def saved_group_sizes(ckpt: dict[str, Any]) -> list[list[int]] | None:
+    """Per saved optimizer, the number of parameters of each group (``None``: the
+    checkpoint holds no optimizer state, e.g. a weights-only save)."""
+    states = ckpt.get("optimizer_states")
+    if not isinstance(states, list) or not states:
+        return None
+    sizes = []
+    for state in states:
+        groups = state.get("param_groups") if isinstance(state, dict) else None
+        if not isinstance(groups, list):
+            return None  # not a torch optimizer's state: left to Lightning
+        sizes.append([len(group.get("params", ())) for group in groups])
+    return sizes
+
+
+def _remedy(model: nn.Module, path: str | Path) -> str:
+    """What to do instead: ``--new_run true`` restores the optimizer state as well, so a
+    new fit must start from the weights alone."""
+    if "pretrained" in inspect.signature(type(model).__init__).parameters:
+        fresh = f"drop --ckpt_path and pass --model.init_args.pretrained {path}"
+    else:
+        fresh = (f"in Python: trainer.fit(ncl_lightning.load_method({str(path)!r}).train(), "
+                 "datamodule)")  # fmt: skip
+    return (
+        "--new_run true restores the optimizer state too; finish that run with the "
+        "ncl-lightning version that wrote it, or start a new fit from its weights (new "
+        f"optimizer and schedule): {fresh}"
+    )
+
+
+def check_optimizer_groups(
+    saved: list[list[int]], optimizers: list[Optimizer], model: nn.Module, path: str | Path
+) -> None:
+    """Refuse, in one line, optimizer state whose groups do not fit ``optimizers``.
+
+    Args:
+        saved: [`saved_group_sizes`][] of the checkpoint.
+        optimizers: The optimizers the state is loaded into (Lightning pairs them with
+            the saved states in order).
+        model: The module (its class is named, and decides the remedy given).
+        path: The checkpoint file (``ckpt_path``).
+
+    Raises:
+        CheckpointError: A different number of groups, or of parameters in a group, as
+            ``Optimizer.load_state_dict`` would refuse.
+    """
+    for index, (sizes, optimizer) in enumerate(zip(saved, optimizers, strict=False)):
+        now = [len(group["params"]) for group in optimizer.param_groups]
+        if sizes == now:
+            continue
+        which = f"optimizer {index}" if len(saved) > 1 else "the optimizer"
+        raise CheckpointError(
+            f"ckpt_path: {path} holds state for {which} with {len(sizes)} parameter groups "
+            f"of sizes {sizes}, but {type(model).__name__} now builds {len(now)} of sizes "
+            f"{now} (its optimizer groups changed since the checkpoint was written), so the "
+            f"fit cannot resume it; {_remedy(model, path)}",
+            key="ckpt_path",
+        )
