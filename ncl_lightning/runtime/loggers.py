@@ -123,6 +123,8 @@ class WandbLogger(_LightningWandbLogger):
         prefix: Prefix of every metric key.
         checkpoint_name: Name of the model artifact (default ``model-<run id>``).
         add_file_policy: ``"mutable"`` copies checkpoints before upload, ``"immutable"`` not.
+        folder: Name of the run's local folder, ``<save_dir>/<folder>/<run id>`` (its
+            checkpoints, ``config.yaml``, pictures); default: ``name``, else the project.
         **kwargs: Further ``wandb.init`` arguments (``group``, ``job_type``, ``mode``, ...).
     """
 
@@ -141,6 +143,7 @@ class WandbLogger(_LightningWandbLogger):
         prefix: str = "",
         checkpoint_name: str | None = None,
         add_file_policy: Literal["mutable", "immutable"] = "mutable",
+        folder: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -149,16 +152,17 @@ class WandbLogger(_LightningWandbLogger):
             prefix=prefix, checkpoint_name=checkpoint_name, add_file_policy=add_file_policy,
             **kwargs,
         )  # fmt: skip
+        self._folder = folder
         self._csv: CSVLogger | None = None
         self._hparams: dict[str, Any] | Namespace = {}
         self._defined: set[str] = set()
 
     @property
     def name(self) -> str | None:
-        """The name of the run's folder, ``<save_dir>/<name>/<run id>``: the run's ``name``
-        when given (the packaged configs: the config's name), else the project (Lightning's
-        choice)."""
-        return self._wandb_init.get("name") or super().name
+        """The name of the run's folder, ``<save_dir>/<name>/<run id>``: ``folder`` when
+        given, else the run's ``name`` (the packaged configs: the config's name), else the
+        project (Lightning's choice)."""
+        return self._folder or self._wandb_init.get("name") or super().name
 
     @property
     @rank_zero_experiment

@@ -33,6 +33,7 @@ from ncl_lightning.runtime.runs import CHECKPOINT_FOLDER, run_folder_of, short_p
 # checkpoints in): their ``save_dir`` follows ``trainer.default_root_dir``.
 FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger", "WandbLogger")
 EVALUATION_STAGES = ("test", "validate", "predict")
+OUR_WANDB = "ncl_lightning.runtime.loggers.WandbLogger"
 
 
 def logger_entries(logger_config: Any) -> list[Any]:
@@ -90,7 +91,8 @@ def evaluation_folders(stage: str, trainer_config: Any, checkpoint: str | Path) 
 
     ``ncl-cli test --ckpt_path <run>/checkpoints/last.ckpt`` logs to
     ``<run>/test/version_N/`` (``metrics.csv``, ``config.yaml``), not to a new
-    ``version_N`` beside the training run.
+    ``version_N`` beside the training run; a W&B evaluation is a W&B run of its own with
+    the config's run name, its local folder ``<run>/test/<W&B run id>``.
 
     Args:
         stage: ``test``, ``validate`` or ``predict``.
@@ -108,11 +110,13 @@ def evaluation_folders(stage: str, trainer_config: Any, checkpoint: str | Path) 
     run = run_folder_of(file)
     entries = logger_entries(trainer_config.get("logger"))
     for entry in entries:
-        entry["init_args"]["save_dir"] = str(run)
-        entry["init_args"]["name"] = stage
-        entry["init_args"]["version"] = None
-        if "id" in entry["init_args"]:
-            entry["init_args"]["id"] = None  # W&B: a run of its own
+        init_args = entry["init_args"]
+        init_args["save_dir"] = str(run)
+        init_args["version"] = None
+        if entry["class_path"] == OUR_WANDB:  # a W&B run of its own; its name is kept
+            init_args["folder"], init_args["id"] = stage, None
+        else:
+            init_args["name"] = stage
     return run / stage if entries else None
 
 

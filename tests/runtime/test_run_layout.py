@@ -84,6 +84,20 @@ def test_an_evaluation_outside_a_run_folder_keeps_the_config(tmp_path: Path) -> 
     )  # fmt: skip
 
 
+def test_a_wandb_evaluation_keeps_its_name_and_gets_a_folder(tmp_path: Path) -> None:
+    trainer = _namespace({
+        "default_root_dir": "runs",
+        "logger": {"class_path": "ncl_lightning.runtime.loggers.WandbLogger",
+                   "init_args": {"save_dir": "runs", "name": "cifar10_ncl", "id": "abc",
+                                 "version": "abc", "folder": None}},
+    })  # fmt: skip
+    run = tmp_path / "cifar10_ncl" / "abc"
+    evaluation_folders("test", trainer, run / "checkpoints" / "last.ckpt")
+    init = trainer.logger.init_args
+    assert (init.save_dir, init.folder, init.name) == (str(run.resolve()), "test", "cifar10_ncl")
+    assert init.id is None and init.version is None  # a W&B run of its own
+
+
 @pytest.mark.slow
 def test_fit_then_test_write_one_run_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

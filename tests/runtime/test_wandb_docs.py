@@ -37,6 +37,7 @@ import yaml
 
 from ncl_lightning.data import load_imagenet100_classes
 from ncl_lightning.runtime.cli import cli_main
+from ncl_lightning.runtime.runs import run_folder
 from tests.conftest import ROOT
 from tests.data.test_ood import CORRUPTIONS, make_ood_tree
 from tests.fakes import make_image_folder
@@ -290,7 +291,8 @@ class Logged:
     job_type: str
     command: str
     run: OfflineRun
-    save_dir: Path
+    run_dir: Path  # the run's folder, <save_dir>/<name>/<run id> (docs/runs.md)
+    config: str  # the config file's name
     skipped: bool = False
     values: dict[str, list[str]] = field(default_factory=dict)
 
@@ -347,9 +349,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Logged]:
         ]  # fmt: skip
         cli = cli_main(args)
         wandb.finish()  # as at the end of a process: the next run is a new W&B run
-        (folder,) = offline_runs(save)
+        run_dir = run_folder(cli.trainer)
+        # W&B's files: in the run's root; a test of a run's checkpoint: in that run's folder
+        (folder,) = offline_runs(save) or offline_runs(run_dir.parent.parent)
         job_type = _spec(CONFIGS / config)["trainer"]["logger"]["init_args"]["job_type"]
-        out[name] = Logged(job_type, command, read_run(folder), save, skipped)
+        out[name] = Logged(job_type, command, read_run(folder), run_dir, Path(config).stem, skipped)
         return cli
 
     with pytest.MonkeyPatch.context() as mp:
@@ -449,7 +453,8 @@ def test_pictures_are_images_in_wandb_and_on_disk(runs: dict[str, Logged], name:
     stage = "val" if logged.command == "fit" else "test"
     pictures = {key: row for key, row in logged.expected().items() if row.picture}
     assert len(pictures) == 4
-    run_dir = logged.save_dir / "ncl-lightning" / logged.run.run.run_id
+    run_dir = logged.run_dir
+    assert run_dir.name == logged.run.run.run_id  # the W&B run id names the folder
     for key in pictures:
         (image,) = [row[key] for row in logged.run.rows_with(key)]
         assert image["_type"] == IMAGE and image["count"] == 1
@@ -471,6 +476,5 @@ def test_runs_carry_the_config_names(runs: dict[str, Logged], name: str) -> None
     record = logged.run.run
     assert record.job_type == logged.job_type
     assert record.project == "ncl-lightning"
-    assert (
-        record.display_name == f"{record.run_group.removesuffix('_supervised')}_{record.job_type}"
-    )
+    assert record.display_name == logged.config  # an evaluation keeps it too
+    assert record.display_name.startswith(record.run_group.removesuffix("_supervised") + "_")
