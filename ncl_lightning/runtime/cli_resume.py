@@ -23,15 +23,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.runtime.overrides import Change
 from ncl_lightning.runtime.run_search import run_checkpoints, select_checkpoint
-from ncl_lightning.runtime.runs import short_path
+from ncl_lightning.runtime.runs import config_entries, is_folder_logger, short_path
 
-FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger", "WandbLogger")  # <save_dir>/<name>/<version>
 DEFAULT_LOGGER_NAME = "lightning_logs"
-
-
-def _entries(value: Any) -> list[Any]:
-    items = value if isinstance(value, list | tuple) else [value]
-    return [e for e in items if hasattr(e, "get") and e.get("init_args")]
 
 
 def run_roots(cfg: Any, run_id: str | None) -> tuple[list[Any], list[Path], list[Path]]:
@@ -54,11 +48,11 @@ def run_roots(cfg: Any, run_id: str | None) -> tuple[list[Any], list[Path], list
     cwd = Path.cwd()  # logger-less runs: <cwd>/<run id>/checkpoints
     own = [cwd / run_id] if run_id else sorted(cwd.glob("run-*"))
     roots = [root] if root else [cwd / "lightning_logs", cwd / "checkpoints", *own]
-    loggers = _entries(trainer.get("logger"))
+    loggers = config_entries(trainer.get("logger"))
     homes = []
     for entry in loggers:
         roots.append(entry["init_args"].get("save_dir"))
-    if loggers and str(loggers[0].get("class_path", "")).endswith(FOLDER_LOGGERS):
+    if loggers and is_folder_logger(loggers[0]):
         init_args = loggers[0]["init_args"]
         save_dir = init_args.get("save_dir") or root or cwd
         name = init_args.get("name", DEFAULT_LOGGER_NAME)
@@ -67,7 +61,7 @@ def run_roots(cfg: Any, run_id: str | None) -> tuple[list[Any], list[Path], list
             name = name or project or DEFAULT_LOGGER_NAME
         homes.append(Path(save_dir) / name if name else Path(save_dir))
     fixed = []
-    for callback in _entries(trainer.get("callbacks") or []):
+    for callback in config_entries(trainer.get("callbacks") or []):
         dirpath = callback["init_args"].get("dirpath")
         if dirpath:
             roots.append(dirpath)

@@ -23,6 +23,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 from ncl_lightning.checkpoints.optimizer_groups import check_optimizer_groups, saved_group_sizes
 from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.runtime.run_search import run_checkpoints
+from ncl_lightning.runtime.runs import config_entries
 
 
 def find_last_checkpoint(roots: Iterable[str | Path | None]) -> Path | None:
@@ -56,12 +57,6 @@ def logger_versions(loggers: Iterable[Logger]) -> list[dict[str, Any]]:
     return out
 
 
-def _entries(logger_config: Any) -> list[Any]:
-    if isinstance(logger_config, list | tuple):
-        return list(logger_config)
-    return [logger_config] if logger_config not in (None, True, False) else []
-
-
 def continue_loggers(logger_config: Any, recorded: list[dict[str, Any]]) -> list[str]:
     """Give the recorded versions back to the configured loggers (in place).
 
@@ -78,11 +73,10 @@ def continue_loggers(logger_config: Any, recorded: list[dict[str, Any]]) -> list
     """
     pending = list(recorded)
     done = []
-    for entry in _entries(logger_config):
-        class_path = entry.get("class_path") if hasattr(entry, "get") else None
-        init_args = entry.get("init_args") if hasattr(entry, "get") else None
+    for entry in config_entries(logger_config):
+        class_path, init_args = entry.get("class_path"), entry["init_args"]
         match = next((r for r in pending if same_class(class_path, r["class"])), None)
-        if match is None or init_args is None or init_args.get("version") is not None:
+        if match is None or init_args.get("version") is not None:
             continue
         pending.remove(match)
         init_args["version"] = match["version"]

@@ -27,26 +27,22 @@ from typing import Any
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
-from ncl_lightning.runtime.runs import CHECKPOINT_FOLDER, run_folder_of, short_path
+from ncl_lightning.runtime.runs import (
+    CHECKPOINT_FOLDER,
+    config_entries,
+    is_folder_logger,
+    run_folder_of,
+    short_path,
+)
 
-# Loggers that write to ``<save_dir>/<name>/<version>`` (the folder Lightning puts
-# checkpoints in): their ``save_dir`` follows ``trainer.default_root_dir``.
-FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger", "WandbLogger")
 EVALUATION_STAGES = ("test", "validate", "predict")
 OUR_WANDB = "ncl_lightning.runtime.loggers.WandbLogger"
 
 
 def logger_entries(logger_config: Any) -> list[Any]:
-    """The ``{class_path, init_args}`` entries of ``trainer.logger`` whose class writes a
-    ``<save_dir>/<name>/<version>`` folder."""
-    entries = logger_config if isinstance(logger_config, list | tuple) else [logger_config]
-    out = []
-    for entry in entries:
-        class_path = entry.get("class_path") if hasattr(entry, "get") else None
-        known = isinstance(class_path, str) and class_path.rsplit(".", 1)[-1] in FOLDER_LOGGERS
-        if known and entry.get("init_args") is not None:
-            out.append(entry)
-    return out
+    """The entries of ``trainer.logger`` whose class writes a ``<save_dir>/<name>/<version>``
+    folder."""
+    return [e for e in config_entries(logger_config) if is_folder_logger(e)]
 
 
 def follow_root(trainer_config: Any) -> list[str]:
@@ -148,7 +144,6 @@ def keep_checkpoint_folders(callbacks: list[Any], checkpoint: Mapping[str, Any])
 
 __all__ = [
     "EVALUATION_STAGES",
-    "FOLDER_LOGGERS",
     "evaluation_folders",
     "follow_root",
     "keep_checkpoint_folders",

@@ -40,6 +40,9 @@ RUN_ID_ENV = "NCL_RUN_ID"
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 LAST_NAME = re.compile(r"^last(-v\d+)?\.ckpt$")
 CHECKPOINT_FOLDER = "checkpoints"
+# Loggers that write to ``<save_dir>/<name>/<version>``, the folder Lightning puts
+# checkpoints in.
+FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger", "WandbLogger")
 INTERACTIVE_SLURM_JOBS = ("bash", "interactive")  # as Lightning's SLURMEnvironment.detect
 
 
@@ -142,6 +145,20 @@ def logger_folder(logger: Any, default_root_dir: str | Path) -> Path | None:
     return Path(logger.save_dir or default_root_dir) / str(logger.name or "") / version
 
 
+def config_entries(value: Any) -> list[Any]:
+    """The ``{class_path, init_args}`` entries of a parsed ``trainer.logger`` or
+    ``trainer.callbacks`` value (one entry, a list of them, a bool or ``None``) that have
+    ``init_args``."""
+    items = value if isinstance(value, list | tuple) else [value]
+    return [e for e in items if hasattr(e, "get") and e.get("init_args") is not None]
+
+
+def is_folder_logger(entry: Any) -> bool:
+    """Whether a logger entry's class writes ``<save_dir>/<name>/<version>``
+    ([`FOLDER_LOGGERS`][ncl_lightning.runtime.runs.FOLDER_LOGGERS])."""
+    return str(entry.get("class_path", "")).rsplit(".", 1)[-1] in FOLDER_LOGGERS
+
+
 def set_logger_versions(logger_config: Any, run_id: str) -> list[str]:
     """Give ``run_id`` as ``version`` to every configured logger that sets none (in place).
 
@@ -156,12 +173,9 @@ def set_logger_versions(logger_config: Any, run_id: str) -> list[str]:
     Raises:
         ConfigError: A logger's configured ``version``/``id`` differs from ``run_id``.
     """
-    entries = logger_config if isinstance(logger_config, list | tuple) else [logger_config]
     named = []
-    for entry in entries:
-        init_args = entry.get("init_args") if hasattr(entry, "get") else None
-        if init_args is None:
-            continue
+    for entry in config_entries(logger_config):
+        init_args = entry["init_args"]
         own = init_args.get("version") or init_args.get("id")
         name = str(entry.get("class_path", "logger")).rsplit(".", 1)[-1]
         if own is not None and str(own) != run_id:
@@ -248,12 +262,15 @@ def check_same_run(
 
 
 __all__ = [
+    "FOLDER_LOGGERS",
     "RUN_ID_ENV",
     "check_new_run_folders",
     "check_run_id",
     "check_same_run",
     "checkpoint_folder",
+    "config_entries",
     "default_run_id",
+    "is_folder_logger",
     "logger_folder",
     "new_run_id",
     "run_folder",
