@@ -155,7 +155,7 @@ def config_entries(value: Any) -> list[Any]:
 
 def is_folder_logger(entry: Any) -> bool:
     """Whether a logger entry's class writes ``<save_dir>/<name>/<version>``
-    ([`FOLDER_LOGGERS`][ncl_lightning.runtime.runs.FOLDER_LOGGERS])."""
+    (``FOLDER_LOGGERS``)."""
     return str(entry.get("class_path", "")).rsplit(".", 1)[-1] in FOLDER_LOGGERS
 
 
