@@ -20,23 +20,23 @@ No absolute path, host name or working directory is written on the card.
 
 from __future__ import annotations
 
-import csv
 import importlib
 import importlib.metadata
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
 
 from ncl_lightning.checkpoints.check import is_trusted
+from ncl_lightning.checkpoints.load import SHOWN_KEYS, TORCHVISION_FILE, WEIGHTS_FILE
 from ncl_lightning.checkpoints.record import RECORD_KEY
+from ncl_lightning.foundation.errors import DataError
+from ncl_lightning.plot.metrics_csv import METRICS_FILE, read_metrics
 
 CARD_FILE = "README.md"
-# Data modules whose data set has a Hugging Face hub id (the card's ``datasets``).
-HUB_DATASETS = {"CIFAR10DataModule": "uoft-cs/cifar10", "CIFAR100DataModule": "uoft-cs/cifar100"}
 SHOWN_METRICS = 40
 
 
@@ -49,38 +49,29 @@ def run_folders(ckpt: Mapping[str, Any], path: Path) -> list[Path]:
 
 
 def final_metrics(ckpt: Mapping[str, Any], path: Path) -> tuple[str | None, dict[str, tuple]]:
-    """``(source, {name: (value, epoch, step)})``: the last value of each ``metrics.csv``
-    column logged before the checkpoint's ``global_step`` (``(None, {})`` when no file)."""
+    """``(source, {name: (value, epoch, step)})``: the last finite value of each
+    ``metrics.csv`` column logged before the checkpoint's ``global_step`` (``(None, {})``
+    when no file can be read)."""
     step_limit = ckpt.get("global_step")
     for folder in run_folders(ckpt, path):
-        file = folder / "metrics.csv"
+        file = folder / METRICS_FILE
         if not file.is_file():
             continue
+        try:
+            series = read_metrics(file)
+        except DataError:
+            continue
         found: dict[str, tuple] = {}
-        with file.open(newline="") as f:
-            for row in csv.DictReader(f):
-                step = _number(row.get("step"))
-                if isinstance(step_limit, int) and step is not None and step >= step_limit:
-                    continue
-                for name, text in row.items():
-                    value = _number(text)
-                    if name not in ("epoch", "step") and value is not None:
-                        found[name] = (value, _number(row.get("epoch")), step)
+        for name, points in series.items():
+            kept = [p for p in points if math.isfinite(p.value)
+                    and not (isinstance(step_limit, int) and p.step >= step_limit)]  # fmt: skip
+            if kept:
+                found[name] = (kept[-1].value, kept[-1].epoch, kept[-1].step)
         where = "metrics.csv of the run folder"
         if isinstance(step_limit, int):
             where += f", last values logged before the checkpoint's step {step_limit}"
         return where, found
     return None, {}
-
-
-def _number(text: Any) -> float | int | None:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    if not math.isfinite(value):
-        return None
-    return int(value) if value.is_integer() and "." not in str(text) else value
 
 
 def monitored(ckpt: Mapping[str, Any]) -> list[tuple[str, float]]:
@@ -112,17 +103,29 @@ def run_code(ckpt: Mapping[str, Any], path: Path) -> dict[str, Any]:
     return {}
 
 
+def _trusted_module(class_path: str | None) -> ModuleType | None:
+    """The module of a trusted ``class_path``, imported (``None``: untrusted or absent)."""
+    if not class_path or not is_trusted(class_path):
+        return None
+    try:
+        return importlib.import_module(class_path.rpartition(".")[0])
+    except (ImportError, ValueError):
+        return None
+
+
 def method_reference(class_path: str | None) -> str:
     """The first line of the method module's docstring (its paper), or ``""``."""
-    if not class_path or not is_trusted(class_path):
-        return ""
-    module = class_path.rpartition(".")[0]
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return ""
-    doc = (sys.modules[module].__doc__ or "").strip()
+    module = _trusted_module(class_path)
+    doc = (module.__doc__ or "").strip() if module is not None else ""
     return doc.splitlines()[0].strip() if doc else ""
+
+
+def hub_dataset(class_path: str | None) -> str | None:
+    """The Hugging Face hub id of a DataModule's data set (its class's ``hub_id``)."""
+    module = _trusted_module(class_path)
+    cls = getattr(module, str(class_path).rpartition(".")[2], None) if module else None
+    hub_id = getattr(cls, "hub_id", None) if isinstance(cls, type) else None
+    return hub_id if isinstance(hub_id, str) else None
 
 
 def plain(value: Any) -> Any:
@@ -140,8 +143,8 @@ def front_matter(config: Mapping[str, Any], ckpt: Mapping[str, Any] | None,
                  metrics: Mapping[str, Any], license: str) -> dict[str, Any]:  # fmt: skip
     """The card's metadata (Hugging Face model card fields)."""
     method = (config.get("ncl_lightning") or {}).get("method") or ""
-    data = ((ckpt or {}).get("datamodule_hyper_parameters") or {}).get("_class_path") or ""
-    dataset = HUB_DATASETS.get(str(data).rpartition(".")[2])
+    data = ((ckpt or {}).get("datamodule_hyper_parameters") or {}).get("_class_path")
+    dataset = hub_dataset(data)
     tags = ["ncl-lightning", "image-feature-extraction",
             config["class_path"].rpartition(".")[2].lower()]  # fmt: skip
     if method:
@@ -165,7 +168,7 @@ def _keys_line(keymap: Mapping[str, Any]) -> str:
     for what, label in (("missing", "not ours"), ("shape_differs", "other shape"),
                         ("unexpected", "ours only")):  # fmt: skip
         if keys.get(what):
-            line += f"; {label}: " + ", ".join(f"`{k}`" for k in keys[what][:8])
+            line += f"; {label}: " + ", ".join(f"`{k}`" for k in keys[what][:SHOWN_KEYS])
     return line + (f". {keymap['caveat']}." if keymap.get("caveat") else ".")
 
 
@@ -175,11 +178,11 @@ def _loading(config: Mapping[str, Any], files: Sequence[str]) -> list[str]:
              f"[B, {config.get('out_dim')}]", "```"]  # fmt: skip
     tv = config.get("torchvision")
     if tv:
-        state = 'load_file("model.safetensors")'
+        state = f'load_file("{WEIGHTS_FILE}")'
         if tv["prefix"]:
             state = f"{{k.removeprefix(\"{tv['prefix']}\"): v for k, v in {state}.items()}}"
-        if "torchvision_state_dict.pt" in files:
-            state = 'torch.load("torchvision_state_dict.pt", weights_only=True)'
+        if TORCHVISION_FILE in files:
+            state = f'torch.load("{TORCHVISION_FILE}", weights_only=True)'
         reader = ["from safetensors.torch import load_file"] if "load_file" in state else []
         lines += ["", "With torchvision alone (`fc` is ours: an `Identity`):", "", "```python",
                   "import torch", "import torchvision", *reader, "",
@@ -298,5 +301,5 @@ def inline(value: Any) -> str:
     return yaml.safe_dump(plain(value), default_flow_style=True, width=10**6).strip()
 
 
-__all__ = ["CARD_FILE", "final_metrics", "front_matter", "method_reference", "model_card",
-           "monitored", "run_code", "run_folders"]  # fmt: skip
+__all__ = ["CARD_FILE", "final_metrics", "front_matter", "hub_dataset", "method_reference",
+           "model_card", "monitored", "run_code", "run_folders"]  # fmt: skip

@@ -31,7 +31,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +42,20 @@ from ncl_lightning.checkpoints.card import CARD_FILE, model_card
 from ncl_lightning.checkpoints.check import CheckpointNotFoundError
 from ncl_lightning.checkpoints.load import (
     CONFIG_FILE,
+    RECORD_KEY,
+    TORCHVISION_FILE,
     WEIGHTS_FILE,
     backbone_from_checkpoint,
     read_checkpoint,
+    state_diff,
 )
 from ncl_lightning.foundation.disk import atomic_write
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.validation import check_choice, check_output_dir
 
 EXPORT_FORMATS = ("safetensors", "torchvision", "timm", "all")
-TORCHVISION_FILE = "torchvision_state_dict.pt"
 EXPORT_FILES = (CARD_FILE, CONFIG_FILE, WEIGHTS_FILE, TORCHVISION_FILE)
 EXPORT_VERSION = 1
-_SHOWN = 8
 
 
 @dataclass(frozen=True)
@@ -145,15 +146,15 @@ def library_shapes(keymap: KeyMap) -> dict[str, tuple[int, ...]]:
 def compare_keys(state: Mapping[str, torch.Tensor], keymap: KeyMap) -> dict[str, Any]:
     """How the library's keys compare with ``state``'s (renamed): ``{"theirs", "same",
     "missing", "unexpected", "shape_differs"}`` (missing: theirs, not ours)."""
-    theirs, ours = library_shapes(keymap), renamed(state, keymap)
+    theirs = library_shapes(keymap)
+    ours = {k: tuple(v.shape) for k, v in renamed(state, keymap).items()}
+    missing, unexpected, shape_differs = state_diff(ours, theirs)
     return {
         "theirs": len(theirs),
-        "same": sum(1 for k in ours if k in theirs and theirs[k] == tuple(ours[k].shape)),
-        "missing": sorted(set(theirs) - set(ours)),
-        "unexpected": sorted(set(ours) - set(theirs)),
-        "shape_differs": sorted(
-            k for k in set(ours) & set(theirs) if theirs[k] != tuple(ours[k].shape)
-        ),
+        "same": sum(1 for k in ours if theirs.get(k) == ours[k]),
+        "missing": missing,
+        "unexpected": unexpected,
+        "shape_differs": shape_differs,
     }
 
 
@@ -183,8 +184,11 @@ def _check_out_dir(out: Path, overwrite: bool) -> None:
         )
 
 
-def _source(checkpoint: str | Path | nn.Module) -> tuple[nn.Module, dict[str, Any] | None, str]:
-    """``(backbone, checkpoint dict or None, name)``: read and checked, nothing written."""
+def _source(
+    checkpoint: str | Path | nn.Module,
+) -> tuple[nn.Module, dict[str, Any] | None, Path | None]:
+    """``(backbone, checkpoint dict or None, its file or None)``: read and checked, nothing
+    written."""
     if isinstance(checkpoint, nn.Module):
         if not isinstance(getattr(checkpoint, "spec", None), dict):
             raise ConfigError(
@@ -192,7 +196,7 @@ def _source(checkpoint: str | Path | nn.Module) -> tuple[nn.Module, dict[str, An
                 "export a checkpoint, or a backbone of ncl_lightning.nn",
                 key="checkpoint",
             )
-        return checkpoint, None, type(checkpoint).__name__
+        return checkpoint, None, None
     path = Path(checkpoint).expanduser()
     if path.is_dir():
         raise ConfigError(f"checkpoint: {path} is a folder, not a checkpoint file (.ckpt)",
@@ -200,7 +204,7 @@ def _source(checkpoint: str | Path | nn.Module) -> tuple[nn.Module, dict[str, An
     if not path.is_file():
         raise CheckpointNotFoundError(f"checkpoint: no such file: {path}", key="checkpoint")
     ckpt = read_checkpoint(path)  # read once: the backbone and the card both use it
-    return backbone_from_checkpoint(ckpt, path), ckpt, path.name
+    return backbone_from_checkpoint(ckpt, path), ckpt, path
 
 
 def export_config(
@@ -274,17 +278,16 @@ def export_backbone(
         >>> encoder = load_backbone("export/ncl-resnet18")
     """
     check_choice("format", format, EXPORT_FORMATS)
-    backbone, ckpt, name = _source(checkpoint)
+    backbone, ckpt, source = _source(checkpoint)
+    name = source.name if source is not None else type(backbone).__name__
     out = Path(out_dir).expanduser()
     _check_out_dir(out, overwrite)
     maps = key_maps(backbone)
     files = _wanted_files(format, maps, f"{type(backbone).__name__} ({name})")
     state = {k: v.detach().cpu().contiguous().clone() for k, v in backbone.state_dict().items()}
-    keyed = {lib: KeyMap(**{**asdict(m), "keys": compare_keys(state, m)})
-             for lib, m in maps.items()}  # fmt: skip
-    method = (ckpt or {}).get("ncl_lightning", {}).get("method") if ckpt else None
+    keyed = {lib: replace(m, keys=compare_keys(state, m)) for lib, m in maps.items()}
+    method = ckpt[RECORD_KEY].get("method") if ckpt else None
     config = export_config(backbone, keyed, method)
-    source = Path(checkpoint).expanduser() if ckpt is not None else None
     contents = {
         CONFIG_FILE: (json.dumps(config, indent=2, sort_keys=False) + "\n").encode(),
         CARD_FILE: model_card(config, ckpt, source, files, license).encode(),

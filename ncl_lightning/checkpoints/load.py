@@ -21,7 +21,7 @@ import inspect
 import json
 import pickle
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ BACKBONE_PREFIX = "backbone."
 SHOWN_KEYS = 8
 # The files of an exported backbone's folder (checkpoints.export).
 WEIGHTS_FILE = "model.safetensors"
+TORCHVISION_FILE = "torchvision_state_dict.pt"
 CONFIG_FILE = "config.json"
 
 
@@ -308,6 +309,19 @@ def _listed(keys: list[str]) -> str:
     return ", ".join(keys[:SHOWN_KEYS]) + more if keys else "none"
 
 
+def state_diff(
+    ours: Mapping[str, tuple[int, ...]], theirs: Mapping[str, tuple[int, ...]]
+) -> tuple[list[str], list[str], list[str]]:
+    """``(missing, unexpected, shape_differs)`` of two ``{key: shape}`` maps, each sorted:
+    keys of ``theirs`` only, keys of ``ours`` only, shared keys whose shapes differ."""
+    shared = set(ours) & set(theirs)
+    return (
+        sorted(set(theirs) - set(ours)),
+        sorted(set(ours) - set(theirs)),
+        sorted(k for k in shared if tuple(ours[k]) != tuple(theirs[k])),
+    )
+
+
 def check_state_fits(ckpt: dict[str, Any], model: nn.Module, path: str | Path) -> None:
     """Refuse a checkpoint whose weights do not fit ``model``: another method, or the same
     method with other dimensions. Lists the missing, unexpected and mis-shaped keys.
@@ -317,13 +331,12 @@ def check_state_fits(ckpt: dict[str, Any], model: nn.Module, path: str | Path) -
     ([`check_optimizer_groups`][ncl_lightning.checkpoints.optimizer_groups.check_optimizer_groups])."""
     state = ckpt["state_dict"]
     own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    shapes = sorted(
-        f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
-        for k in set(own) & set(state)
-        if hasattr(state[k], "shape") and state[k].shape != own[k].shape
-    )
+    theirs = {k: tuple(v.shape) for k, v in own.items()}
+    # An entry of the file without a shape (not a tensor) is not compared: it takes the model's.
+    ours = {k: tuple(v.shape) if hasattr(v, "shape") else theirs.get(k, ())
+            for k, v in state.items()}  # fmt: skip
+    missing, unexpected, differs = state_diff(ours, theirs)
+    shapes = [f"{k} {ours[k]} vs {theirs[k]}" for k in differs]
     written_by = ckpt[RECORD_KEY].get("method")
     expected = f"{type(model).__module__}.{type(model).__qualname__}"
     same = written_by is None or same_class(written_by, expected)
@@ -340,6 +353,8 @@ __all__ = [
     "BACKBONE_PREFIX",
     "CONFIG_FILE",
     "RECORD_KEY",
+    "SHOWN_KEYS",
+    "TORCHVISION_FILE",
     "WEIGHTS_FILE",
     "CheckpointError",
     "CheckpointNotFoundError",
@@ -350,4 +365,5 @@ __all__ = [
     "load_method",
     "read_checkpoint",
     "read_export_config",
+    "state_diff",
 ]

@@ -11,7 +11,7 @@ DNS, unreachable host, HTTP status) and the way out without network.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.utils.data import Dataset
@@ -40,6 +40,8 @@ class _CIFARDataModule(MultiViewDataModule):
 
     dataset_cls: type[CIFAR10] = CIFAR10
     name = "CIFAR-10"
+    # The data set's Hugging Face hub id (an exported model card's ``datasets``).
+    hub_id: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -184,6 +186,7 @@ class CIFAR10DataModule(_CIFARDataModule):
     dataset_cls = CIFAR10
     name = "CIFAR-10"
     num_classes = 10
+    hub_id = "uoft-cs/cifar10"
 
 
 class CIFAR100DataModule(_CIFARDataModule):
@@ -204,6 +207,7 @@ class CIFAR100DataModule(_CIFARDataModule):
     dataset_cls = CIFAR100
     name = "CIFAR-100"
     num_classes = 100
+    hub_id = "uoft-cs/cifar100"
 
     def default_augmentation(self) -> SimCLRAugmentation:
         """The paper's CIFAR augmentation with CIFAR-100's statistics

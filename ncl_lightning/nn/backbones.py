@@ -37,13 +37,23 @@ def backbone_spec(cls: type, **init_args: Any) -> dict[str, Any]:
     return {"class_path": f"ncl_lightning.nn.{cls.__name__}", "init_args": init_args}
 
 
-def stem_conv(in_channels: int, cifar: bool, padding: int, out_channels: int = 64) -> nn.Conv2d:
+def stem_conv(
+    in_channels: int, cifar: bool, padding: int | None = None, out_channels: int = 64
+) -> nn.Conv2d:
     """A ResNet ``conv1`` with torchvision's init: 3x3 stride 1 (the CIFAR stem, used
-    without max-pool) or 7x7 stride 2 (the ImageNet stem)."""
+    without max-pool) or 7x7 stride 2 (the ImageNet stem); ``padding`` ``None``: the
+    stem's own (``STEM_PADDING``)."""
     kernel, stride = (3, 1) if cifar else (7, 2)
+    if padding is None:
+        padding = STEM_PADDING["cifar" if cifar else "imagenet"]
     conv = nn.Conv2d(in_channels, out_channels, kernel, stride=stride, padding=padding, bias=False)
-    nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+    _init_stem(conv)
     return conv
+
+
+def _init_stem(conv: nn.Conv2d) -> None:
+    """The init torchvision uses for every conv."""
+    nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
 
 
 class ResNet(nn.Module, Backbone):
@@ -101,6 +111,8 @@ class ResNet(nn.Module, Backbone):
         net = factory(weights=None, zero_init_residual=zero_init_residual)
         if stem == "cifar" or in_channels != 3 or padding != 3:
             net.conv1 = stem_conv(in_channels, stem == "cifar", padding)
+        else:  # torchvision's own conv1, re-initialised as every stem is (same RNG draws)
+            _init_stem(net.conv1)
         if stem == "cifar":
             net.maxpool = nn.Identity()
         net.fc = nn.Identity()

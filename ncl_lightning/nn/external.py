@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ncl_lightning.foundation.errors import ConfigError, did_you_mean
 from ncl_lightning.foundation.validation import check_int, check_range
-from ncl_lightning.nn.backbones import STEM_PADDING, backbone_spec, stem_conv
+from ncl_lightning.nn.backbones import backbone_spec, stem_conv
 from ncl_lightning.nn.protocols import Backbone
 
 # timm modules whose models take the CIFAR stem (the module of the model's entry point).
@@ -37,13 +37,6 @@ _TIMM_RESNET = ("timm.models.resnet",)
 _CIFAR_VIT = {"img_size": 32, "patch_size": 4}
 # torchvision: the attributes that hold a classification model's head.
 _HEADS = ("fc", "classifier", "heads", "head")
-
-
-def _cifar_conv1(conv: nn.Conv2d, in_channels: int) -> nn.Conv2d:
-    """3x3 stride-1 ``conv1`` padded as [`ResNet`][ncl_lightning.nn.ResNet]'s CIFAR stem
-    (2, the releases': a 32x32 image gives 34x34 maps, 5x5 after ``layer4``)."""
-    padding = STEM_PADDING["cifar"]
-    return stem_conv(in_channels, cifar=True, padding=padding, out_channels=conv.out_channels)
 
 
 class TimmBackbone(nn.Module, Backbone):
@@ -92,9 +85,6 @@ class TimmBackbone(nn.Module, Backbone):
         import timm
 
         check_int("in_chans", in_chans)
-        for key, value in (("img_size", img_size), ("patch_size", patch_size)):
-            if value is not None:
-                check_int(key, value)
         check_range("drop_path_rate", drop_path_rate, 0.0, 1.0, closed="[)")
         if not timm.is_model(name):
             hint = did_you_mean(name, timm.list_models())
@@ -109,9 +99,10 @@ class TimmBackbone(nn.Module, Backbone):
         kwargs: dict[str, Any] = dict(model_kwargs or {})
         if drop_path_rate:
             kwargs["drop_path_rate"] = drop_path_rate
-        sizes = {"img_size": img_size, "patch_size": patch_size}
-        for key, value in sizes.items():
-            if value is None and cifar_stem and module in _TIMM_VIT:
+        for key, value in (("img_size", img_size), ("patch_size", patch_size)):
+            if value is not None:
+                check_int(key, value)
+            elif cifar_stem and module in _TIMM_VIT:
                 value = _CIFAR_VIT[key]
             if value is not None:
                 kwargs[key] = value
@@ -137,7 +128,8 @@ class TimmBackbone(nn.Module, Backbone):
     def _cifar_resnet(net: nn.Module, in_chans: int) -> None:
         conv1 = net.conv1
         if isinstance(conv1, nn.Conv2d):
-            net.conv1 = _cifar_conv1(conv1, in_chans)
+            # padded as ResNet's CIFAR stem (2, the releases': 32x32 -> 34x34 maps)
+            net.conv1 = stem_conv(in_chans, cifar=True, out_channels=conv1.out_channels)
         else:  # deep stem (resnet50d, ...): three 3x3 convs, the first strided
             first = next(m for m in conv1.modules() if isinstance(m, nn.Conv2d))
             first.stride = (1, 1)
@@ -211,10 +203,10 @@ class TorchvisionBackbone(nn.Module, Backbone):
                     key=key,
                 )
         if cifar_stem:
-            net.conv1 = _cifar_conv1(net.conv1, in_channels)
+            net.conv1 = stem_conv(in_channels, cifar=True, out_channels=net.conv1.out_channels)
             net.maxpool = nn.Identity()
         elif in_channels != 3:
-            net.conv1 = stem_conv(in_channels, cifar=False, padding=STEM_PADDING["imagenet"])
+            net.conv1 = stem_conv(in_channels, cifar=False)
         self.out_dim = _drop_head(net, name)
         self.model = net
 
