@@ -29,7 +29,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.atlas import build_atlas
 from ncl_lightning.callbacks import TopActivations
-from ncl_lightning.foundation.resources import config_path, config_root
+from ncl_lightning.foundation.resources import config_file, config_root
 from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.plot import plot_curves
 from ncl_lightning.plot.pictures import side_by_side
@@ -45,12 +45,6 @@ COLUMNS = {
     "H_s (nats)": ("val/z/semantic_entropy", "{:.2f}"),
     "gate open rate": ("val/gate/open_rate", "{:.1%}"),
 }
-
-
-def resolve(config: str) -> Path:
-    """A config file: ``config`` itself when that file exists, else the packaged config so named."""
-    path = Path(config)
-    return path if path.is_file() else config_path(config)
 
 
 def label(config: Path) -> str:
@@ -124,7 +118,7 @@ def main(argv: list[str] | None = None) -> str:
     args, extra = parser.parse_known_args(argv)  # the rest goes to every `ncl-cli fit`
     check_at_least("--threads", args.threads, 1)
     torch.set_num_threads(args.threads)
-    args.configs = [resolve(c) for c in args.configs]
+    args.configs = [config_file(c) for c in args.configs]
     results, dims, pics, logs = {}, {}, {}, {}
     start = time.perf_counter()
     runs = run_jobs(

@@ -6,9 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from ncl_lightning.demo import label, resolve
+from ncl_lightning.demo import label
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.resources import config_names, config_path, config_root
+from ncl_lightning.foundation.resources import (
+    config_file,
+    config_names,
+    config_path,
+    config_root,
+)
 from ncl_lightning.studies.landscape import VARIANTS
 from tests.conftest import ROOT
 
@@ -33,12 +38,12 @@ def test_unknown_config_names_the_available_ones_in_one_line() -> None:
 def test_demo_takes_files_and_packaged_names(tmp_path: Path) -> None:
     own = tmp_path / "mine.yaml"
     own.write_text("model: {}\n")
-    assert resolve(str(own)) == own
-    assert resolve("demo/digits_cl") == config_root() / "demo" / "digits_cl.yaml"
-    assert label(resolve("demo/digits_cl")) == "configs/demo/digits_cl.yaml"
+    assert config_file(str(own)) == own
+    assert config_file("demo/digits_cl") == config_root() / "demo" / "digits_cl.yaml"
+    assert label(config_file("demo/digits_cl")) == "configs/demo/digits_cl.yaml"
     assert label(own) == str(own)
     with pytest.raises(ConfigError, match="no packaged config"):
-        resolve(str(tmp_path / "absent.yaml"))
+        config_file(str(tmp_path / "absent.yaml"))
 
 
 def test_study_variants_read_packaged_configs_and_overlays() -> None:

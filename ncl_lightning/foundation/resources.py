@@ -52,4 +52,21 @@ def config_path(name: str) -> Path:
     return path
 
 
-__all__ = ["config_names", "config_path", "config_root"]
+def config_file(name: str | Path) -> Path:
+    """A config file: ``name`` itself when that file exists (absolute, or relative to the
+    working folder), else the packaged config so named ([`config_path`][]).
+
+    Raises:
+        ConfigError: Neither (an absolute ``name``: not found; else the packaged names).
+    """
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    if path.is_absolute():
+        raise ConfigError(
+            f"{name}: config file not found, and no packaged config of that name", key="config"
+        )
+    return config_path(str(name))
+
+
+__all__ = ["config_file", "config_names", "config_path", "config_root"]

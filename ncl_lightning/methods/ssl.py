@@ -34,7 +34,11 @@ from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss
 from ncl_lightning.foundation.validation import check_at_least, check_positive
 from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.online import OnlineEvaluator
-from ncl_lightning.methods.trainable import TrainableModule, common_arguments
+from ncl_lightning.methods.trainable import (
+    FEATURE_COMPONENTS,
+    TrainableModule,
+    common_arguments,
+)
 from ncl_lightning.nn.precision import autocast_off, float32
 from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.optim import LARS, decay_param_groups
@@ -125,6 +129,10 @@ class SSLMethod(TrainableModule):
             record_hparams(self, num_classes=0)  # no classes known: no probe, no kNN
         if stage == "fit" and self.online is None and self.hparams.num_classes:
             self._build_online(self.hparams.num_classes)
+
+    def default_components(self) -> tuple[str, ...]:
+        """The run-time components and the feature statistics of ``z``."""
+        return super().default_components() + FEATURE_COMPONENTS
 
     def _build_online(self, num_classes: int) -> None:
         """The online probe and kNN (none for 0 classes) and their accuracy metrics

@@ -33,7 +33,7 @@ from ncl_lightning.optim.schedule_setup import check_schedule_length, configure_
 # (data.<name> -> model.init_args.<name>); built in Python with None, at fit (setup).
 DATA_LINKED: tuple[str, ...] = ("num_classes", "batch_size")
 # Keys of the default components (foundation.components, registered by the shell) every
-# module asks for, and those a self-supervised method (``views_per_image``) adds.
+# module asks for, and those a self-supervised method (``SSLMethod``) adds.
 RUN_TIME_COMPONENTS: tuple[str, ...] = (
     "preflight", "speed_switches", "nonfinite_guard", "checkpoint_record", "final_validation",
 )  # fmt: skip
@@ -161,11 +161,10 @@ class TrainableModule(L.LightningModule):
         check_schedule_length(trainer.max_epochs, trainer.max_steps)
 
     def default_components(self) -> tuple[str, ...]:
-        """Keys of the default components this module runs with: the run-time ones, and
-        for a self-supervised method (a class with ``views_per_image``) the feature
-        statistics of ``z``. Override to choose others."""
-        ssl = isinstance(getattr(type(self), "views_per_image", None), int)
-        return RUN_TIME_COMPONENTS + (FEATURE_COMPONENTS if ssl else ())
+        """Keys of the default components this module runs with: the run-time ones
+        ([`SSLMethod`][ncl_lightning.methods.ssl.SSLMethod] adds the feature statistics of
+        ``z``). Override to choose others."""
+        return RUN_TIME_COMPONENTS
 
     def configure_callbacks(self) -> list[Callback]:
         """The default components ([`default_components`][]) the trainer lacks, by

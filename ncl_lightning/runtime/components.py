@@ -39,7 +39,7 @@ register_default("speed_switches", SpeedSwitches)
 register_default("nonfinite_guard", NonFiniteGuard)
 register_default("checkpoint_record", CheckpointRecord)
 register_default("final_validation", FinalValidation)
-# Only self-supervised methods ask for it (TrainableModule.default_components).
+# Only self-supervised methods ask for it (SSLMethod.default_components).
 register_default("feature_statistics", default_feature_statistics)
 
 

@@ -21,6 +21,7 @@ from ncl_lightning.foundation.errors import ConfigError
 
 CONFIG_FLAGS = ("--config", "-c")
 CONFIG_KEY = "config"  # ``err.key`` of every error about a config file
+CONFIG_MAPPING = "a mapping of keys such as trainer:, model:, data:"
 
 
 def config_paths(args: Sequence[str]) -> Iterator[str]:
@@ -38,23 +39,42 @@ def _looks_inline(value: str) -> bool:
     return value.lstrip().startswith(("{", "[")) or "\n" in value
 
 
-def _load(path: Path, included_by: Path | None) -> Any:
-    suffix = f" (nested config: in {included_by})" if included_by else ""
+def load_mapping(
+    path: Path,
+    *,
+    what: str = "config",
+    key: str = CONFIG_KEY,
+    expected: str = CONFIG_MAPPING,
+    suffix: str = "",
+) -> dict[str, Any]:
+    """The top-level mapping of a YAML file, or one
+    [`ConfigError`][ncl_lightning.foundation.errors.ConfigError] naming the file (and
+    ``line:column`` for a YAML syntax error).
+
+    Args:
+        path: The file.
+        what: What the file is, in messages (``"config"``: "config file not found").
+        key: ``err.key`` of the error.
+        expected: What the top level should be, for an empty file or another type.
+        suffix: Appended to every message (where the file was named).
+
+    Raises:
+        ConfigError: The file does not exist, is a folder or unreadable, is not YAML, is
+            empty, or its top level is not a mapping.
+    """
     if not path.exists():
-        raise ConfigError(f"{path}: config file not found{suffix}", key=CONFIG_KEY)
+        raise ConfigError(f"{path}: {what} file not found{suffix}", key=key)
     if path.is_dir():
-        raise ConfigError(f"{path}: config path is a folder, not a file{suffix}", key=CONFIG_KEY)
+        raise ConfigError(f"{path}: {what} path is a folder, not a file{suffix}", key=key)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(
-            f"{path}: config file is not UTF-8 text (byte {err.start}){suffix}",
-            key=CONFIG_KEY,
+            f"{path}: {what} file is not UTF-8 text (byte {err.start}){suffix}", key=key
         ) from None
     except OSError as err:
         raise ConfigError(
-            f"{path}: cannot read config file: {err.strerror or err}{suffix}",
-            key=CONFIG_KEY,
+            f"{path}: cannot read {what} file: {err.strerror or err}{suffix}", key=key
         ) from None
     try:
         data = yaml.safe_load(text)
@@ -64,23 +84,19 @@ def _load(path: Path, included_by: Path | None) -> Any:
         problem = err.problem or err.context or "invalid YAML"
         context = f" ({err.context})" if err.context and err.problem else ""
         raise ConfigError(
-            f"{where}: YAML syntax error: {problem}{context}{suffix}", key=CONFIG_KEY
+            f"{where}: YAML syntax error: {problem}{context}{suffix}", key=key
         ) from None
     except yaml.YAMLError as err:
         raise ConfigError(
-            f"{path}: YAML error: {str(err).splitlines()[0]}{suffix}", key=CONFIG_KEY
+            f"{path}: YAML error: {str(err).splitlines()[0]}{suffix}", key=key
         ) from None
     if data is None:
-        raise ConfigError(
-            f"{path}: config file is empty; expected a mapping of keys such as trainer:, "
-            f"model:, data:{suffix}",
-            key=CONFIG_KEY,
-        )
+        raise ConfigError(f"{path}: {what} file is empty; expected {expected}{suffix}", key=key)
     if not isinstance(data, dict):
         raise ConfigError(
-            f"{path}: config file holds a {type(data).__name__} at the top level; expected a "
-            f"mapping of keys such as trainer:, model:, data:{suffix}",
-            key=CONFIG_KEY,
+            f"{path}: {what} file holds a {type(data).__name__} at the top level; expected "
+            f"{expected}{suffix}",
+            key=key,
         )
     return data
 
@@ -101,7 +117,8 @@ def check_config_file(path: str | Path, included_by: Path | None = None, depth: 
         raise ConfigError(
             f"{path}: nested config: keys include each other more than 10 deep", key=CONFIG_KEY
         )
-    data = _load(path, included_by)
+    suffix = f" (nested config: in {included_by})" if included_by else ""
+    data = load_mapping(path, suffix=suffix)
     for section in (data, *(v for v in data.values() if isinstance(v, dict))):
         nested = section.get("config")
         if isinstance(nested, str) and not _looks_inline(nested):
@@ -117,4 +134,4 @@ def check_config_args(args: Sequence[str]) -> None:
             check_config_file(value)
 
 
-__all__ = ["check_config_args", "check_config_file", "config_paths"]
+__all__ = ["check_config_args", "check_config_file", "config_paths", "load_mapping"]

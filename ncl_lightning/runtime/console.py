@@ -44,6 +44,12 @@ def is_terminal(stream: TextIO | None) -> bool:
     return bool(isatty is not None and isatty())
 
 
+def epoch_text(trainer: Any, n: int) -> str:
+    """``"epoch n/max"`` (``"epoch n"`` without a ``max_epochs``)."""
+    epochs = trainer.max_epochs if trainer.max_epochs not in (None, -1) else None
+    return f"epoch {n}" + (f"/{epochs}" if epochs else "")
+
+
 def format_metrics(metrics: dict[str, Any]) -> str:
     """``key=value`` pairs of the numeric ``metrics`` (4 significant digits), in order."""
     cells = []
@@ -98,8 +104,7 @@ class LineProgress(ProgressBar):
 
     def _line(self, trainer: Any, pl_module: Any, head: str) -> str:
         metrics = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
-        epochs = trainer.max_epochs if trainer.max_epochs not in (None, -1) else None
-        epoch = f"Epoch {trainer.current_epoch + 1}" + (f"/{epochs}" if epochs else "")
+        epoch = epoch_text(trainer, trainer.current_epoch + 1).capitalize()
         shown = format_metrics(metrics)
         return f"{epoch}: {head}" + (f" | {shown}" if shown else "")
 

@@ -26,7 +26,7 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from ncl_lightning.runtime.console import format_metrics
+from ncl_lightning.runtime.console import epoch_text, format_metrics
 from ncl_lightning.runtime.progress import format_duration
 from ncl_lightning.runtime.runs import run_folder
 
@@ -88,8 +88,7 @@ class FinalValidation(Callback):
 
 def summary_lines(trainer: Any, seconds: float | None) -> list[str]:
     """The lines of [`FitSummary`][] for a finished ``trainer``."""
-    epochs = trainer.max_epochs if trainer.max_epochs not in (None, -1) else None
-    epoch = f"epoch {trainer.current_epoch}" + (f"/{epochs}" if epochs else "")
+    epoch = epoch_text(trainer, trainer.current_epoch)
     took = f", {format_duration(seconds)}" if seconds is not None else ""
     lines = [f"Fit done: {epoch}, step {trainer.global_step}{took}"]
     folder = run_folder(trainer)

@@ -319,8 +319,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Judge the last deferred batch before validation reads the kNN bank."""
-        if isinstance(pl_module, GuardedModule):
-            self.resolve(trainer, pl_module)
+        self.judge_pending(pl_module)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if isinstance(pl_module, GuardedModule):

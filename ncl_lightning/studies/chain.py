@@ -19,8 +19,7 @@ output ``h`` (the configs' ``space: h``) and on the projector output ``z``
 (``--model.init_args.space z``; NCL paper, Table 7), into ``<out>/<config stem>/linear_z``
 and ``finetune_z``; the table gets the ``z linear top-1``, ``z linear top-5`` and
 ``z fine-tune top-1`` columns beside the ``h`` ones (``results.json``: protocols
-``linear_z`` and ``finetune_z``). The default, ``--spaces h``, runs and writes what it
-always did.
+``linear_z`` and ``finetune_z``). The default, ``--spaces h``, runs the ``h`` probes only.
 
 Every run is an ordinary ``ncl-cli`` run (its logs and checkpoints are under ``--out``);
 ``--pretrain-arg`` / ``--eval-arg`` forward extra CLI arguments (e.g. shorter runs). Each
@@ -34,7 +33,7 @@ pre-training and evaluation run's arguments), then writes ``<out>/results.md`` w
 cell as ``mean ± std`` over the seeds, the per-seed values and the differences beyond the
 spread, ``<out>/results_seeds.json`` and the mean accuracy-vs-k curves (see
 [`ncl_lightning.studies.chain_seeds`][]). Without ``--seeds`` one chain runs into
-``--out`` as before.
+``--out``.
 """
 
 from __future__ import annotations
@@ -115,8 +114,8 @@ def run_chain(
         out: Folder for all runs (``<out>/<config stem>/<protocol>``).
         pretrain_args: Extra ``ncl-cli fit`` arguments for pre-training.
         eval_args: Extra arguments for every evaluation run.
-        protocol_args: Extra arguments of one protocol's run, by protocol name (``linear``
-            applies to ``linear_z`` too; ``linear_z`` to that run only).
+        protocol_args: Extra arguments of one protocol's runs, by protocol name
+            (``linear`` applies to ``linear_z`` too).
         progress: Where each run is announced (default: a progress of this chain's runs).
         verbose: Keep Lightning's per-run banners, progress bars and model summaries.
         spaces: Spaces of the linear probe and fine-tuning (``h``, ``z``; see
@@ -139,9 +138,7 @@ def run_chain(
             f"{pretrain} wrote no last.ckpt (ModelCheckpoint save_last?)", key="pretrain"
         )
     for key, name, config, space_args in runs:
-        own = [*(protocol_args or {}).get(name, ())]
-        if key != name:
-            own += (protocol_args or {}).get(key, ())
+        own = (protocol_args or {}).get(name, ())
         extra = ["--model.init_args.checkpoint", str(ckpt), *eval_args, *own, *space_args]
         with progress.unit(f"{pretrain.stem} {key}"):
             results[key] = _run(SUBCOMMANDS[name], config, root / key, extra, verbose)
@@ -169,7 +166,7 @@ def run_all(
     all_results: dict[str, dict[str, dict[str, float]]] = (
         json.loads(done.read_text()) if done.is_file() else {}
     )
-    spaces = tuple(dict.fromkeys(getattr(args, "spaces", None) or ("h",)))
+    spaces = tuple(dict.fromkeys(args.spaces))
     evaluations = [key for key, *_ in protocol_runs(protocols, spaces)]
     runs = {c: 1 + len(evaluations) for c in args.pretrain}
     runs.update({c: 1 for c in args.supervised})

@@ -82,14 +82,21 @@ def exceeding(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[st
     return lines
 
 
+def _h_column(column: str) -> str | None:
+    """The ``h`` column a ``z`` column pairs with (``z linear top-1`` -> ``linear top-1``),
+    or ``None``."""
+    h_column = column.removeprefix("z ")
+    return h_column if h_column != column and h_column in COLUMNS else None
+
+
 def exceeding_spaces(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[str]:
     """Within each run, every ``z`` column (``z linear top-1``, ...; chain ``--spaces h z``)
     against its ``h`` column where their ``mean ± std`` intervals do not overlap."""
     lines = []
     for name, row in table.items():
         for column in row:
-            h_column = column.removeprefix("z ")
-            if column == h_column or h_column not in row or h_column not in COLUMNS:
+            h_column = _h_column(column)
+            if h_column is None or h_column not in row:
                 continue
             vh, vz = list(row[h_column].values()), list(row[column].values())
             if beyond_spread(vh, vz, "{:.1f}".format):
@@ -116,7 +123,7 @@ def report(table: Mapping[str, Mapping[str, Mapping[int, float]]], seeds: Sequen
     lines += ["", "Differences that exceed the spread (mean ± std intervals apart):", ""]
     lines += [f"- {line}" for line in exceeding(table)] or ["- none"]
     measured = (c for row in table.values() for c, v in row.items() if v)
-    if any(c.startswith("z ") and c[2:] in COLUMNS for c in measured):
+    if any(_h_column(c) for c in measured):
         lines += ["", "Within a run, h against z, beyond the spread:", ""]
         lines += [f"- {line}" for line in exceeding_spaces(table)] or ["- none"]
     return "\n".join(lines) + "\n"

@@ -11,10 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.resources import config_file
 from ncl_lightning.foundation.validation import check_int, check_output_dir, check_range
 from ncl_lightning.runtime.config_files import check_config_file
 from ncl_lightning.runtime.trainer_checks import SEED_MAX
-from ncl_lightning.studies.study_defs import Study, row_config
+from ncl_lightning.studies.study_defs import Study
 
 RUN_ARG = "--run-arg"
 CONFIG_FLAGS = ("--config", "-c")
@@ -119,17 +120,8 @@ def check_seeds_study(
     check_seeds("--seeds", seeds)
     check_int("--workers", workers)
     check_int("--threads", threads)
-    check_run_args(extra, owned_keys(study))
-    for row in study.rows:
-        if rows is None or row.name in rows:
-            for config in (row.config, *row.overlays, *filter(None, [row.pretrain])):
-                row_config(config)  # a packaged config of the row, or a file
-    check_out("--out", out)
-
-
-def owned_keys(study: Study) -> dict[str, str]:
-    """The config keys a seeds study sets for each cell (key -> why): ``--run-arg`` and a
-    row's ``args`` may not set them."""
+    # The config keys the study sets for each cell (key -> why): ``--run-arg`` and a row's
+    # ``args`` may not set them.
     owned = {
         "seed_everything": "the cell's seed, from --seeds",
         **{key.lstrip("-"): "the cell's seed, from --seeds" for key in study.seed_keys},
@@ -138,7 +130,14 @@ def owned_keys(study: Study) -> dict[str, str]:
     }
     if any(row.pretrain for row in study.rows):
         owned["model.init_args.pretrained"] = "the last.ckpt of the row's pretrain run"
-    return owned
+    check_run_args(extra, owned)
+    source = f"{study.source}: " if study.source else ""
+    for i, row in enumerate(study.rows):
+        if rows is None or row.name in rows:
+            check_run_args(row.args, owned, option=f"{source}rows[{i}] ({row.name}): args")
+            for config in (row.config, *row.overlays, *filter(None, [row.pretrain])):
+                config_file(config)  # a packaged config of the row, or a file
+    check_out("--out", out)
 
 
 def check_landscape_study(

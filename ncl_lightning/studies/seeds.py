@@ -43,12 +43,13 @@ from itertools import combinations
 from pathlib import Path
 
 from ncl_lightning.foundation.errors import RunFailedError
+from ncl_lightning.foundation.resources import config_file
 from ncl_lightning.plot.metrics_csv import read_metrics
 from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
 from ncl_lightning.studies.checks import check_seeds_study
 from ncl_lightning.studies.jobs import earlier_record, folder_args, run_jobs, slug
 from ncl_lightning.studies.spread import beyond_spread, mean_std
-from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Study, row_config
+from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Study
 from ncl_lightning.studies.study_file import chosen_study
 
 PROG = "python -m ncl_lightning.studies.seeds"
@@ -87,7 +88,7 @@ def _fit(
 ) -> list[str]:
     """The ``ncl-cli fit`` command of one run: configs, row values, seed, folder, extras."""
     command = [sys.executable, "-m", "ncl_lightning.entry", "fit"]
-    command += [a for c in configs for a in ("--config", str(row_config(c)))]
+    command += [a for c in configs for a in ("--config", str(config_file(c)))]
     command += [*args, "--seed_everything", str(seed)]
     command += [a for key in study.seed_keys for a in (key, str(seed))]
     return [*command, *folder_args(root, logs=True), *extra]

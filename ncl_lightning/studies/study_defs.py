@@ -14,24 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
-from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.registry import Registry
-from ncl_lightning.foundation.resources import config_path
-
-
-def row_config(name: str) -> Path:
-    """The file of a row's config: an absolute path as it is (a study file's own configs),
-    else the packaged config of that name (``demo/digits_ncl.yaml``).
-
-    Raises:
-        ConfigError: No such file, or no packaged config of that name.
-    """
-    path = Path(name)
-    if not path.is_absolute():
-        return config_path(name)
-    if not path.is_file():
-        raise ConfigError(f"{name}: config file not found", key="config")
-    return path
 
 
 @dataclass(frozen=True)
@@ -66,6 +49,7 @@ class Study:
         paper_title: Heading of that column (which paper, table and setting).
         after: Called with the records and the output folder once every cell is done;
             returns the paths it wrote (pictures, atlas).
+        source: The study file it was read from (first in the messages about its rows).
     """
 
     title: str
@@ -77,6 +61,7 @@ class Study:
     paper: dict[str, str] = field(default_factory=dict, compare=False)
     paper_title: str = "paper"
     after: Callable[[Sequence[dict], Path], list[Path]] | None = field(default=None, compare=False)
+    source: str | None = field(default=None, compare=False)
 
 
 class Column(NamedTuple):

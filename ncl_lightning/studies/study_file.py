@@ -31,12 +31,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.resources import config_path
-from ncl_lightning.runtime.config_files import check_config_file
-from ncl_lightning.studies.checks import check_run_args, owned_keys
+from ncl_lightning.foundation.resources import config_file
+from ncl_lightning.runtime.config_files import check_config_file, load_mapping
 from ncl_lightning.studies.jobs import slug
 from ncl_lightning.studies.study_defs import CLASS_METRICS, COLUMNS, Row, Study
 
@@ -44,6 +41,7 @@ KEY = "study-file"
 STUDY_KEYS = ("title", "rows", "columns", "baseline", "seed_keys", "curves", "paper", "paper_title")
 ROW_KEYS = ("name", "config", "overlays", "args", "pretrain")
 SUFFIXES = (".yaml", ".yml")
+MAPPING = "a mapping with rows: (and title:, columns:, ...)"
 
 
 def _fail(path: Path, where: str, problem: str) -> ConfigError:
@@ -52,24 +50,7 @@ def _fail(path: Path, where: str, problem: str) -> ConfigError:
 
 def _read(path: Path) -> dict[str, Any]:
     """The file's top-level mapping; a missing file or bad YAML names the file (and line)."""
-    if not path.is_file():
-        what = "a folder, not a file" if path.is_dir() else "not found"
-        raise ConfigError(f"{path}: study file {what}", key=KEY)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: YAML syntax error: {err.problem}", key=KEY) from None
-    except (yaml.YAMLError, UnicodeDecodeError, OSError) as err:
-        raise ConfigError(f"{path}: cannot read the study file: {err}", key=KEY) from None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"{path}: a study file holds a mapping with rows: (and title:, columns:, ...), "
-            f"got {type(data).__name__}",
-            key=KEY,
-        )
-    return data
+    return load_mapping(path, what="study", key=KEY, expected=MAPPING)
 
 
 def _known(path: Path, where: str, data: dict, keys: tuple[str, ...]) -> None:
@@ -112,7 +93,7 @@ def resolve_config(path: Path, where: str, name: Any) -> str:
                 raise _fail(path, where, str(err)) from None
             return str(candidate.resolve())
     try:
-        return str(config_path(name))
+        return str(config_file(name))
     except ConfigError:
         looked = " or ".join(str(c) for c in dict.fromkeys(tried))
         raise _fail(
@@ -156,7 +137,9 @@ def _rows(path: Path, value: Any) -> tuple[Row, ...]:
 
 def load_study(path: str | Path) -> Study:
     """The [`Study`][ncl_lightning.studies.study_defs.Study] of a YAML study file, checked
-    whole (nothing runs, nothing is written).
+    whole (nothing runs, nothing is written); a row's ``args`` against the keys the study
+    sets are checked with the other arguments of the run
+    ([`check_seeds_study`][ncl_lightning.studies.checks.check_seeds_study]).
 
     Raises:
         ConfigError: ``<file>: <row and key>: <problem>``, the first problem found.
@@ -178,7 +161,7 @@ def load_study(path: str | Path) -> Study:
     paper = data.get("paper") or {}
     if not isinstance(paper, dict) or any(k not in names for k in paper):
         raise _fail(path, "paper", f"expected a mapping of row names ({names}) to text")
-    study = Study(
+    return Study(
         _text(path, "title", data.get("title", path.stem)),
         rows,
         columns,
@@ -189,14 +172,8 @@ def load_study(path: str | Path) -> Study:
         curves=_texts(path, "curves", data.get("curves")),
         paper={str(k): str(v) for k, v in paper.items()},
         paper_title=_text(path, "paper_title", data.get("paper_title", "paper")),
+        source=str(path),
     )
-    owned = owned_keys(study)
-    for i, row in enumerate(rows):
-        try:
-            check_run_args(row.args, owned, option=f"rows[{i}] ({row.name}): args")
-        except ConfigError as err:
-            raise ConfigError(f"{path}: {err}", key=KEY) from None
-    return study
 
 
 def is_study_file(name: str | None) -> bool:

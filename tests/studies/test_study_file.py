@@ -143,7 +143,7 @@ ROWS = "rows:\n  - {name: CL, config: demo/digits_cl.yaml}\n"
             "{f}: rows[0] (CL): args: '2' is not an option; give ncl-cli options such as --tr",
         ),
         ("rows:\n  - {name: CL, config: [demo/digits_cl.yaml\n", "{f}:3:1: YAML syntax error"),
-        ("- CL\n", "{f}: a study file holds a mapping with rows:"),
+        ("- CL\n", "{f}: study file holds a list at the top level; expected a mapping with rows:"),
     ],
 )
 def test_every_problem_of_a_study_file_is_one_line_before_any_cell(
