@@ -24,24 +24,13 @@ from ncl_lightning.atlas.collect import (
 from ncl_lightning.atlas.images import IMAGE_FORMATS, ImageReader, upscale_factor, write_strips
 from ncl_lightning.atlas.model import model_entry, strip_indices
 from ncl_lightning.atlas.site import single_file_page, write_page
-from ncl_lightning.callbacks.schedule import batch_limit, run_dir
+from ncl_lightning.callbacks.schedule import batch_limit, class_names, run_dir
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.protocols import CleanData, PictureData, require_extra
 from ncl_lightning.foundation.validation import check_at_least, check_choice
 from ncl_lightning.runtime.loggers import log_site
 
 PANEL_DIMS = 64  # dimensions whose images the W&B HTML panel carries inline
-
-
-def class_names(datamodule: Any, split: str, count: int) -> list[str]:
-    """The DataModule's (or its dataset's) ``classes`` when there is one name per class,
-    else ``"0"``, ``"1"``, ..."""
-    names = getattr(datamodule, "classes", None)
-    if names is None and hasattr(datamodule, "base_dataset"):
-        names = getattr(datamodule.base_dataset(split), "classes", None)
-    if names is not None and len(names) == count:
-        return [str(n) for n in names]
-    return [str(c) for c in range(count)]
 
 
 def accuracy_of(metrics: dict[str, Any], stage: str) -> float | None:
@@ -169,7 +158,7 @@ class FeatureAtlas(L.Callback):
                 "split": "test",
                 "space": self.space,
             },
-            class_names=class_names(datamodule, "test", int(datamodule.num_classes)),
+            class_names=class_names(datamodule, dataset, int(datamodule.num_classes), "test"),
             eps=self.eps,
             images={
                 "width": width,

@@ -99,10 +99,10 @@ def strip(images: Sequence[np.ndarray], scale: int = 1) -> Image.Image:
     """Images ``[H, W, 3]`` of one size side by side, left to right, each upscaled by
     ``scale`` (nearest neighbour); a grey picture (equal channels) as one channel (mode L,
     drawn with the grey colour map)."""
-    pixels = upscale(np.concatenate(list(images), axis=1), scale)
-    if (pixels == pixels[..., :1]).all():
-        return Image.fromarray(np.ascontiguousarray(pixels[..., 0]), mode="L")
-    return Image.fromarray(pixels)
+    pixels = np.concatenate(list(images), axis=1)
+    if (pixels == pixels[..., :1]).all():  # tested before upscaling: scale² fewer pixels
+        return Image.fromarray(np.ascontiguousarray(upscale(pixels[..., 0], scale)), mode="L")
+    return Image.fromarray(upscale(pixels, scale))
 
 
 def write_strips(

@@ -43,6 +43,7 @@ from ncl_lightning.callbacks.schedule import (
     epoch_due,
     missing_spaces,
 )
+from ncl_lightning.callbacks.top_activations import TopActivations
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.protocols import ClassLabels, ViewData, require_extra
 from ncl_lightning.foundation.validation import check_at_least, check_choice, check_int
@@ -62,6 +63,7 @@ from ncl_lightning.metrics.functional import (
     effective_rank_from_gram,
     orthogonality_error_from_gram,
 )
+from ncl_lightning.metrics.functional.profile import activation_frequency, summarize_class_counts
 from ncl_lightning.metrics.sepin import sepin_on_views
 
 SPACES = ("z", "h")
@@ -182,22 +184,16 @@ class FeatureMetricSet(nn.Module):
         with ``|ẑ_i| > eps``) and, with labels, ``consistency`` (``100 · max_c n_ic / Σ_c
         n_ic``, NaN for a dimension never activated) and ``majority_class`` (-1 then)."""
         ea, active = self.unlabelled["expected_activation"], self.unlabelled["active_dims"]
+        out = {"ea": ea.compute()}  # cached by compute() when it ran: no second reduction
         with ea.sync_context(), active.sync_context():
-            n = ea.num_samples.clamp_min(1).double()
-            out = {
-                "ea": (ea.activation_sum / n).float(),
-                "frequency": (active.activation_count / n).float(),
-            }
+            frequency = activation_frequency(active.activation_count, ea.num_samples)
+        out["frequency"] = frequency.float()
         if "semantic_consistency" in self.labelled:
             metric = self.labelled["semantic_consistency"]
             with metric.sync_context():
-                counts = metric.class_counts.double()
-            total = counts.sum(dim=1)
-            best, majority = counts.max(dim=1)
-            seen = total > 0
-            out["consistency"] = torch.where(seen, 100.0 * best / total.clamp_min(1), torch.nan)
-            out["consistency"] = out["consistency"].float()
-            out["majority_class"] = torch.where(seen, majority, -1)
+                summary = summarize_class_counts(metric.class_counts)
+            out["consistency"] = summary.consistency.float()
+            out["majority_class"] = summary.majority
         return out
 
     @staticmethod
@@ -263,6 +259,7 @@ class FeatureStatistics(L.Callback):
         self.sepin_max_batches = sepin_max_batches
         self.missing = missing
         self._skipped = False  # missing: skip, and the outputs lacked a space
+        self._said_no_classes = False  # the no-num_classes notice was given
         self._metrics: dict[str, FeatureMetricSet] = {}
         self._active = False
         self.dimensions: dict[str, dict[str, Tensor]] = {}
@@ -296,14 +293,14 @@ class FeatureStatistics(L.Callback):
     ) -> None:
         if not self._active or self._skipped:
             return
-        if self.missing == "skip" and any(not hasattr(outputs, s) for s in self.spaces):
+        strict = self.missing == "error"
+        if missing_spaces("FeatureStatistics", self.spaces, pl_module, outputs, strict):
             self._skipped, self._active = True, False
             rank_zero_info(
                 f"FeatureStatistics: {type(pl_module).__name__}'s eval steps return no "
                 f"{self.spaces}; the default feature statistics are off for this run"
             )
             return
-        missing_spaces("FeatureStatistics", self.spaces, pl_module, outputs)
         optional = [s for s in OPTIONAL_SPACES if s not in self.spaces]
         present = [s for s in optional if getattr(outputs, s, None) is not None]
         for space in [*self.spaces, *present]:
@@ -318,7 +315,7 @@ class FeatureStatistics(L.Callback):
     def _num_classes(self, trainer: L.Trainer) -> int:
         datamodule = trainer.datamodule
         num_classes = datamodule.num_classes if isinstance(datamodule, ClassLabels) else 0
-        if not num_classes and not getattr(self, "_said_no_classes", False):
+        if not num_classes and not self._said_no_classes:
             # A notice, said once: unlabelled data (sparse coding, dSprites) is a normal
             # input, and FeatureStatistics is a default component of every SSL fit.
             self._said_no_classes = True
@@ -370,8 +367,8 @@ class FeatureStatistics(L.Callback):
             return
         rows: dict[int, Any] = {}
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
-            if getattr(callback, "space", None) == "z":
-                rows |= getattr(callback, "last_rows", {}).get(stage, {})
+            if isinstance(callback, TopActivations) and callback.space == "z":
+                rows |= callback.last_rows.get(stage, {})
         columns = {name: vector.tolist() for name, vector in values.items()}
         for logger in trainer.loggers:
             if hasattr(logger, "log_dimensions"):

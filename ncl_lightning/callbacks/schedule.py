@@ -1,8 +1,11 @@
-"""When, where and on what callbacks act: epoch schedule, run folder, feature spaces."""
+"""When, where and on what callbacks act: epoch schedule, run folder, feature spaces,
+class names."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.loggers import WandbLogger
@@ -20,16 +23,22 @@ def check_spaces(spaces: list[str]) -> None:
 
 
 def missing_spaces(
-    owner: str, spaces: list[str], pl_module: L.LightningModule, outputs: object
-) -> None:
-    """``ConfigError`` when the eval step's ``outputs`` lack one of ``spaces``."""
+    owner: str,
+    spaces: list[str],
+    pl_module: L.LightningModule,
+    outputs: object,
+    strict: bool = True,
+) -> list[str]:
+    """The ``spaces`` the eval step's ``outputs`` lack; a ``ConfigError`` naming them
+    instead when ``strict`` and there are any."""
     missing = [s for s in spaces if not hasattr(outputs, s)]
-    if missing:
+    if missing and strict:
         raise ConfigError(
             f"{owner}(spaces={spaces}): {type(pl_module).__name__}'s eval steps return "
             f"{type(outputs).__name__} without {missing}",
             key="spaces",
         )
+    return missing
 
 
 def epoch_due(trainer: L.Trainer, every_n_epochs: int) -> bool:
@@ -75,3 +84,41 @@ def run_dir(trainer: L.Trainer) -> Path:
         root = Path(logger.save_dir or trainer.default_root_dir)
         return root / str(logger.name) / str(logger.version)
     return Path(trainer.log_dir or trainer.default_root_dir)
+
+
+def _wrapped(dataset: Any) -> list[Any]:
+    """``dataset`` and the datasets it wraps (``.dataset``: TransformedDataset -> Subset ->
+    the base dataset), at most four."""
+    chain = []
+    while dataset is not None and len(chain) < 4:
+        chain.append(dataset)
+        dataset = getattr(dataset, "dataset", None)
+    return chain
+
+
+def class_names(datamodule: Any, dataset: Any, count: int, split: str | None = None) -> list[str]:
+    """Names of the ``count`` classes, from the first holder with one name per class.
+
+    The holders, in order: the DataModule, ``dataset`` and the datasets it wraps
+    (``.dataset``, e.g. torchvision's ``CIFAR10``), and with a ``split`` the DataModule's
+    ``base_dataset(split)`` and those it wraps; each is asked for ``classes``, then
+    ``class_names``.
+
+    Args:
+        datamodule: The DataModule (anything with such attributes).
+        dataset: A dataset of the split, or None.
+        count: Number of classes.
+        split: Split whose ``base_dataset`` is asked too (None: not asked).
+
+    Returns:
+        One name per class; ``"0"``, ``"1"``, ... when no holder has them.
+    """
+    holders = [datamodule, *_wrapped(dataset)]
+    if split is not None and hasattr(datamodule, "base_dataset"):
+        holders += _wrapped(datamodule.base_dataset(split))
+    for holder in holders:
+        for attr in ("classes", "class_names"):
+            names = getattr(holder, attr, None)
+            if isinstance(names, Sequence) and not isinstance(names, str) and len(names) == count:
+                return [str(n) for n in names]
+    return [str(c) for c in range(count)]

@@ -12,7 +12,6 @@ it has them) with its share; each image its class.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
@@ -22,13 +21,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ncl_lightning.callbacks.schedule import batch_limit, epoch_due, run_dir
+from ncl_lightning.callbacks.schedule import batch_limit, class_names, epoch_due, run_dir
 from ncl_lightning.foundation.protocols import PictureData, require_extra
 from ncl_lightning.foundation.validation import check_choice, check_int
 from ncl_lightning.metrics.functional import (
     expected_activation,
     l2_normalize_rows,
     select_by_expected_activation,
+    top_k_class_counts,
 )
 from ncl_lightning.plot import pictures
 from ncl_lightning.plot.style import check_formats, save_figure
@@ -42,23 +42,18 @@ def _picture_data(trainer: L.Trainer) -> PictureData:
     )  # fmt: skip
 
 
-def class_names(datamodule: Any, dataset: Any, count: int) -> list[str]:
-    """Names of the ``count`` classes: the DataModule's ``classes`` / ``class_names``, or
-    those of ``dataset`` or of a dataset it wraps (``.dataset``, e.g. torchvision's
-    ``CIFAR10.classes``), when there is one per class; else ``"0"``, ``"1"``, ..."""
-    holders = [datamodule]
-    inner = dataset
-    for _ in range(4):  # TransformedDataset -> Subset -> the base dataset
-        if inner is None:
-            break
-        holders.append(inner)
-        inner = getattr(inner, "dataset", None)
-    for holder in holders:
-        for attr in ("classes", "class_names"):
-            names = getattr(holder, attr, None)
-            if isinstance(names, Sequence) and not isinstance(names, str) and len(names) == count:
-                return [str(n) for n in names]
-    return [str(c) for c in range(count)]
+def majority_classes(labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor]:
+    """Each row's most frequent label (ties: the smallest) and its share of the row.
+
+    Args:
+        labels: Integer labels ``[rows, k]`` in ``[0, num_classes)``.
+        num_classes: Number of classes ``C``.
+
+    Returns:
+        ``(classes [rows] int64, shares [rows] float64)``.
+    """
+    best, majority = top_k_class_counts(labels.T, num_classes).max(dim=1)  # first max: smallest
+    return majority, best.double() / labels.shape[1]
 
 
 def model_title(pl_module: L.LightningModule) -> str:
@@ -175,9 +170,13 @@ class TopActivations(L.Callback):
         classes = [[_label(item[1]) for item in row] for row in items]
         known = count > 0 and all(c is not None and 0 <= c < count for row in classes for c in row)
         names = class_names(datamodule, dataset, count) if known else []
+        majority: list[tuple[int, float] | None] = [None] * len(dims)
+        if known:
+            best, share = majority_classes(torch.tensor(classes), count)
+            majority = list(zip(best.tolist(), share.tolist(), strict=True))
         labels = [
-            pictures.row_label(int(j), float(ea[j]), row if known else None, names)
-            for j, row in zip(dims, classes, strict=True)
+            pictures.row_label(int(j), float(ea[j]), row, names)
+            for j, row in zip(dims, majority, strict=True)
         ]
         captions = [[names[c] for c in row] for row in classes] if known else None
 

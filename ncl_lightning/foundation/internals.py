@@ -38,6 +38,8 @@ What is used, and why:
   (``NormBase``).
 * ``wandb.sdk.wandb_setup`` and ``wandb.sdk.lib.wbauth``: wandb's settings and API-key
   lookup, without network, to fall back to offline logging before ``wandb.init`` hangs.
+* ``wandb.proto.wandb_internal_pb2.Record`` and the layout of an offline run's ``.wandb`` file
+  (undocumented; wandb 0.31 has no reader): the numbers the plot draws ([`history_rows`][]).
 
 Message formats relied on (``MESSAGE_FORMATS``, read by ``runtime/cli_errors.py``):
 jsonargparse reports a bad config as plain text. Its ``ArgumentError`` is built as
@@ -68,14 +70,21 @@ and names the pattern and the observed message when one no longer matches.
 from __future__ import annotations
 
 import importlib
+import json
+import math
 import re
+import struct
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.core.mixins import hparams_mixin
 from torch.nn.modules.batchnorm import _NormBase
 from torch.utils import _python_dispatch
+
+from ncl_lightning.foundation.errors import DataError
 
 #: ``(module, attribute)`` of every private name the package relies on.
 PRIVATE_APIS: tuple[tuple[str, str], ...] = (
@@ -85,6 +94,7 @@ PRIVATE_APIS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop"),
     ("wandb.sdk.wandb_setup", "singleton"),
     ("wandb.sdk.lib.wbauth", "authenticate_session"),
+    ("wandb.proto.wandb_internal_pb2", "Record"),
     ("lightning.pytorch.core.module", "LightningModule._trainer"),
     ("jsonargparse", "ArgumentParser._actions"),
     ("jsonargparse._typehints", "ActionTypeHint._typehint"),
@@ -282,6 +292,67 @@ def wandb_settings_and_key(mode: str | None, online_modes: tuple[str, ...], env:
         host=url, source="WandbLogger", prompt=False, update_session=False
     )
     return url, key
+
+
+# -- wandb's offline run file: a 7-byte header (b":W&B", magic 0xBEE1, version 0), then 32 KiB
+# blocks of chunks, each a 7-byte header (CRC-32 of type byte and data, data length, type: 1 full,
+# 2 first, 3 middle, 4 last) and its data; a record is one ``Record`` protobuf (LevelDB's log).
+WANDB_FILE_HEADER = struct.pack("<4sHB", b":W&B", 0xBEE1, 0)
+_BLOCK, _CHUNK = 32 * 1024, struct.Struct("<IHB")
+
+
+def record_payloads(path: Path) -> Iterator[bytes]:
+    """The serialized records of a ``run-<id>.wandb`` file, in the order written; stops at a
+    chunk cut short or failing its CRC (a run killed while writing). ``DataError``: not one."""
+    data = Path(path).read_bytes()
+    if not data.startswith(WANDB_FILE_HEADER):
+        raise DataError(f"{path}: not a W&B run file (header {data[:7]!r})")
+    pos, pending = len(WANDB_FILE_HEADER), bytearray()
+    while pos + _CHUNK.size <= len(data):
+        left = _BLOCK - pos % _BLOCK
+        crc, length, kind = _CHUNK.unpack_from(data, pos)
+        if left < _CHUNK.size or crc == length == kind == 0:  # block padding, zero fill
+            pos += left
+            continue
+        chunk = data[pos + _CHUNK.size : pos + _CHUNK.size + length]
+        if len(chunk) != length or zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != crc:
+            return
+        pos += _CHUNK.size + length
+        if kind in (1, 4):  # full, last
+            yield bytes(chunk if kind == 1 else pending + chunk)
+        else:  # first, middle
+            pending = bytearray(chunk) if kind == 2 else pending + chunk
+
+
+def _history_number(item: Any) -> float | None:
+    """A history item's value as a float, or None (media, text, lists, dicts)."""
+    if (field := item.WhichOneof("value")) in ("integer", "number", "boolean"):
+        return float(getattr(item, field))
+    try:
+        value = json.loads(item.value_json) if field is None and item.value_json else None
+    except ValueError:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return math.nan if value in ("NaN", "nan") else None
+
+
+def history_rows(path: Path) -> list[dict[str, float]]:
+    """The numbers of every history row (``wandb.log`` call) of a ``run-<id>.wandb`` file:
+    ``{key: value}`` without W&B's own ``_…`` keys, media or tables; a file cut short is read
+    up to its last whole record ([`record_payloads`][]; ``DataError``: not a run file)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    rows = []
+    for payload in record_payloads(path):
+        record = pb.Record()
+        record.ParseFromString(payload)
+        if record.WhichOneof("record_type") == "history":
+            items = [(i.key or "/".join(i.nested_key), _history_number(i), len(i.nested_key))
+                     for i in record.history.item]  # fmt: skip
+            rows.append({k: v for k, v, depth in items if v is not None and not k.startswith("_")
+                         and depth <= 1})  # fmt: skip
+    return rows
 
 
 # -- third-party message formats (see the module docstring) -------------------------------

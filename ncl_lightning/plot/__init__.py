@@ -1,12 +1,11 @@
-"""Training and validation curves of CSV-logged runs, drawn into one PNG.
+"""Training and validation curves of CSV-logged and offline W&B runs, drawn into one PNG.
 
 ``python -m ncl_lightning.plot runs/demo/digits_ncl [more runs] [--out curves.png]`` reads
 Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``) and draws one
 panel per logged metric of interest (train loss, online and kNN accuracy, sparsity,
 semantic consistency, gate open rate, learning rate), one line per run. From Python:
-[`plot_curves`][]. The command line reads offline W&B runs too
-(``<save_dir>/wandb/offline-run-*``): [`load_runs`][]' ``read_wandb`` takes the reader of
-the run-time shell, [`read_history`][ncl_lightning.runtime.wandb_history.read_history].
+[`plot_curves`][]. Both read offline W&B runs too (``<save_dir>/wandb/offline-run-*``,
+by [`read_history`][]).
 """
 
 from ncl_lightning.plot.curves import (
@@ -22,6 +21,7 @@ from ncl_lightning.plot.metrics_csv import (
     RunCurves,
     find_metrics,
     load_runs,
+    read_history,
     read_metrics,
     run_label,
 )
@@ -37,6 +37,7 @@ __all__ = [
     "find_metrics",
     "load_runs",
     "plot_curves",
+    "read_history",
     "read_metrics",
     "run_label",
 ]

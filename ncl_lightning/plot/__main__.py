@@ -2,7 +2,7 @@
 
 Reads Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``) and offline
 W&B runs (``<save_dir>/wandb/offline-run-*/run-<id>.wandb``, read by
-[`read_history`][ncl_lightning.runtime.wandb_history.read_history]; a synced run's folder
+[`read_history`][ncl_lightning.plot.read_history]; a synced run's folder
 stays on disk). Several runs go on the same panels, one line (and legend entry) each.
 Every input is checked before anything is written ([`check_inputs`][]); an error of input
 (a folder without ``metrics.csv``, an unreadable CSV, nothing to draw, several versions
@@ -28,7 +28,6 @@ from ncl_lightning.plot.curves import (
 from ncl_lightning.plot.metrics_csv import RunCurves, load_runs
 from ncl_lightning.plot.style import FORMATS, check_formats
 from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
-from ncl_lightning.runtime.wandb_history import read_history
 
 PROG = "python -m ncl_lightning.plot"
 OUT_NAME = "curves.png"
@@ -113,7 +112,7 @@ def check_inputs(args: argparse.Namespace) -> tuple[list[RunCurves], Path]:
     check_out(out, "--out")
     if args.formats is not None:
         check_formats(args.formats, "--formats")
-    runs = load_runs(args.runs, args.labels, args.all_versions, read_history)
+    runs = load_runs(args.runs, args.labels, args.all_versions)
     choose_panels(runs, args.metrics)
     return runs, out
 

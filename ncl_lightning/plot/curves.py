@@ -23,6 +23,7 @@ from ncl_lightning.plot.metrics_csv import Point, RunCurves, load_runs
 from ncl_lightning.plot.style import (
     COLOURS,
     DPI,
+    FORMATS,
     LABEL_SIZE,
     TICK_SIZE,
     TITLE_SIZE,
@@ -230,9 +231,13 @@ def draw_curves(
     fig = curves_figure(runs, panels, x)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with figure_style():
-        fig.savefig(out, dpi=DPI)
     beside = [f for f in extra if f != out.suffix.lower().lstrip(".")]
+    own = out.suffix.lstrip(".")
+    if own in FORMATS:  # written like every other figure of the package
+        save_figure(fig, out, [own, *beside])
+        return panels
+    with figure_style():  # another of matplotlib's formats (jpg, tif, ...) or an upper-case one
+        fig.savefig(out, dpi=DPI)
     if beside:
         save_figure(fig, out, beside)
     return panels
@@ -248,15 +253,17 @@ def plot_curves(
     all_versions: bool = False,
     formats: Sequence[str] | None = None,
 ) -> Path:
-    """Draw the training and validation curves of CSV-logged runs into one PNG.
+    """Draw the training and validation curves of CSV-logged and offline W&B runs into one PNG.
 
     ``plot_curves([Path("runs/demo/digits_cl"), Path("runs/demo/digits_ncl")],
     Path("runs/demo/curves.png"), labels=["CL", "NCL"])`` puts both runs on the same
-    panels. Only Lightning ``CSVLogger`` files are read (not W&B runs).
+    panels. Lightning ``CSVLogger`` files and offline W&B runs are read, as by
+    ``python -m ncl_lightning.plot`` ([`load_runs`][ncl_lightning.plot.load_runs]).
 
     Args:
-        runs: Run folders (``<save_dir>`` holding ``<name>/version_N/metrics.csv``), version
-            folders or ``metrics.csv`` files; each must hold a single version unless
+        runs: Run folders (``<save_dir>`` holding ``<name>/version_N/metrics.csv`` or
+            ``wandb/offline-run-*``), version or ``offline-run-*`` folders, ``metrics.csv``
+            or ``run-<id>.wandb`` files; each must hold a single run unless
             ``all_versions``.
         out: The PNG to write.
         labels: Legend label per ``metrics.csv`` found; default: the logger names.
@@ -271,7 +278,7 @@ def plot_curves(
 
     Raises:
         DataNotFoundError: A path that does not exist or holds no ``metrics.csv``.
-        DataError: An unreadable CSV, or nothing to draw.
+        DataError: An unreadable CSV or W&B run file, or nothing to draw.
         ConfigError: Several versions without ``all_versions``, wrong ``labels``, an unknown
             metric or ``x``.
     """

@@ -1,11 +1,10 @@
 """Finding and reading Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``)
 and finding offline W&B runs (``<save_dir>/wandb/offline-run-*/run-<id>.wandb``).
 
-A W&B run file is read by a function the caller passes ([`load_runs`][]'s ``read_wandb``):
-this package reads it with wandb's own record format in the run-time shell
-([`read_history`][ncl_lightning.runtime.wandb_history.read_history]), which the entry point
-``python -m ncl_lightning.plot`` hands in. It gives the same ``(step, epoch, value)`` points
-as a CSV file, so both kinds of run are drawn alike.
+A W&B run file is read by [`read_history`][ncl_lightning.plot.read_history] (through
+[`history_rows`][ncl_lightning.foundation.internals.history_rows], the one reader of wandb's
+undocumented record format). It gives the same ``(step, epoch, value)`` points as a CSV
+file, so both kinds of run are drawn alike.
 
 The logger writes one row per logging call: the columns ``epoch`` and ``step``, then one
 column per logged key, left empty where that key was not logged by the call (a validation
@@ -18,16 +17,19 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from ncl_lightning.foundation.errors import ConfigError, DataError, DataNotFoundError
+from ncl_lightning.foundation.internals import history_rows
 
 METRICS_FILE = "metrics.csv"
 WANDB_FILE = "run-*.wandb"
 """The record file of an offline W&B run folder (``offline-run-<time>-<id>/``)."""
+STEP_KEY, EPOCH_KEY = "trainer/global_step", "epoch"
+"""The keys of a W&B history row that give its points' step and epoch."""
 INDEX_COLUMNS = ("epoch", "step")
 
 
@@ -175,7 +177,6 @@ def load_runs(
     runs: Sequence[Path],
     labels: Sequence[str] | None = None,
     all_versions: bool = False,
-    read_wandb: Callable[[Path], dict[str, list[Point]]] | None = None,
 ) -> list[RunCurves]:
     """Find and read the CSV and offline W&B runs at ``runs`` (see [`find_metrics`][]).
 
@@ -186,9 +187,6 @@ def load_runs(
             ``save_dir`` name for W&B), made unique with ``/version_N`` (``/offline-run-…``,
             then the full folder) where two runs share it.
         all_versions: Draw every run found below a folder.
-        read_wandb: Reads a ``run-<id>.wandb`` file into the points of [`read_metrics`][]
-            ([`read_history`][ncl_lightning.runtime.wandb_history.read_history]); None
-            refuses W&B runs.
 
     Returns:
         One [`RunCurves`][] per ``metrics.csv``, in the order of ``runs``.
@@ -210,20 +208,31 @@ def load_runs(
             f"({', '.join(str(p) for p in paths)})",
             key="labels",
         )
-    return [
-        RunCurves(lab, p, _read(p, read_wandb)) for lab, p in zip(labels, paths, strict=True)
-    ]
+    return [RunCurves(lab, p, _read(p)) for lab, p in zip(labels, paths, strict=True)]
 
 
-def _read(
-    path: Path, read_wandb: Callable[[Path], dict[str, list[Point]]] | None
-) -> dict[str, list[Point]]:
-    """A ``metrics.csv`` by [`read_metrics`][], a ``.wandb`` file by ``read_wandb``."""
-    if path.suffix != ".wandb":
-        return read_metrics(path)
-    if read_wandb is None:
-        raise DataError(
-            f"{path}: an offline W&B run; read it with `python -m ncl_lightning.plot` "
-            f"(or pass read_wandb=ncl_lightning.runtime.wandb_history.read_history)"
-        )
-    return read_wandb(path)
+def _read(path: Path) -> dict[str, list[Point]]:
+    """A ``metrics.csv`` by [`read_metrics`][], a ``.wandb`` file by [`read_history`][]."""
+    return read_history(path) if path.suffix == ".wandb" else read_metrics(path)
+
+
+def read_history(path: Path) -> dict[str, list[Point]]:
+    """The series of an offline W&B ``run-<id>.wandb`` file as [`read_metrics`][] reads a
+    ``metrics.csv``: each key's values with the ``trainer/global_step`` and ``epoch`` of
+    their row (no epoch where the row has none; a row without a global step, which
+    Lightning never logs, is skipped). A file cut short (a killed run) is read up to its
+    last whole record.
+
+    Raises:
+        DataError: Not a W&B run file.
+    """
+    series: dict[str, list[Point]] = {}
+    for row in history_rows(Path(path)):
+        step = row.get(STEP_KEY)
+        epoch = row.get(EPOCH_KEY)
+        for key, value in row.items():
+            if key in (STEP_KEY, EPOCH_KEY) or step is None:
+                continue
+            point = Point(int(step), None if epoch is None else int(epoch), value)
+            series.setdefault(key, []).append(point)
+    return series

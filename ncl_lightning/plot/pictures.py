@@ -8,7 +8,6 @@ picture's pixel size depends only on its arguments. Each function takes ``format
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -53,19 +52,12 @@ def to_uint8(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> np.
     return (pixels.permute(0, 2, 3, 1).numpy() * 255).round().astype(np.uint8)
 
 
-def majority_class(labels: Sequence[int]) -> tuple[int, float]:
-    """The most frequent label (ties: the smallest) and its share of ``labels``."""
-    counts = Counter(int(label) for label in labels)
-    label = min(counts, key=lambda c: (-counts[c], c))
-    return label, counts[label] / len(labels)
-
-
-def row_label(dim: int, ea: float, labels: Sequence[int] | None, names: Sequence[str]) -> str:
-    """``"dim 17\nEA 0.031\ncat 70%"``: a grid row's label; the class line (majority
-    class of the row's images by ``names``, or the label id) only with ``labels``."""
+def row_label(dim: int, ea: float, majority: tuple[int, float] | None, names: Sequence[str]) -> str:
+    """``"dim 17\nEA 0.031\ncat 70%"``: a grid row's label; the class line (the row's
+    ``majority`` class and its share, named by ``names`` or by its id) only with one."""
     text = f"dim {dim}\nEA {ea:.3f}"
-    if labels:
-        label, share = majority_class(labels)
+    if majority is not None:
+        label, share = majority
         name = names[label] if 0 <= label < len(names) else str(label)
         text += f"\n{name} {share:.0%}"
     return text

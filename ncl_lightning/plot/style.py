@@ -31,7 +31,6 @@ COLOURS = (
 )  # fmt: skip
 SEQUENTIAL_CMAP = "viridis"  # heat maps of values
 DIVERGING_CMAP = "RdBu_r"  # correlations in [-1, 1]
-IMAGE_CMAP = "gray"  # one-channel images
 TITLE_SIZE, LABEL_SIZE, TICK_SIZE, SMALL_SIZE = 10, 9, 8, 7  # points
 
 STYLE: dict[str, object] = {

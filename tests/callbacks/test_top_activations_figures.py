@@ -12,7 +12,8 @@ import torch
 from PIL import Image
 
 from ncl_lightning import NCL, DigitsDataModule, SmallCNN, TopActivations
-from ncl_lightning.callbacks.top_activations import class_names, model_title
+from ncl_lightning.callbacks.schedule import class_names
+from ncl_lightning.callbacks.top_activations import model_title
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional import expected_activation, l2_normalize_rows
 from ncl_lightning.plot import pictures

@@ -13,6 +13,7 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 
+from ncl_lightning.callbacks.top_activations import majority_classes
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.plot import pictures, style
 from ncl_lightning.plot.curves import draw_curves
@@ -50,18 +51,27 @@ def assert_valid_vector(path: Path) -> None:
         assert root.tag.rsplit("}", 1)[-1] == "svg", path
 
 
+def _majority(labels: list[int]) -> tuple[int, float]:
+    """One row through the TopActivations' tensor op."""
+    best, share = majority_classes(torch.tensor([labels]), 4)
+    return int(best[0]), float(share[0])
+
+
 def test_majority_class_matches_a_hand_count() -> None:
     rng = np.random.default_rng(1)
     for _ in range(50):
         labels = rng.integers(0, 4, int(rng.integers(1, 12))).tolist()
-        assert pictures.majority_class(labels) == _hand_majority(labels)
-    assert pictures.majority_class([3, 1, 3, 1]) == (1, 0.5)  # a tie: the smaller label
+        assert _majority(labels) == _hand_majority(labels)
+    assert _majority([3, 1, 3, 1]) == (1, 0.5)  # a tie: the smaller label
 
 
 def test_grid_text_holds_title_row_labels_and_classes() -> None:
     images, labels = _grid_inputs()
     dims, eas = [17, 4, 9], [0.25, 0.125, 0.0625]
-    rows = [pictures.row_label(*row, NAMES) for row in zip(dims, eas, labels, strict=True)]
+    rows = [
+        pictures.row_label(dim, ea, _majority(row), NAMES)
+        for dim, ea, row in zip(dims, eas, labels, strict=True)
+    ]
     captions = [[NAMES[c] for c in row] for row in labels]
     title = "NCL · SmallCNN backbone\nval z, epoch 7"
     fig = pictures.activation_grid(images, rows, title, captions, cell=32)
@@ -77,7 +87,7 @@ def test_grid_text_holds_title_row_labels_and_classes() -> None:
     assert rest == sorted(c for row in captions for c in row)  # one caption per image
     # without class labels: the id line is left out
     assert pictures.row_label(3, 0.5, None, NAMES) == "dim 3\nEA 0.500"
-    assert pictures.row_label(3, 0.5, [7, 7], NAMES) == "dim 3\nEA 0.500\n7 100%"  # no name
+    assert pictures.row_label(3, 0.5, (7, 1.0), NAMES) == "dim 3\nEA 0.500\n7 100%"  # no name
 
 
 @pytest.mark.parametrize("captions", [True, False])

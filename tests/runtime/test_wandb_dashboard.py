@@ -28,10 +28,9 @@ from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.foundation.errors import DataError
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import SmallCNN
-from ncl_lightning.plot import load_runs
+from ncl_lightning.plot import load_runs, plot_curves, read_history
 from ncl_lightning.plot.__main__ import main as plot_main
 from ncl_lightning.runtime.loggers import WandbLogger
-from ncl_lightning.runtime.wandb_history import read_history
 from ncl_lightning.runtime.wandb_tables import dimension_rows, metric_definition
 from tests.helpers.wandb_run import OfflineRun, offline_runs, read_records, read_run
 
@@ -127,8 +126,9 @@ class TableRecorder(CSVLogger):
 def test_table_goes_only_to_loggers_that_take_it_and_only_from_rank_0(tmp_path: Path) -> None:
     stats = FeatureStatistics()
     stats.dimensions["test"] = {"ea": torch.tensor([0.5, 0.25]), "frequency": torch.ones(2)}
-    tops = SimpleNamespace(space="z", last_rows={"test": {0: np.zeros((2, 4, 3), np.uint8)}})
-    h_tops = SimpleNamespace(space="h", last_rows={"test": {1: "not z"}})
+    tops, h_tops = TopActivations(space="z"), TopActivations(space="h")
+    tops.last_rows = {"test": {0: np.zeros((2, 4, 3), np.uint8)}}
+    h_tops.last_rows = {"test": {1: "not z"}}  # type: ignore[dict-item]
     recorder, plain = TableRecorder(str(tmp_path)), CSVLogger(str(tmp_path))
     trainer: Any = SimpleNamespace(
         is_global_zero=False, callbacks=[tops, h_tops], loggers=[plain, recorder], global_step=7
@@ -249,7 +249,7 @@ def test_dimension_table_holds_the_callbacks_values(
 def test_plot_reads_the_offline_run(offline: tuple[OfflineRun, Any], tmp_path: Path) -> None:
     run, _ = offline
     save = run.folder.parent.parent
-    (curves,) = load_runs([save], read_wandb=read_history)
+    (curves,) = load_runs([save])
     assert curves.label == save.name and curves.path.suffix == ".wandb"
     for key in ("train/loss", "val/z/semantic_consistency", "test/z/sepin@all"):
         rows = run.rows_with(key)
@@ -261,8 +261,8 @@ def test_plot_reads_the_offline_run(offline: tuple[OfflineRun, Any], tmp_path: P
     out = tmp_path / "w.png"
     plot_main([str(run.folder), "--out", str(out), "--metrics", "train/loss", "val/online_acc"])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with pytest.raises(DataError, match="offline W&B run"):
-        load_runs([save])  # no reader given: refused with the way to read it
+    python_api = plot_curves([save], tmp_path / "api.png", metrics=["train/loss"])
+    assert python_api.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the Python API reads it too
 
 
 @pytest.mark.slow

@@ -124,26 +124,58 @@ class DimensionProfile(NamedTuple):
     dead: Tensor  # [d] bool: no sample activates the dimension
 
 
+class ClassCountSummary(NamedTuple):
+    """Per-dimension reading of activating-sample class counts (what
+    [`summarize_class_counts`][ncl_lightning.metrics.functional.profile.summarize_class_counts]
+    returns)."""
+
+    consistency: Tensor  # [d] float64 percent in the majority class; NaN if dead
+    majority: Tensor  # [d] int64 majority class; -1 if dead
+    dead: Tensor  # [d] bool: no sample activates the dimension
+
+
+def summarize_class_counts(class_counts: Tensor) -> ClassCountSummary:
+    """Consistency ``100 · max_c n_ic / Σ_c n_ic``, majority class and never-activated
+    dimensions of class counts ``n [d, C]`` of the activating samples.
+
+    Args:
+        class_counts: ``[d, C]`` counts (any numeric dtype).
+
+    Returns:
+        [`ClassCountSummary`][ncl_lightning.metrics.functional.profile.ClassCountSummary]:
+        NaN consistency and majority ``-1`` for a dimension no sample activates.
+    """
+    total = class_counts.sum(dim=1)
+    dead = total == 0
+    best = class_counts.max(dim=1)
+    consistency = 100.0 * best.values.double() / total.double()
+    return ClassCountSummary(
+        consistency=consistency.masked_fill(dead, float("nan")),
+        majority=best.indices.masked_fill(dead, -1),
+        dead=dead,
+    )
+
+
+def activation_frequency(activation_count: Tensor, num_samples: Tensor) -> Tensor:
+    """Share ``[d]`` (float64) of ``num_samples`` samples that activate each dimension."""
+    return activation_count.double() / num_samples.double()
+
+
 def profile_from_sums(sums: ProfileSums, top_values: Tensor, top_index: Tensor) -> DimensionProfile:
     """The per-dimension profile from merged sums and top-k slots."""
-    n = sums.num_samples.double()
     counts = sums.class_counts
-    total = counts.sum(dim=1)
-    dead = total == 0
-    best = counts.max(dim=1)
-    consistency = 100.0 * best.values.double() / total.double()
-    consistency = consistency.masked_fill(dead, float("nan"))
+    summary = summarize_class_counts(counts)
     return DimensionProfile(
         num_samples=sums.num_samples,
-        expected_activation=sums.ea_sum / n,
-        frequency=total.double() / n,
-        consistency=consistency,
-        majority=best.indices.masked_fill(dead, -1),
+        expected_activation=sums.ea_sum / sums.num_samples.double(),
+        frequency=activation_frequency(counts.sum(dim=1), sums.num_samples),
+        consistency=summary.consistency,
+        majority=summary.majority,
         class_counts=counts,
         class_mass=sums.class_mass,
         top_values=top_values,
         top_index=top_index,
-        dead=dead,
+        dead=summary.dead,
     )
 
 
