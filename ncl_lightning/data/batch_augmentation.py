@@ -161,6 +161,7 @@ class BatchAugmentation(nn.Module):
         self._jitter = augmentation.jitter_p > 0 and any(s > 0 for s in strengths)
         self._hue = augmentation.hue > 0
         self.blur_kernel = augmentation.blur_kernel_side  # as SimCLRAugmentation.build
+        self._compiled = None  # capture(): the compiled apply_packed
 
     def sample(self, n: int, height: int, width: int) -> ViewParams:
         """Draw the parameters of ``n`` views of ``height x width`` sources."""
@@ -177,9 +178,15 @@ class BatchAugmentation(nn.Module):
             ``n_views`` float32 tensors ``[B, C, crop_size, crop_size]``, normalised.
         """
         check_shape("images", images, ("B", self.augmentation.channels, "H", "W"))
-        batch = images.repeat(n_views, 1, 1, 1) if n_views > 1 else images
-        params = self.sample(batch.shape[0], batch.shape[2], batch.shape[3])
-        return list(self.apply(batch, params).chunk(n_views))
+        packed = self.draw(images, n_views)
+        return list(self.views_fn(images, packed, n_views).chunk(n_views))
+
+    def draw(self, images: Tensor, n_views: int = 1) -> Tensor:
+        """The packed parameters ``[n_views * B, 18]`` of ``n_views`` views of every image
+        of ``images`` ``[B, C, H, W]``, drawn on the host and copied to their device once
+        (view-major: rows ``v * B + i`` belong to view ``v`` of image ``i``)."""
+        n, height, width = images.shape[0] * n_views, images.shape[2], images.shape[3]
+        return params_to(self.sample(n, height, width), images.device)
 
     def apply(self, images: Tensor, params: ViewParams) -> Tensor:
         """Apply drawn ``params`` to ``images`` ``[B, C, H, W]``; float32 ``[B, C, S, S]``.
@@ -188,13 +195,40 @@ class BatchAugmentation(nn.Module):
         on the whole batch with per-sample factors and masks, so the host only queues
         work: no host read of a device value, no per-op transfer, no subset indexing.
         """
-        packed = params_to(params, images.device)
+        return self.apply_packed(images, params_to(params, images.device))
+
+    def apply_packed(self, images: Tensor, packed: Tensor, n_views: int = 1) -> Tensor:
+        """The device part of the views: ``n_views`` views of ``images`` ``[B, C, H, W]``
+        with the packed parameters ``[n_views * B, 18]`` on the same device, as one float32
+        ``[n_views * B, C, S, S]`` tensor (view-major).
+
+        A pure tensor function (fixed shapes, no host read, no random draw), so
+        ``torch.compile(fullgraph=True)`` traces it as one graph and CUDA graphs can
+        replay it ([`capture`][])."""
         x = images.float()
         if images.dtype == torch.uint8:
             x = x / 255.0
+        if n_views > 1:
+            x = x.repeat(n_views, 1, 1, 1)
         x = self._geometry(x, packed)
         x = self._colour(x, packed)
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
+
+    @property
+    def views_fn(self):  # noqa: ANN201 - the eager or the compiled apply_packed
+        """[`apply_packed`][], or its compiled form once [`capture`][] was called."""
+        return self._compiled or self.apply_packed
+
+    def capture(self, mode: str | None) -> None:
+        """Run [`apply_packed`][] as a ``torch.compile`` graph (``mode``:
+        ``torch.compile``'s, e.g. ``"reduce-overhead"`` for CUDA graphs; ``None``: eager
+        again). Shapes are fixed (``dynamic=False``): a batch of another size compiles once
+        more."""
+        self._compiled = (
+            None
+            if mode is None
+            else torch.compile(self.apply_packed, fullgraph=True, dynamic=False, mode=mode)
+        )
 
     def geometry(self, x: Tensor, params: ViewParams) -> Tensor:
         """Crop, rotate, flip and resize ``[B, C, H, W]`` to ``[B, C, S, S]``."""

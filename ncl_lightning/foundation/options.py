@@ -19,6 +19,15 @@ CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 """``torch.compile`` mode of the ``torch_compile`` switch."""
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
 
+StepMode = Literal["eager", "compiled", "graphs"]
+"""How a self-supervised training step runs: ``eager`` (Lightning's automatic
+optimisation, one operator at a time), ``compiled`` (the views' device part, forward + loss
++ probe with its backward, and the optimiser update as ``torch.compile`` graphs under manual
+optimisation) or ``graphs`` (the same graphs replayed as CUDA graphs:
+``torch.compile(mode="reduce-overhead")``; on a CPU, where there are no CUDA graphs, the
+step stays eager and says so once)."""
+STEP_MODES: tuple[str, ...] = ("eager", "compiled", "graphs")
+
 
 def check_nonfinite_loss(value: str) -> None:
     """``ConfigError`` naming the valid choices unless ``value`` is ``stop`` or ``skip``."""
@@ -28,6 +37,11 @@ def check_nonfinite_loss(value: str) -> None:
 def check_compile_mode(mode: str) -> None:
     """Raise ``ConfigError`` naming the valid modes when ``mode`` is not one of them."""
     check_choice("compile_mode", mode, COMPILE_MODES)
+
+
+def check_step_mode(mode: str) -> None:
+    """Raise ``ConfigError`` naming the valid modes when ``mode`` is not one of them."""
+    check_choice("step_mode", mode, STEP_MODES)
 
 
 def check_grad_norm_limit(value: float | None) -> None:

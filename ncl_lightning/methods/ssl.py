@@ -30,7 +30,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from ncl_lightning.foundation.internals import record_hparams
-from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss
+from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss, StepMode, check_step_mode
 from ncl_lightning.foundation.validation import check_at_least, check_positive
 from ncl_lightning.methods.checks import check_backbone
 from ncl_lightning.methods.online import OnlineEvaluator
@@ -78,6 +78,8 @@ class SSLMethod(TrainableModule):
         probe_lr: Learning rate of the online linear probe.
         knn_k: Neighbours of the online kNN classifier.
         knn_temperature: Temperature of the kNN weights.
+        step_mode: ``eager`` (default), ``compiled`` or ``graphs``: how the training step
+            runs ([`StepMode`][ncl_lightning.foundation.options.StepMode]).
 
     Attributes:
         needs_labels: Class flag: ``objective`` also receives the batch labels ``[B]``
@@ -108,14 +110,17 @@ class SSLMethod(TrainableModule):
         compile_mode: CompileMode = "default",
         nonfinite_loss: NonFiniteLoss = "stop",
         grad_norm_limit: float | None = None,
+        step_mode: StepMode = "eager",
     ) -> None:
         check_backbone(backbone)
+        check_step_mode(step_mode)
         if num_classes is not None:
             check_at_least("num_classes", num_classes, 0)
         check_positive("probe_lr", probe_lr)
         check_at_least("knn_k", knn_k, 1)
         check_positive("knn_temperature", knn_temperature)
         super().__init__(**common_arguments(locals()))
+        self.step_mode: StepMode = step_mode
         self.backbone = backbone
         self._train_logs: dict[str, Tensor] = {}  # see log_train
         self._build_online(num_classes or 0)
