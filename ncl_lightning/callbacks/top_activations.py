@@ -186,9 +186,7 @@ class TopActivations(L.Callback):
         g = torch.Generator().manual_seed(self.seed)
         sample = torch.randperm(n, generator=g)[: self.heatmap_samples]
         formats = self.formats
-        title = (
-            f"{model_title(pl_module)}\n{stage} {self.space}, epoch {trainer.current_epoch}"
-        )
+        title = f"{model_title(pl_module)}\n{stage} {self.space}, epoch {trainer.current_epoch}"
         grid = pictures.activation_grid(
             np.asarray(pixels), labels, title, captions if self.image_labels else None, self.cell
         )

@@ -180,7 +180,7 @@ def _loading(config: Mapping[str, Any], files: Sequence[str]) -> list[str]:
     if tv:
         state = f'load_file("{WEIGHTS_FILE}")'
         if tv["prefix"]:
-            state = f"{{k.removeprefix(\"{tv['prefix']}\"): v for k, v in {state}.items()}}"
+            state = f'{{k.removeprefix("{tv["prefix"]}"): v for k, v in {state}.items()}}'
         if TORCHVISION_FILE in files:
             state = f'torch.load("{TORCHVISION_FILE}", weights_only=True)'
         reader = ["from safetensors.torch import load_file"] if "load_file" in state else []

@@ -215,7 +215,7 @@ class BatchAugmentation(nn.Module):
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
     @property
-    def views_fn(self):  # noqa: ANN201 - the eager or the compiled apply_packed
+    def views_fn(self):
         """[`apply_packed`][], or its compiled form once [`capture`][] was called."""
         return self._compiled or self.apply_packed
 

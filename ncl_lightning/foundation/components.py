@@ -61,9 +61,7 @@ def new_defaults(only: Iterable[str] | None = None) -> list[Any]:
     wanted = list(factories) if only is None else list(only)
     unknown = [key for key in wanted if key not in factories]
     if unknown:
-        raise UsageError(
-            f"no default component {unknown[0]!r}; registered: {', '.join(factories)}"
-        )
+        raise UsageError(f"no default component {unknown[0]!r}; registered: {', '.join(factories)}")
     return [factory() for key, factory in factories.items() if key in wanted]
 
 

@@ -191,4 +191,3 @@ def normalize_weight_(weight: Tensor, mode: Literal["rows", "columns"]) -> None:
     check_choice("mode", mode, ("rows", "columns"))
     dim = 1 if mode == "rows" else 0
     weight.div_(weight.norm(dim=dim, keepdim=True).clamp_min(1e-12))
-

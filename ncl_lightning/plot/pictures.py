@@ -194,9 +194,7 @@ def ea_curve(ea: Tensor, path: Path, title: str, formats: Sequence[str] = ("png"
     return save_figure(fig, path, formats)[0]
 
 
-def side_by_side_size(
-    sizes: Sequence[tuple[int, int]], vertical: bool = False
-) -> tuple[int, int]:
+def side_by_side_size(sizes: Sequence[tuple[int, int]], vertical: bool = False) -> tuple[int, int]:
     """``(width, height)`` in pixels of [`side_by_side`][] (and of its PNG) for pictures of
     ``sizes`` (``(width, height)`` each)."""
     if vertical:
