@@ -13,8 +13,6 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1] / "ncl_lightning"
 
 # Bottom to top. A package is the first name under ``ncl_lightning``; a module of the top
@@ -207,12 +205,6 @@ def test_foundation_imports_nothing_of_ours() -> None:
         if package_of(t) != "foundation"
     ]
     assert not wrong, "\n".join(wrong)
-
-
-@pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_module_over_400_lines(path: Path) -> None:
-    lines = len(path.read_text().splitlines())
-    assert lines <= 400, f"{path.relative_to(ROOT.parent)}: {lines} lines (at most 400)"
 
 
 # -- the architecture page says what the code is -------------------------------------------

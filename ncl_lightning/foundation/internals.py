@@ -205,6 +205,12 @@ def logger_connector(trainer: Any) -> Any:
     return trainer._logger_connector
 
 
+def logs_this_step(trainer: Any) -> bool:
+    """Whether Lightning writes this training step's logged values to the loggers
+    (every ``log_every_n_steps``): a step that does not log need not call ``self.log``."""
+    return bool(trainer._logger_connector.should_update_logs)
+
+
 # -- the strategy's layer sync (Trainer(sync_batchnorm=True)) ---------------------------
 def layer_sync(trainer: Any) -> Any | None:
     """The strategy's layer-sync plugin (``TorchSyncBatchNorm`` under

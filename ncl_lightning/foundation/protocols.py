@@ -101,6 +101,17 @@ class MultiViewData(Protocol):
 
 
 @runtime_checkable
+class CapturableViews(Protocol):
+    """A DataModule whose training views are made on the device can compile their device
+    part (``capture_views("reduce-overhead")``: CUDA graphs); a method whose ``step_mode``
+    captures the step asks for it at the start of ``fit``."""
+
+    def capture_views(self, mode: str | None) -> None:
+        """Compile the device views with ``torch.compile`` ``mode`` (``None``: eager); a
+        no-op when the views are made on the CPU."""
+
+
+@runtime_checkable
 class CleanData(Protocol):
     """Clean (non-augmented) evaluation batches ``(x [B, ...], labels [B] or factors
     [B, K])`` of any split, in order, no batch dropped, without ``setup``; rank ``rank``

@@ -29,10 +29,13 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from ncl_lightning.foundation.internals import record_hparams
+from ncl_lightning.foundation.internals import logs_this_step, record_hparams
 from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss, StepMode, check_step_mode
+from ncl_lightning.foundation.protocols import CapturableViews
 from ncl_lightning.foundation.validation import check_at_least, check_positive
+from ncl_lightning.methods.captured import CapturedStep, capture_mode, check_capturable
 from ncl_lightning.methods.checks import check_backbone
+from ncl_lightning.methods.finite_checks import LOSS_SCALE, loss_code
 from ncl_lightning.methods.online import OnlineEvaluator
 from ncl_lightning.methods.trainable import (
     FEATURE_COMPONENTS,
@@ -42,6 +45,21 @@ from ncl_lightning.methods.trainable import (
 from ncl_lightning.nn.precision import autocast_off, float32
 from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.optim import LARS, decay_param_groups
+
+
+class StepLosses(NamedTuple):
+    """What [`SSLMethod.training_losses`][] returns for one training batch."""
+
+    loss: Tensor
+    """The loss the backward runs on ``[]``: objective plus the online probe's."""
+    objective: Tensor
+    """The self-supervised objective ``[]``."""
+    probe_loss: Tensor | None
+    """The online probe's cross entropy ``[]`` (``None`` without classes)."""
+    logits: Tensor | None
+    """The online probe's logits ``[B, C]`` on the first view."""
+    h: Tensor
+    """Backbone features of the first view ``[B, D]``."""
 
 
 class Encoded(NamedTuple):
@@ -123,6 +141,10 @@ class SSLMethod(TrainableModule):
         self.step_mode: StepMode = step_mode
         self.backbone = backbone
         self._train_logs: dict[str, Tensor] = {}  # see log_train
+        self._captured: CapturedStep | None = None  # step_mode compiled | graphs, during fit
+        self._capture: str | None = None  # its torch.compile mode, chosen at setup
+        self._epoch_objective: Tensor | None = None  # summed on the device, logged per epoch
+        self._epoch_steps = 0
         self._build_online(num_classes or 0)
 
     def setup(self, stage: str) -> None:
@@ -134,6 +156,39 @@ class SSLMethod(TrainableModule):
             record_hparams(self, num_classes=0)  # no classes known: no probe, no kNN
         if stage == "fit" and self.online is None and self.hparams.num_classes:
             self._build_online(self.hparams.num_classes)
+        if stage == "fit":  # the step's mode on this device; Lightning's loop follows it
+            self._capture = capture_mode(self.step_mode, self.trainer.strategy.root_device)
+            self.automatic_optimization = self._capture is None
+
+    compile_step: ClassVar[bool] = True
+    """``False`` runs a captured step's functions eagerly (same manual-optimisation step)."""
+
+    @property
+    def captures_step(self) -> bool:
+        """Whether the training step runs captured (``step_mode`` compiled or graphs on a
+        device where it applies), from the start of ``fit``."""
+        return self._captured is not None
+
+    def on_fit_start(self) -> None:
+        """Compile the captured step's parts (views, forward + loss + probe, the judges,
+        the LARS update) once the module is on its device and its optimiser exists."""
+        self._captured = None
+        if self._capture is None:
+            return
+        trainer = self.trainer
+        check_capturable(trainer, trainer.optimizers, LARS)
+        for optimizer in trainer.optimizers:
+            optimizer.capture(self._capture, compile=self.compile_step)
+        if isinstance(trainer.datamodule, CapturableViews) and self.compile_step:
+            trainer.datamodule.capture_views(self._capture)
+        self._captured = CapturedStep(self, self._capture, compile=self.compile_step)
+
+    def on_fit_end(self) -> None:
+        """Drop the compiled step (it holds the trainer's optimiser)."""
+        if self._captured is not None:
+            for optimizer in self.trainer.optimizers:
+                optimizer.capture(None)
+        self._captured = None
 
     def default_components(self) -> tuple[str, ...]:
         """The run-time components and the feature statistics of ``z``."""
@@ -195,38 +250,98 @@ class SSLMethod(TrainableModule):
         to be finite (a skipped batch logs nothing; ``sync_dist=True``)."""
         self._train_logs.update(metrics)
 
-    def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor:
-        views, y = batch
+    def training_losses(self, views: list[Tensor], y: Tensor) -> StepLosses:
+        """Encode the views, the objective in float32 and the online probe's loss: the
+        part of the step both step modes share."""
         self._train_logs = {}
         encoded = [self.encode(v) for v in views]
         with autocast_off(self.device):  # the loss in float32 under bf16-mixed
             full = [float32(e) for e in encoded]
             objective = self.objective(full, y) if self.needs_labels else self.objective(full)
-        loss = objective
+        loss, probe_loss, logits = objective, None, None
         if self.online is not None:
             probe_loss, logits = self.online.probe_loss(encoded[0].h, y)
             loss = loss + probe_loss
+        return StepLosses(loss, objective, probe_loss, logits, encoded[0].h)
+
+    def step_forward(
+        self, views: list[Tensor], y: Tensor
+    ) -> tuple[StepLosses, Tensor, list[Tensor]]:
+        """The captured step's forward (one graph with its backward): the losses, the
+        non-finite code of loss, parameters and buffers ``[]`` (the guard's deferred code)
+        and a copy of every buffer from before the forward (put back if the step is
+        skipped)."""
+        backup = [b.clone() for b in self.buffers()]
+        losses = self.training_losses(views, y)
+        return losses, LOSS_SCALE * loss_code(self, losses.loss.detach()), backup
+
+    def training_step(self, batch: tuple[list[Tensor], Tensor], batch_idx: int) -> Tensor | None:
+        if self._captured is not None:
+            return self._captured_step(*batch)
+        views, y = batch
+        losses = self.training_losses(views, y)
         # Judged on the device; the guard reads the verdict at the start of the next batch
         # and undoes this one if it was not finite (no host synchronisation here).
-        if not self.check_finite_later(loss):  # False only without a trainer
+        if not self.check_finite_later(losses.loss):  # False only without a trainer
             return self.skipped_step_loss()  # no bank, metric or log update from this batch
-        # The batch losses are this rank's: sync_dist=True logs their mean over the ranks
-        # (the loss of the global batch when the shards are equal). The accuracies are
-        # torchmetrics Metrics, which reduce their own states over the ranks. A batch found
-        # non-finite later has its values in the log (they show what went wrong) but not
-        # in the kNN bank or the accuracy. The progress bar shows the epoch's mean
-        # objective: a per-step value there would be read on the host every step.
+        if self.online is not None:
+            self.after_finite_step(partial(self._online_updates, losses.h, losses.logits, y))
+        self._log_step(losses)
+        return losses.loss
+
+    def _captured_step(self, views: list[Tensor], y: Tensor) -> None:
+        """One captured step (module ``methods.captured``): forward, backward, the verdict
+        and the masked update as graphs; the guard reads the verdict when it is ready."""
+        captured = self._captured
+        forward, judge, settle = captured.parts(views, y)
+        losses, code, backup = forward(views, y)
+        self.manual_backward(losses.loss)
+        grads = [p.grad for p in captured.params if p.grad is not None]
+        code = judge(code, grads, self.grad_norm_limit)
+        if self.trainer.world_size > 1:  # every rank skips, or none
+            code = self.trainer.strategy.reduce(code, reduce_op="max")
+        skip = settle(code, captured.buffers, backup)
+        optimizer = self.optimizers()
+        optimizer.step(skip=skip)
+        optimizer.zero_grad()
+        self.lr_schedulers().step()
+        effect = None
+        if self.online is not None:  # graph outputs are overwritten by the next replay
+            h, logits = losses.h.detach().clone(), losses.logits.detach().clone()
+            effect = partial(self._online_updates, h, logits, y)
+        self.nonfinite_guard().captured_verdict(self, code, effect)
+        self._log_step(losses)
+
+    def _log_step(self, losses: StepLosses) -> None:
+        """The step's values to the loggers, only on the steps Lightning writes
+        (``log_every_n_steps``): a ``self.log`` call costs ~770 Python calls. The batch
+        losses are this rank's: ``sync_dist=True`` logs their mean over the ranks. The
+        epoch's mean objective (the progress bar) is summed on the device and logged at
+        the end of the epoch. A batch found non-finite later has its values in the log
+        (they show what went wrong) but not in the kNN bank or the accuracy."""
+        objective = losses.objective.detach()
+        if self._epoch_objective is None:
+            self._epoch_objective = objective.clone()
+        else:
+            self._epoch_objective += objective
+        self._epoch_steps += 1
+        if not logs_this_step(self.trainer):
+            return
         self.log("train/objective", objective, sync_dist=True)
-        self.log("objective", objective, prog_bar=True, logger=False, on_step=False,
-                 on_epoch=True, sync_dist=True)  # fmt: skip
         if self._train_logs:
             self.log_dict(self._train_logs, sync_dist=True)
-        if self.online is not None:
-            self.after_finite_step(partial(self._online_updates, encoded[0].h, logits, y))
-            self.log("train/probe_loss", probe_loss, sync_dist=True)
+        if losses.probe_loss is not None:
+            self.log("train/probe_loss", losses.probe_loss, sync_dist=True)
+        self.log("train/loss", losses.loss, sync_dist=True)
+
+    def on_train_epoch_end(self) -> None:
+        """The epoch's mean objective (progress bar) and the probe's training accuracy."""
+        if self._epoch_objective is not None:
+            mean = self._epoch_objective / self._epoch_steps
+            self.log("objective", mean, prog_bar=True, logger=False, sync_dist=True)
+        if self.online is not None and self._epoch_steps:
             self.log("train/online_acc", self.train_acc, on_step=False, on_epoch=True)
-        self.log("train/loss", loss, sync_dist=True)
-        return loss
+        self._epoch_objective, self._epoch_steps = None, 0
 
     @torch.no_grad()
     def _online_updates(self, h: Tensor, logits: Tensor, y: Tensor) -> None:

@@ -76,6 +76,7 @@ class TrainableModule(L.LightningModule):
 
     compile_targets: ClassVar[tuple[str, ...]] = ("backbone", "projector")
     last_step_skipped: bool = False
+    captures_step: bool = False  # SSLMethod: step_mode compiled | graphs
     lr_milestones: list[int] | None = None
     lr_gamma: float = 0.1
 

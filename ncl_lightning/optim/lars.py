@@ -44,6 +44,14 @@ class LARS(Optimizer):
     its checkpoints load. Scaling by the ``k`` ratios is one ``_foreach_mul_`` call, whose
     CUDA kernels torch launches per tensor from C++ (0-d factors miss its fused path).
 
+    **Captured** ([`capture`][]): the update runs as one ``torch.compile`` graph over every
+    group, with the learning rate, weight decay and momentum of each group passed as one
+    ``[groups, 3]`` device tensor each step (one host-to-device copy), so a schedule that
+    moves them never recompiles; momentum buffers exist from the first step (zeros: the
+    same first step as ``buf = d``); and ``step(skip=...)`` takes a 0-d bool tensor that
+    leaves every parameter and buffer as it was where it is ``True`` (a non-finite step
+    is never applied), decided on the device with no host read.
+
     Groups with ``lars_exclude=True`` (e.g. biases and normalisation parameters, or a
     linear-probe head) skip the trust ratio and get plain SGD with momentum and their
     group's weight decay. Every constructor argument is also a per-group key.
@@ -89,13 +97,41 @@ class LARS(Optimizer):
             "lars_exclude": False,
         }
         super().__init__(params, defaults)
+        self._captured: Callable[..., None] | None = None
+
+    def capture(self, mode: str | None, *, compile: bool = True) -> None:
+        """Run [`step`][] as one graph of tensor hyper-parameters from now on.
+
+        Args:
+            mode: ``torch.compile`` mode (``"default"``, ``"reduce-overhead"`` for CUDA
+                graphs, ...); ``None``: back to the eager update.
+            compile: ``False`` runs the captured update's function eagerly (the same
+                arithmetic, for odd shapes and comparisons).
+        """
+        if mode is None:
+            self._captured = None
+            return
+        fn = captured_update
+        if compile:
+            fn = torch.compile(fn, fullgraph=True, dynamic=False,
+                               mode=None if mode == "default" else mode)  # fmt: skip
+        self._captured = fn
+
+    @property
+    def captured(self) -> bool:
+        """Whether [`capture`][] is on."""
+        return self._captured is not None
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+    def step(  # type: ignore[override]
+        self, closure: Callable[[], float] | None = None, skip: Tensor | None = None
+    ) -> float | None:
         """Perform one optimisation step: a few ``torch._foreach_*`` calls per group.
 
         Args:
             closure: Optional callable that re-evaluates the model and returns the loss.
+            skip: Captured update only: a 0-d bool device tensor; ``True`` leaves the
+                parameters and momentum buffers unchanged.
 
         Returns:
             The loss returned by ``closure``, if given.
@@ -104,6 +140,11 @@ class LARS(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._captured is not None:
+            self._captured_step(skip)
+            return loss
+        if skip is not None:
+            raise ValueError("LARS.step(skip=...) needs the captured update (LARS.capture)")
         for group in self.param_groups:
             # (device, dtype) -> (adapted, other): torch's foreach optimisers group alike.
             buckets: dict[tuple[torch.device, torch.dtype], _Split] = {}
@@ -117,6 +158,43 @@ class LARS(Optimizer):
             for adapted, other in buckets.values():
                 self._update(group, adapted + other, len(adapted))
         return loss
+
+    def _captured_step(self, skip: Tensor | None) -> None:
+        """One call of the captured update over every group (parameters with a gradient;
+        momentum buffers created as zeros on their first step)."""
+        groups, hyper, device = [], [], None
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            adapted = [p for p in params if self._adapted(group, p)]
+            other = [p for p in params if not self._adapted(group, p)]
+            params = adapted + other
+            bufs = []
+            for p in params:
+                state = self.state[p]
+                if state.get("momentum_buffer") is None:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                bufs.append(state["momentum_buffer"])
+            grads = [p.grad for p in params]
+            consts = (len(adapted), float(group["eta"]), bool(group["clip_lr"]),
+                      bool(group["nesterov"]))  # fmt: skip
+            groups.append((params, grads, bufs, consts))
+            hyper.append([group["lr"], group["weight_decay"], group["momentum"]])
+            device = params[0].device
+        if not groups:
+            return
+        values = torch.tensor(hyper, dtype=torch.float32)
+        if device.type == "cuda":  # pinned: an asynchronous copy, no host wait
+            values = values.pin_memory()
+        values = values.to(device, non_blocking=True)
+        if skip is None:
+            skip = torch.zeros((), dtype=torch.bool, device=device)
+        self._captured(groups, values, skip)  # type: ignore[misc]
+
+    @staticmethod
+    def _adapted(group: dict[str, Any], p: Tensor) -> bool:
+        return not group["lars_exclude"] and not (group["exclude_bias_n_norm"] and p.ndim <= 1)
 
     def _update(self, group: dict[str, Any], params: list[Tensor], k: int) -> None:
         """Update ``params`` (one device and dtype) in place without host synchronisation.
@@ -174,3 +252,40 @@ class LARS(Optimizer):
         if clip_lr and lr > 0.0:
             ratio = torch.clamp(ratio / lr, max=1.0)
         return ratio
+
+
+def captured_update(
+    groups: list[tuple[list[Tensor], list[Tensor], list[Tensor], tuple[int, float, bool, bool]]],
+    hyper: Tensor,
+    skip: Tensor,
+) -> None:
+    """The LARS update of every group as tensor arithmetic (what [`LARS.capture`][]
+    compiles): the eager update's formulas with the learning rate, weight decay and
+    momentum read from ``hyper`` and every write masked by ``skip``.
+
+    Args:
+        groups: Per group ``(params, grads, momentum buffers, (k, eta, clip_lr,
+            nesterov))``, the ``k`` adapted parameters first.
+        hyper: ``[groups, 3]``: learning rate, weight decay, momentum of each group.
+        skip: 0-d bool: ``True`` leaves parameters and buffers unchanged.
+    """
+    for i, (params, grads, bufs, (k, eta, clip_lr, nesterov)) in enumerate(groups):
+        lr, wd, momentum = hyper[i].unbind()
+        updates = list(torch._foreach_add(grads, torch._foreach_mul(params, wd)))
+        if k:
+            p_norm = torch.stack(torch._foreach_norm(params[:k]))
+            g_norm = torch.stack(torch._foreach_norm(grads[:k]))
+            ratio = eta * p_norm / (g_norm + wd * p_norm)
+            ratio = torch.where((p_norm > 0) & (g_norm > 0), ratio, 1.0)
+            if clip_lr:
+                ratio = torch.where(lr > 0, torch.clamp(ratio / lr, max=1.0), ratio)
+            updates[:k] = list(torch._foreach_mul(updates[:k], list(ratio.unbind())))
+        new_bufs = torch._foreach_add(torch._foreach_mul(bufs, momentum), updates)
+        steps = (
+            torch._foreach_add(updates, torch._foreach_mul(new_bufs, momentum))
+            if nesterov
+            else new_bufs
+        )
+        for p, buf, new_buf, step in zip(params, bufs, new_bufs, steps, strict=True):
+            buf.copy_(torch.where(skip, buf, new_buf))
+            p.copy_(torch.where(skip, p, p - lr * step))

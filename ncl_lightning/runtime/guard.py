@@ -34,6 +34,7 @@ and one before the optimiser step.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,7 +46,7 @@ from torch import Tensor, nn
 from ncl_lightning.foundation.components import FiniteCheckHost
 from ncl_lightning.foundation.internals import attached_trainer
 from ncl_lightning.foundation.options import NonFiniteLoss
-from ncl_lightning.runtime.finite_checks import (
+from ncl_lightning.methods.finite_checks import (
     LOSS_SCALE,
     PARAMETER,
     checked_tensors,
@@ -61,6 +62,9 @@ from ncl_lightning.runtime.skips import HINT, LAST_FINITE_NAME, SkipOrStop, last
 from ncl_lightning.runtime.skips import where as _where
 
 CHECKPOINT_KEY = "nonfinite_skipped"
+MAX_PENDING = 2
+"""Captured steps whose verdict may still be on its way to the host: the guard judges a
+verdict once it is ready, and waits for the oldest only past this many."""
 
 
 @runtime_checkable
@@ -70,6 +74,7 @@ class GuardedModule(Protocol):
     nonfinite_loss: NonFiniteLoss
     grad_norm_limit: float | None
     last_step_skipped: bool
+    captures_step: bool
 
 
 def _scaled(trainer: L.Trainer) -> bool:
@@ -118,6 +123,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
         self._loss: Tensor | None = None
         self._effects: list[Callable[[], None]] = []
         self._pending: Verdict | None = None
+        self._queue: deque[Verdict] = deque()  # captured steps' verdicts, oldest first
         self._snapshot = StepSnapshot()
         self._skips_before_batch = 0
 
@@ -133,6 +139,10 @@ class NonFiniteGuard(SkipOrStop, Callback):
         """Judge the previous batch (deferred check), then copy the buffers, to restore
         them if this batch is not finite."""
         if not isinstance(pl_module, GuardedModule):
+            return
+        if pl_module.captures_step:  # buffers are put back in the step's own graph
+            self.resolve(trainer, pl_module, wait=False)
+            self._skips_before_batch = self.skipped_total
             return
         self.resolve(trainer, pl_module)
         self._skips_before_batch = self.skipped_total
@@ -207,6 +217,17 @@ class NonFiniteGuard(SkipOrStop, Callback):
         else:
             self._effects.append(effect)
 
+    def captured_verdict(
+        self, module: L.LightningModule, code: Tensor, effect: Callable[[], None] | None
+    ) -> None:
+        """A captured step's code ``[]`` (already agreed over the ranks, and already used on
+        the device to leave the weights, optimiser state and buffers as they were if it is
+        not 0), on its way to the host; ``effect`` runs once it is read as finite. Judged
+        when ready ([`resolve`][]): no host wait in the step."""
+        verdict = Verdict(_where(module.trainer), False, [effect] if effect else [], None)
+        verdict.publish(code)
+        self._queue.append(verdict)
+
     def _publish(self, trainer: L.Trainer, code: Tensor, stepped: bool) -> None:
         """Agree on ``code`` over the ranks (on the device) and send it to the host."""
         if trainer.world_size > 1:
@@ -215,22 +236,38 @@ class NonFiniteGuard(SkipOrStop, Callback):
         verdict.publish(code)
         self._pending, self._code, self._loss, self._effects = verdict, None, None, []
 
-    def resolve(self, trainer: L.Trainer, module: L.LightningModule) -> bool:
-        """Read the verdict of the last deferred batch: run its effects if it was finite;
-        otherwise put back the weights, optimiser state and buffers from before it, and
-        stop or skip as the immediate checks do (``True``: a batch was undone). Called at
-        the start of every batch, before validation and checkpoints, and at the end of an
-        epoch and of training."""
+    def resolve(self, trainer: L.Trainer, module: L.LightningModule, wait: bool = True) -> bool:
+        """Read the verdicts of the deferred batches: run their effects if they were finite;
+        otherwise put back the weights, optimiser state and buffers from before it (a
+        captured step left them unchanged on the device), and stop or skip as the
+        immediate checks do (``True``: a batch was undone). Called at the start of every
+        batch, before validation and checkpoints, and at the end of an epoch and of
+        training. ``wait=False`` (captured steps) judges only the verdicts that are ready,
+        and waits for the oldest only when more than ``MAX_PENDING`` are on their way."""
+        undone = False
+        while self._queue:
+            if not wait and len(self._queue) <= MAX_PENDING and not self._queue[0].ready():
+                break
+            undone |= self._judge(trainer, module, self._queue.popleft(), captured=True)
         verdict, self._pending = self._pending, None
-        if verdict is None:
-            return False
+        if verdict is not None:
+            undone |= self._judge(trainer, module, verdict, captured=False)
+        return undone
+
+    def _judge(
+        self, trainer: L.Trainer, module: L.LightningModule, verdict: Verdict, captured: bool
+    ) -> bool:
         flag = verdict.read()
         if flag == 0:
             self._finite_batch()
             for effect in verdict.effects:
                 effect()
             return False
-        if verdict.stepped:  # also what a non-finite parameter is named from
+        if captured:  # nothing to undo: the step's graphs left everything as it was
+            module.last_step_skipped = True  # type: ignore[attr-defined]
+            if module.nonfinite_loss != "skip":  # type: ignore[attr-defined]
+                self._queue.clear()  # stopping: later verdicts are moot
+        elif verdict.stepped:  # also what a non-finite parameter is named from
             for optimizer in trainer.optimizers:
                 self._snapshot.restore(optimizer)
             module.last_step_skipped = True  # type: ignore[attr-defined]
@@ -244,7 +281,8 @@ class NonFiniteGuard(SkipOrStop, Callback):
             what = describe_loss(flag / LOSS_SCALE, verdict.loss, buffers, scale_hint(module))
         else:
             what = describe_gradients(flag, module)
-        self._restore_buffers(module)
+        if not captured:
+            self._restore_buffers(module)
         self._unlogged_skip = module.nonfinite_loss == "skip"  # type: ignore[attr-defined]
         self._skip_or_stop(module, what, verdict.where, log=False)
         return True
@@ -276,8 +314,8 @@ class NonFiniteGuard(SkipOrStop, Callback):
         gradient code joins the batch's code, the weights and optimiser state are copied
         (``StepSnapshot``) and the verdict goes to the
         host, to be read at the start of the next batch."""
-        if not isinstance(pl_module, GuardedModule):
-            return
+        if not isinstance(pl_module, GuardedModule) or pl_module.captures_step:
+            return  # a captured step judges its gradients in its own graph
         if self._code is not None:
             code = grad_code(pl_module, _scaled(trainer))
             if code is not None:
@@ -303,7 +341,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
         (gradient accumulation), and log a skip found at the start of this batch."""
         if self._code is not None:
             self._publish(trainer, self._code, stepped=False)
-        deferred = self._pending is not None  # judged at the start of the next batch
+        deferred = self._pending is not None or bool(self._queue)  # judged later
         if isinstance(pl_module, GuardedModule):
             self._batch_ran()
             if not deferred and self.skipped_total == self._skips_before_batch:
@@ -339,7 +377,8 @@ class NonFiniteGuard(SkipOrStop, Callback):
         """Judge a pending batch before its state is saved; a skipped one is taken out of
         the checkpoint (weights and optimiser state as they were before it); a stop raises
         here, so the checkpoint with the non-finite step is never written."""
-        pending = self._pending is not None and isinstance(pl_module, GuardedModule)
+        waiting = self._pending is not None or bool(self._queue)
+        pending = waiting and isinstance(pl_module, GuardedModule)
         if pending and self.resolve(trainer, pl_module):  # stop: last-finite.ckpt, raises
             checkpoint["state_dict"] = trainer.strategy.lightning_module_state_dict()
             if "optimizer_states" in checkpoint:  # not in a weights-only save

@@ -117,6 +117,10 @@ class Verdict:
         else:
             self._host = code.detach().clone()
 
+    def ready(self) -> bool:
+        """Whether the device has written the code (``read`` would not wait)."""
+        return self._event is None or bool(self._event.query())
+
     def read(self) -> float:
         """The code, once the device has written it (long done by the next batch)."""
         if self._event is not None:

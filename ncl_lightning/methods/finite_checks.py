@@ -94,6 +94,10 @@ def grad_code(module: nn.Module, scaled: bool) -> Tensor | None:
 def describe_gradients(flag: float, module: nn.Module) -> str:
     """What was wrong with the gradients (read on the host: a fault is rare)."""
     named = [(n, p.grad) for n, p in module.named_parameters() if p.grad is not None]
+    if not named:  # a captured step: its gradients are gone by the time it is judged
+        if flag == GRAD_NONFINITE:
+            return f"non-finite gradient norm{scale_hint(module)}"
+        return f"gradient norm above grad_norm_limit {module.grad_norm_limit}"  # type: ignore[attr-defined]
     culprit = first_nonfinite(named)
     if culprit is not None:
         return f"non-finite gradient of {culprit[0]} ({culprit[1]})"
