@@ -17,6 +17,7 @@ from ncl_lightning.data.dsprites import (
     render_sprites,
 )
 from ncl_lightning.data.folder import ImageFolderDataModule, ImageListDataset
+from ncl_lightning.data.held import HeldIndices, HeldOnDeviceDataModule
 from ncl_lightning.data.imagenet100 import ImageNet100DataModule, load_imagenet100_classes
 from ncl_lightning.data.memory import DecodedImages, TensorImageDataset, decode_images
 from ncl_lightning.data.ood import (
@@ -70,6 +71,8 @@ __all__ = [
     "DSpritesDataset",
     "DecodedImages",
     "DigitsDataModule",
+    "HeldIndices",
+    "HeldOnDeviceDataModule",
     "ImageFolderDataModule",
     "ImageListDataset",
     "ImageNet100DataModule",

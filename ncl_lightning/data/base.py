@@ -290,10 +290,18 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         trainer = self.trainer
         if self.device_views is None or trainer is None or not trainer.training:
             return batch
-        images, labels = batch
+        images, labels = self.transferred_images(batch)
         views = self.device_views(images, seed=self._batch_seed())
         plugin = getattr(trainer, "precision_plugin", None)  # 16-true, 64-true: as CPU batches
         return (views if plugin is None else plugin.convert_input(views)), labels
+
+    def transferred_images(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(uint8 images [B, C, S, S], labels [B])`` of a transferred training batch
+        (``augment_on: device``), for the device views. Overridden where the loader yields
+        indices of images held on the device
+        ([`HeldOnDeviceDataModule`][ncl_lightning.data.held.HeldOnDeviceDataModule])."""
+        images, labels = batch
+        return images, labels
 
     def _train_view_transform(self) -> Callable[[Any], Any]:
         if self.train_transform == "crop_flip":

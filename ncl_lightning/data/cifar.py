@@ -18,8 +18,9 @@ from torch.utils.data import Dataset
 from torchvision.datasets import CIFAR10, CIFAR100
 from torchvision.datasets.utils import check_integrity, extract_archive
 
-from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.base import Split
 from ncl_lightning.data.download import download_failure_cause
+from ncl_lightning.data.held import HeldOnDeviceDataModule
 from ncl_lightning.data.memory import TensorImageDataset
 from ncl_lightning.data.transforms import (
     SimCLRAugmentation,
@@ -35,7 +36,7 @@ class CIFARChecksumError(DataError, RuntimeError):
     """CIFAR files that fail torchvision's md5 check (a ``RuntimeError`` there, too)."""
 
 
-class _CIFARDataModule(MultiViewDataModule):
+class _CIFARDataModule(HeldOnDeviceDataModule):
     """Shared CIFAR logic; subclasses set ``dataset_cls``, ``name`` and ``num_classes``."""
 
     dataset_cls: type[CIFAR10] = CIFAR10
@@ -47,9 +48,10 @@ class _CIFARDataModule(MultiViewDataModule):
         self,
         root: str = "data/cifar",
         download: bool = False,
+        hold_on_device: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(hold_on_device=hold_on_device, **kwargs)
         self.root = Path(root).expanduser()
         self.download = download
         self.in_channels = 3
@@ -174,6 +176,11 @@ class CIFAR10DataModule(_CIFARDataModule):
     Args:
         root: Folder holding (or to receive) ``cifar-10-batches-py``.
         download: Download the archive if the files are missing (never otherwise).
+        hold_on_device: Hold the uint8 training set (150 MB) on the training device: the
+            loader yields only the drawn indices and labels, in the main process
+            (``num_workers: null`` gives 0), and the images are gathered on the device
+            ([`HeldOnDeviceDataModule`][]); same batches and views as without it. Needs
+            ``augment_on: device``.
         **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
 
@@ -181,6 +188,7 @@ class CIFAR10DataModule(_CIFARDataModule):
         DataNotFoundError: At ``check_inputs`` (called by ``setup``) when the files
             are missing and cannot be obtained; the message names the folder and how to
             fix it.
+        ConfigError: ``hold_on_device`` without ``augment_on: device``.
     """
 
     dataset_cls = CIFAR10
@@ -195,6 +203,11 @@ class CIFAR100DataModule(_CIFARDataModule):
     Args:
         root: Folder holding (or to receive) ``cifar-100-python``.
         download: Download the archive if the files are missing (never otherwise).
+        hold_on_device: Hold the uint8 training set (150 MB) on the training device: the
+            loader yields only the drawn indices and labels, in the main process
+            (``num_workers: null`` gives 0), and the images are gathered on the device
+            ([`HeldOnDeviceDataModule`][]); same batches and views as without it. Needs
+            ``augment_on: device``.
         **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
 
@@ -202,6 +215,7 @@ class CIFAR100DataModule(_CIFARDataModule):
         DataNotFoundError: At ``check_inputs`` (called by ``setup``) when the files
             are missing and cannot be obtained; the message names the folder and how to
             fix it.
+        ConfigError: ``hold_on_device`` without ``augment_on: device``.
     """
 
     dataset_cls = CIFAR100

@@ -14,13 +14,14 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
-from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.base import Split
+from ncl_lightning.data.held import HeldOnDeviceDataModule
 from ncl_lightning.data.memory import TensorImageDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, digits_augmentation
 from ncl_lightning.foundation.validation import check_range
 
 
-class DigitsDataModule(MultiViewDataModule):
+class DigitsDataModule(HeldOnDeviceDataModule):
     """sklearn ``load_digits`` with a stratified, seeded train/validation split.
 
     Pixel values 0..16 are scaled to [0, 1] and then normalised by the augmentation's
@@ -32,6 +33,9 @@ class DigitsDataModule(MultiViewDataModule):
         seed: Seed of the split (the same seed always gives the same split).
         batch_size: Images per batch (128: the training split has 1,437 images).
         num_workers: DataLoader workers (0: the data is a small in-memory tensor).
+        hold_on_device: Hold the uint8 training split on the training device and gather
+            each batch there from its indices ([`HeldOnDeviceDataModule`][]); needs
+            ``augment_on: device``.
         **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
     """
@@ -42,9 +46,15 @@ class DigitsDataModule(MultiViewDataModule):
         seed: int = 0,
         batch_size: int = 128,
         num_workers: int = 0,
+        hold_on_device: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(batch_size=batch_size, num_workers=num_workers, **kwargs)
+        super().__init__(
+            batch_size=batch_size,
+            num_workers=num_workers,
+            hold_on_device=hold_on_device,
+            **kwargs,
+        )
         check_range("val_fraction", val_fraction, 0, 1, "()")
         self.val_fraction = val_fraction
         self.seed = seed
