@@ -9,8 +9,6 @@ BatchAugmentation``; the formulas and factor ranges are torchvision's (``adjust_
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -18,18 +16,14 @@ from torch import Tensor
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale (ITU-R 601-2)
 
 
-@functools.lru_cache(maxsize=16)
-def constant(values: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
-    """A small constant ``[1, len(values), 1, 1]`` on ``device``, made once (a tensor
-    built from Python numbers is a host-to-device copy each time)."""
-    return torch.tensor(values, dtype=dtype).view(1, -1, 1, 1).to(device)
-
-
 def luma(x: Tensor) -> Tensor:
     """Luma ``[B, 1, H, W]`` of RGB ``[B, 3, H, W]`` (the image itself if one channel)."""
     if x.shape[1] == 1:
         return x
-    return (x * constant(GRAY_WEIGHTS, x.device, x.dtype)).sum(dim=1, keepdim=True)
+    # Python-number weights, no tensor built on the host: a compiled view graph (CUDA
+    # graphs) must not copy host memory to the device.
+    r, g, b = x.unbind(1)
+    return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(1)
 
 
 def per_sample(factor: Tensor) -> Tensor:
@@ -72,7 +66,8 @@ def hue_shift(x: Tensor, turns6: Tensor) -> Tensor:
     # tie, delta = 0 and the output is the grey maxc whatever the hue.
     spread = (x.roll(-1, dims=1) - x.roll(1, dims=1)).gather(1, largest)
     h6 = torch.addcdiv(2.0 * largest + turns6, spread, delta.clamp_min(_TINY))
-    k = torch.remainder(h6 + constant(_HSV_OFFSETS, x.device, x.dtype), 6.0)
+    offsets = _HSV_OFFSETS[0] - 2.0 * torch.arange(3, device=x.device, dtype=x.dtype)  # 5, 3, 1
+    k = torch.remainder(h6 + offsets.view(1, 3, 1, 1), 6.0)
     ramp = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
     return maxc - delta * ramp
 
@@ -92,16 +87,36 @@ def adjust_hue(x: Tensor, factor: Tensor) -> Tensor:
     return hue_shift(x, 6.0 * per_sample(factor))
 
 
+# Taps below this are set to 0. Gaussian tails reach float32's denormal range (below
+# 1.2e-38) for sigma around 0.8 at the 23-px kernel of 224-px views; a product of a
+# denormal tap or of a tiny tap and a small pixel makes x86 CPUs take a micro-code
+# assist per operation (torchvision's 2-D blur of a 224-px view: ~70 ms instead of ~16).
+# Dropping taps of 1e-20 or less changes a blurred pixel by at most 1e-18.
+TAP_FLOOR = 1e-20
+
+
 def _gaussian_kernels(sigma: Tensor, kernel_size: int) -> Tensor:
-    """``[B, k]`` normalised Gaussian taps; the identity tap ``[0, .., 1, .., 0]`` where
-    ``sigma <= 0`` (a blur that leaves the image exactly as it is)."""
+    """``[B, k]`` normalised Gaussian taps, those below ``TAP_FLOOR`` times the centre tap
+    set to 0 (no denormal); the identity tap ``[0, .., 1, .., 0]`` where ``sigma <= 0``
+    (a blur that leaves the image exactly as it is)."""
     half = (kernel_size - 1) / 2
     pos = torch.linspace(-half, half, kernel_size, device=sigma.device)
     on = (sigma > 0)[:, None]
     safe = torch.where(on, sigma[:, None], 1.0)
     kernel = torch.exp(-0.5 * (pos[None, :] / safe) ** 2)
+    kernel = torch.where(kernel > TAP_FLOOR, kernel, 0.0)
     kernel = kernel / kernel.sum(dim=1, keepdim=True)
     return torch.where(on, kernel, (pos == 0).to(kernel.dtype))
+
+
+def gaussian_taps(sigma: float, kernel_size: int) -> list[float]:
+    """The non-zero centre of the normalised ``kernel_size`` Gaussian taps of ``sigma``
+    (an odd number of taps, at most ``kernel_size``; ``[1.0]`` for a tiny ``sigma``):
+    torchvision's taps with the tail below ``TAP_FLOOR`` times the centre tap cut off,
+    in float32."""
+    taps = _gaussian_kernels(torch.tensor([sigma], dtype=torch.float32), kernel_size)[0]
+    cut = int(taps[: kernel_size // 2].eq(0).sum())  # zero taps on each side
+    return taps[cut : kernel_size - cut].tolist()
 
 
 def gaussian_blur(x: Tensor, sigma: Tensor, kernel_size: int) -> Tensor:
@@ -122,6 +137,33 @@ def gaussian_blur(x: Tensor, sigma: Tensor, kernel_size: int) -> Tensor:
     return y.reshape(b, c, hgt, wid)
 
 
+def separable_gaussian_blur(image: Tensor, sigma: float, kernel_size: int) -> Tensor:
+    """Gaussian blur of one float image (reflect padding), as torchvision's
+    ``gaussian_blur`` with ``kernel_size`` and ``sigma`` but as two 1-D passes of shifted
+    multiply-adds over only the taps above ``TAP_FLOOR``: no denormal, and about 10x faster
+    than torchvision's 2-D convolution on a 224-px CPU image (the CPU view pipeline).
+
+    Args:
+        image: Float ``[..., C, H, W]``.
+        sigma: Standard deviation in pixels (> 0).
+        kernel_size: Odd kernel side; reflect padding needs ``kernel_size // 2 < H, W``.
+
+    Returns:
+        The blurred ``[..., C, H, W]`` (a new tensor).
+    """
+    taps = gaussian_taps(sigma, kernel_size)
+    radius, (hgt, wid) = len(taps) // 2, image.shape[-2:]
+    flat = image.reshape(-1, *image.shape[-3:])
+    padded = F.pad(flat, (radius, radius, radius, radius), mode="reflect")
+    rows = padded[..., :wid] * taps[0]
+    for t in range(1, len(taps)):
+        rows.add_(padded[..., t : t + wid], alpha=taps[t])
+    out = rows[..., :hgt, :] * taps[0]
+    for t in range(1, len(taps)):
+        out.add_(rows[..., t : t + hgt, :], alpha=taps[t])
+    return out.reshape(image.shape)
+
+
 __all__ = [
     "GRAY_WEIGHTS",
     "adjust_brightness",
@@ -129,9 +171,10 @@ __all__ = [
     "adjust_hue",
     "adjust_saturation",
     "blend",
-    "constant",
     "gaussian_blur",
+    "gaussian_taps",
     "hue_shift",
     "luma",
     "per_sample",
+    "separable_gaussian_blur",
 ]

@@ -43,9 +43,12 @@ def auto_workers(
     share = cpus // local - 1
     workers = max(1, share)
     rule = f"auto: {_plural(cpus, 'CPU')} / {_plural(local, 'process')} - 1"
+    if augment_on == "device" and reads_files:  # the workers decode, the views are not theirs
+        half = rule.replace("auto: ", "auto: half of ") + (", at least 1" if share < 2 else "")
+        return max(1, share // 2), f"{half}: decode only with augment_on: device"
     if share < 1:
         rule += ", at least 1"
-    if augment_on == "device" and not reads_files and workers > DEVICE_AUGMENT_WORKERS:
+    if augment_on == "device" and workers > DEVICE_AUGMENT_WORKERS:
         return DEVICE_AUGMENT_WORKERS, f"auto: {DEVICE_AUGMENT_WORKERS} with augment_on: device"
     return workers, rule
 
@@ -60,10 +63,14 @@ def default_workers(
     one for the training process itself, at least 1: 16 CPUs and one GPU give 15
     workers, 16 CPUs and 2 GPUs 7 each. No fixed cap: the workers make the views, and
     at the former cap of 8 they were the bottleneck of a 16-core GPU machine (66 ms per
-    batch of 256 two-view CIFAR images). ``augment_on: device``: the same, at most
-    ``DEVICE_AUGMENT_WORKERS`` (2), since the workers only index and copy uint8 images;
-    unless ``reads_files`` (images decoded from files per item, e.g. an image folder with
-    ``cache: none``), when decoding needs every worker.
+    batch of 256 two-view CIFAR images). ``augment_on: device``: at most
+    ``DEVICE_AUGMENT_WORKERS`` (2), since the workers only index and copy uint8 images
+    or read encoded files (``decode_on: device``); when they decode an image file per
+    item (``reads_files``: an image folder with ``cache: none`` decoded on the CPU), half
+    of the ``cpu`` count, at least 1 (7 of 16 CPUs): a decode and resize to the 256-px
+    source is ~3 ms of a 500x375 JPEG, against ~10-60 ms for the CPU views, and the
+    training process keeps the other cores for its own host work (with 15 decoding
+    workers it was starved of CPU).
 
     Args:
         augment_on: Where the training views are made.
@@ -100,15 +107,31 @@ def describe_loader(
     return ", ".join(parts)
 
 
+def flush_denormals(worker_id: int) -> None:
+    """``worker_init_fn`` of every loader: flush float32 denormals to zero in the worker.
+
+    A denormal operand (below 1.2e-38) makes an x86 CPU run a micro-code assist per
+    operation, 10-100x slower: torchvision's 2-D Gaussian blur of a 224-px view took
+    ~70 ms instead of ~16 ms for its denormal tail taps. The blurs of this package have
+    no denormal taps any more, but colour ops and user transforms can still meet one (a
+    tiny tap or factor times a dark pixel); flushing changes a value by less than
+    1.2e-38. Only the workers flush: they make images, while the training process keeps
+    IEEE arithmetic for the model (``torch.set_flush_denormal`` is per thread, and a
+    worker runs its transforms on its one thread).
+    """
+    torch.set_flush_denormal(True)
+
+
 def loader_options(
     workers: int, pin_memory: bool, persistent: bool, prefetch_factor: int | None
 ) -> dict[str, Any]:
     """``DataLoader`` keyword arguments for ``workers`` processes: memory pinned only where
     CUDA is, persistent workers and ``prefetch_factor`` only with workers (torch refuses a
-    prefetch factor without them)."""
+    prefetch factor without them), denormals flushed in the workers ([`flush_denormals`][])."""
     return {
         "num_workers": workers,
         "pin_memory": pin_memory and torch.cuda.is_available(),
         "persistent_workers": persistent and workers > 0,
         "prefetch_factor": prefetch_factor if workers > 0 else None,
+        "worker_init_fn": flush_denormals if workers > 0 else None,
     }

@@ -20,8 +20,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from ncl_lightning.data.colour_ops import separable_gaussian_blur
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.registry import Registry
 from ncl_lightning.foundation.validation import (
@@ -60,6 +62,31 @@ def blur_kernel_size(sigma_max: float, side: int) -> int:
     """
     tenth = int(0.1 * side) // 2 * 2 + 1
     return max(3, tenth, 2 * math.ceil(3 * sigma_max) + 1)
+
+
+class SeparableGaussianBlur(v2.GaussianBlur):
+    """torchvision's ``GaussianBlur`` (same σ draw from the global generator, same kernel
+    side and taps, reflect padding) computed as two 1-D passes without denormal taps
+    ([`separable_gaussian_blur`][ncl_lightning.data.colour_ops.separable_gaussian_blur]) on
+    float images: within 2e-6 of torchvision's 2-D convolution, which on a 224-px CPU image
+    costs ~70 ms per blurred view (denormal tail taps) against ~2-4 ms here. Other inputs
+    (PIL, integer tensors) go to torchvision's kernel.
+
+    Args:
+        kernel_size: Odd kernel side.
+        sigma: ``(min, max)`` of the uniform σ draw, in pixels.
+    """
+
+    def __init__(self, kernel_size: int, sigma: tuple[float, float]) -> None:
+        super().__init__(kernel_size, sigma=sigma)
+
+    def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
+        if isinstance(inpt, Tensor) and inpt.is_floating_point():
+            out = separable_gaussian_blur(
+                inpt.as_subclass(Tensor), params["sigma"][0], self.kernel_size[0]
+            )
+            return tv_tensors.wrap(out, like=inpt) if isinstance(inpt, tv_tensors.TVTensor) else out
+        return super().transform(inpt, params)
 
 
 @dataclass
@@ -206,7 +233,8 @@ class SimCLRAugmentation:
             ops.append(v2.RandomGrayscale(self.grayscale_p))
         ops += [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
         if self.blur_p > 0:
-            blur = v2.GaussianBlur(self.blur_kernel_side, sigma=self.blur_sigma)
+            # Separable and denormal-free: torchvision's 2-D blur is ~20x slower at 224 px.
+            blur = SeparableGaussianBlur(self.blur_kernel_side, sigma=self.blur_sigma)
             ops.append(v2.RandomApply([blur], p=self.blur_p))
         if self.solarize_p > 0:
             ops.append(v2.RandomSolarize(0.5, p=self.solarize_p))
@@ -351,6 +379,7 @@ __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "MultiView",
+    "SeparableGaussianBlur",
     "SimCLRAugmentation",
     "blur_kernel_size",
     "cifar_augmentation",

@@ -13,7 +13,12 @@ import pytest
 import torch
 
 from ncl_lightning.data import DigitsDataModule, DSpritesDataModule
-from ncl_lightning.data.loader_defaults import auto_workers, default_workers, describe_loader
+from ncl_lightning.data.loader_defaults import (
+    auto_workers,
+    default_workers,
+    describe_loader,
+    flush_denormals,
+)
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import SmallCNN
@@ -30,18 +35,74 @@ def _cpus(monkeypatch: pytest.MonkeyPatch, n: int, local: int | None = None) -> 
 
 
 @pytest.mark.parametrize(
-    ("cpus", "local", "cpu", "device"),
-    [(2, None, 1, 1), (16, None, 15, 2), (16, 2, 7, 2), (64, 8, 7, 2), (4, 8, 1, 1)],
+    ("cpus", "local", "cpu", "device", "decoding"),
+    [
+        (2, None, 1, 1, 1),
+        (16, None, 15, 2, 7),
+        (16, 2, 7, 2, 3),
+        (64, 8, 7, 2, 3),
+        (4, 8, 1, 1, 1),
+        (3, None, 2, 2, 1),
+    ],
 )
 def test_default_workers_share_the_cpus(
-    monkeypatch: pytest.MonkeyPatch, cpus: int, local: int | None, cpu: int, device: int
+    monkeypatch: pytest.MonkeyPatch,
+    cpus: int,
+    local: int | None,
+    cpu: int,
+    device: int,
+    decoding: int,
 ) -> None:
     """CPUs / local processes - 1, at least 1, no fixed cap; 2 at most on the device
-    pipeline unless the workers decode files."""
+    pipeline; half the CPU count (at least 1) when its workers decode files (they make no
+    views, and the training process keeps cores for itself)."""
     _cpus(monkeypatch, cpus, local)
     assert default_workers("cpu") == cpu
     assert default_workers("device") == device
-    assert default_workers("device", reads_files=True) == cpu
+    assert default_workers("device", reads_files=True) == decoding
+    assert default_workers("cpu", reads_files=True) == cpu
+
+
+def test_the_decoding_rule_is_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch line names the halved rule, with ``at least 1`` where it applies."""
+    _cpus(monkeypatch, 16)
+    assert auto_workers("device", reads_files=True) == (
+        7,
+        "auto: half of 16 CPUs / 1 process - 1: decode only with augment_on: device",
+    )
+    _cpus(monkeypatch, 2)
+    assert auto_workers("device", reads_files=True) == (
+        1,
+        "auto: half of 2 CPUs / 1 process - 1, at least 1: decode only with augment_on: device",
+    )
+
+
+def test_loader_workers_flush_denormals() -> None:
+    """Every loader with workers flushes float32 denormals to zero in its workers (the
+    ~70 ms denormal blur), and the training process' own arithmetic is left as it is."""
+    dm = DigitsDataModule(batch_size=32, num_workers=1, persistent_workers=False)
+    dm.setup("fit")
+    assert dm.train_dataloader().worker_init_fn is flush_denormals
+    assert dm.val_dataloader().worker_init_fn is flush_denormals
+    tiny = torch.tensor([1e-39])  # a float32 denormal
+    assert tiny.item() != 0.0  # not flushed in this (the training) process
+    loader = torch.utils.data.DataLoader(
+        _Denormal(), batch_size=1, num_workers=1, worker_init_fn=flush_denormals
+    )
+    assert next(iter(loader)).item() == 0.0
+    dm0 = DigitsDataModule(batch_size=32, num_workers=0)
+    dm0.setup("fit")
+    assert dm0.train_dataloader().worker_init_fn is None
+
+
+class _Denormal(torch.utils.data.Dataset):
+    """One item: a float32 denormal computed in the worker (0 once flushed)."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([1e-20]) * torch.tensor([1e-19])
 
 
 def test_the_trainer_devices_count_as_local_processes(monkeypatch: pytest.MonkeyPatch) -> None:
