@@ -37,6 +37,7 @@ EXEMPT = (
     "data.init_args.persistent_workers",
     "data.init_args.prefetch_factor",
     "data.init_args.augment_on",
+    "data.init_args.hold_on_device",
     "model.init_args.channels_last",
     "model.init_args.torch_compile",
     "model.init_args.compile_mode",
