@@ -205,14 +205,9 @@ class BatchAugmentation(nn.Module):
         A pure tensor function (fixed shapes, no host read, no random draw), so
         ``torch.compile(fullgraph=True)`` traces it as one graph and CUDA graphs can
         replay it ([`capture`][])."""
-        x = images.float()
-        if images.dtype == torch.uint8:
-            x = x / 255.0
-        if n_views > 1:
-            x = x.repeat(n_views, 1, 1, 1)
-        x = self._geometry(x, packed)
+        x = self._geometry(images, packed, n_views)
         x = self._colour(x, packed)
-        return (x - self.mean.to(x.device)) / self.std.to(x.device)
+        return x.sub_(self.mean.to(x.device)).div_(self.std.to(x.device))  # x is ours
 
     @property
     def views_fn(self):
@@ -238,24 +233,45 @@ class BatchAugmentation(nn.Module):
         """Jitter (random order per sample), grayscale, blur and solarise ``[B, C, S, S]``."""
         return self._colour(x, params_to(params, x.device))
 
-    def _geometry(self, x: Tensor, packed: Tensor) -> Tensor:
+    def _geometry(self, images: Tensor, packed: Tensor, n_views: int = 1) -> Tensor:
+        """``n_views`` crops of every image of ``images`` ``[B, C, H, W]`` (uint8, or float
+        in [0, 1]) as float ``[n_views * B, C, S, S]`` in [0, 1], view-major as ``packed``.
+
+        One ``grid_sample`` reads each source image once for all its views: the grids of
+        an image's views are stacked along the output height (``[B, n_views * S, S, 2]``),
+        so the source is never repeated per view; only the output is reordered to
+        view-major at the end (one copy of the views, none with one view)."""
         size = self.augmentation.crop_size
-        height, width = x.shape[-2:]
+        b, _, height, width = images.shape
         factor = max(1, math.ceil(max(height, width) / (2 * size))) if self.antialias else 1
+        side = size * factor
+        x = images.float()
+        if images.dtype == torch.uint8:
+            x = x.div_(255.0)  # a new tensor: images.float() copies uint8
+        # Rows of packed are view-major (v * B + i); the grids are built image-major.
+        by_image = packed.view(n_views, b, -1).transpose(0, 1).reshape(b * n_views, -1)
         rotate = self.augmentation.rotation != 0
-        grid, outside = _sampling_grid(packed, height, width, size * factor, rotate)
+        grid, outside = _sampling_grid(by_image, height, width, side, rotate)
+        grid = grid.view(b, n_views * side, side, 2)
         out = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
         if outside is not None:
-            out = out.masked_fill(outside, 0.0)
+            out = out.masked_fill(outside.view(b, 1, n_views * side, side), 0.0)
         if factor > 1:
-            out = F.avg_pool2d(out, factor)
-        return out
+            out = F.avg_pool2d(out, factor)  # windows never straddle two views: side % factor = 0
+        c = out.shape[1]
+        views = out.view(b, c, n_views, size, size).permute(2, 0, 1, 3, 4)
+        return views.reshape(n_views * b, c, size, size)
 
     def _colour(self, x: Tensor, packed: Tensor) -> Tensor:
         aug, rgb = self.augmentation, x.shape[1] == 3
         if self._jitter:
+            # The four positions' blends in order, and the hue shift twice: after
+            # position 0 for the samples whose hue is at position 0 or 1, after position 2
+            # for those at 2 or 3. A sample's blend at its hue position is the identity,
+            # so each sample sees its ops in its order, and the HSV round trip runs twice
+            # per batch, not at every position (it is the costliest op of the views).
             plan = _JitterPlan(packed)
-            for i in range(4):  # the jitter positions, each op in its sample's order
+            for i in range(4):
                 gray = luma(x)
                 other = torch.addcmul(
                     plan.mean_weight[:, i] * gray.mean((1, 2, 3), True),
@@ -263,8 +279,10 @@ class BatchAugmentation(nn.Module):
                     gray,
                 )
                 x = torch.addcmul(other, plan.blend[:, i], x).clamp_(0.0, 1.0)
-                if self._hue and rgb:
-                    x = torch.where(plan.hue_on[:, i], hue_shift(x, plan.hue[:, i]), x)
+                if self._hue and rgb and i in (0, 2):
+                    on = plan.hue_on[:, i] | plan.hue_on[:, i + 1]
+                    shift = plan.hue[:, i] + plan.hue[:, i + 1]  # one of them is 0
+                    x = torch.where(on, hue_shift(x, shift), x)
         if rgb and aug.grayscale_p > 0:
             x = torch.where(per_sample(packed[:, GRAY] > 0.5), luma(x).expand_as(x), x)
         if aug.blur_p > 0:
