@@ -20,6 +20,7 @@ from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.device_decode import DecodeOn
 from ncl_lightning.data.folder_cache import (
     DecodedCacheMixin,
     ImageListDataset,
@@ -165,6 +166,11 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
             [`CorruptImageError`][ncl_lightning.foundation.errors.CorruptImageError]. Cost: with
             ``cache: none``, ``setup`` decodes every image of the splits it builds once more (a
             thread pool); with a cache, the check is the cache's decode pass (free).
+        decode_on: Where the training JPEGs are decoded with ``cache: none``: ``cpu``
+            (PIL, in the loader workers) or ``device`` (nvJPEG on the training GPU, the
+            workers only read the files: [`ncl_lightning.data.device_decode`][]; needs
+            ``augment_on: device``, a CUDA trainer and JPEG files). Evaluation images are
+            decoded on the CPU either way.
         **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``augment_on``, ...).
 
@@ -188,11 +194,13 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
         cache: CacheMode = "none",
         cache_dir: str | None = None,
         skip_corrupt: bool = False,
+        decode_on: DecodeOn = "cpu",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         check_int("image_size", image_size)
         self.use_cache(cache, cache_dir, skip_corrupt)
+        self.use_decode(decode_on)
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {
             "train": train_dir,

@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, get_args
 
+import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from PIL import Image
 from torch.utils.data import Dataset
@@ -15,9 +17,10 @@ from torch.utils.data import Dataset
 from ncl_lightning.data.base import _STAGE_SPLITS as STAGE_SPLITS
 from ncl_lightning.data.base import Split
 from ncl_lightning.data.decode import read_image
+from ncl_lightning.data.device_decode import DecodeOn, EncodedBatch, EncodedFiles, decode_batch
 from ncl_lightning.data.memory import CacheMode, check_cache, decode_images
-from ncl_lightning.foundation.errors import CorruptImageError
-from ncl_lightning.foundation.validation import check_output_dir
+from ncl_lightning.foundation.errors import ConfigError, CorruptImageError
+from ncl_lightning.foundation.validation import check_choice, check_output_dir
 
 SHOWN = 5  # paths listed in a message before "and N more"
 
@@ -106,6 +109,9 @@ class DecodedCacheMixin:
     cache: CacheMode
     cache_dir: str | None
     skip_corrupt: bool
+    decode_on: DecodeOn = "cpu"
+    augment_on: str
+    train_dataset: Dataset | None
     num_workers: int
     source_size: int
     classes: list[str]
@@ -121,12 +127,39 @@ class DecodedCacheMixin:
         self.skipped_images = {}
         self._scans: dict[Path, list[tuple[str, int]]] = {}
 
+    def use_decode(self, decode_on: DecodeOn) -> None:
+        """Check and keep ``decode_on``: ``device`` (JPEG decoding on the training GPU,
+        [`ncl_lightning.data.device_decode`][]) needs ``augment_on: device`` and
+        ``cache: none`` (a cache holds decoded images); the CUDA device is checked by
+        [`check_inputs`][], once the trainer is known.
+
+        Raises:
+            ConfigError: A ``decode_on`` other than ``cpu`` or ``device``, or ``device``
+                with ``augment_on: cpu`` or a cache (names ``decode_on``).
+        """
+        check_choice("decode_on", decode_on, get_args(DecodeOn))
+        if decode_on == "device":
+            if self.augment_on != "device":
+                raise ConfigError(
+                    f"decode_on: device needs augment_on: device (the views of GPU-decoded "
+                    f"images are made on the GPU), got augment_on: {self.augment_on}",
+                    key="decode_on",
+                )
+            if self.cache != "none":
+                raise ConfigError(
+                    f"decode_on: device needs cache: none (cache: {self.cache} holds images "
+                    "decoded once on the CPU); set decode_on: cpu or cache: none",
+                    key="decode_on",
+                )
+        self.decode_on = decode_on
+
     @property
     def reads_files(self) -> bool:
-        """With ``cache: none`` the loader workers decode an image file per item, so
-        ``augment_on: device`` needs as many automatic workers as ``cpu``
-        ([`default_workers`][ncl_lightning.data.loader_defaults.default_workers])."""
-        return getattr(self, "cache", "none") == "none"
+        """With ``cache: none`` and ``decode_on: cpu`` the loader workers decode an image
+        file per item, which sizes the automatic workers of ``augment_on: device``
+        ([`default_workers`][ncl_lightning.data.loader_defaults.default_workers]); with
+        ``decode_on: device`` they only read the files' bytes."""
+        return getattr(self, "cache", "none") == "none" and self.decode_on == "cpu"
 
     def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
         """The base checks (folders listed, batch size), then what ``setup`` or the first
@@ -140,6 +173,7 @@ class DecodedCacheMixin:
             CorruptImageError: An image that cannot be decoded (names the path).
         """
         super().check_inputs(stage, world_size)  # type: ignore[misc]
+        self._check_decode_device()
         if self.cache == "disk" and self.cache_dir:
             check_output_dir("data.init_args.cache_dir", self.cache_dir)
         if self.skip_corrupt:
@@ -150,6 +184,45 @@ class DecodedCacheMixin:
                 first.setdefault(label, path)
             for path in first.values():
                 read_image(path)
+
+    def _check_decode_device(self) -> None:
+        """``decode_on: device`` needs CUDA and, once attached, a trainer on a CUDA device."""
+        if self.decode_on != "device":
+            return
+        problem = None
+        if not torch.cuda.is_available():
+            problem = "CUDA is not available"
+        elif getattr(self, "trainer", None) is not None:
+            device = getattr(self.trainer.strategy, "root_device", None)  # type: ignore[attr-defined]
+            if device is None or device.type != "cuda":
+                problem = f"the trainer runs on {device}"
+        if problem is not None:
+            raise ConfigError(
+                f"decode_on: device decodes JPEGs with nvJPEG on a CUDA GPU, but {problem}; "
+                "set decode_on: cpu",
+                key="decode_on",
+            )
+
+    def setup(self, stage: str | None = None) -> None:
+        """The base ``setup``; with ``decode_on: device`` the training loader then yields
+        [`EncodedBatch`][ncl_lightning.data.device_decode.EncodedBatch]es of the training
+        files (after skipping the unreadable ones) instead of decoded images."""
+        super().setup(stage)  # type: ignore[misc]
+        train = self.train_dataset
+        if self.decode_on == "device" and train is not None and not isinstance(train, EncodedFiles):
+            base = self.base_dataset("train")  # type: ignore[attr-defined]
+            self.train_dataset = EncodedFiles(base.samples)
+
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any:
+        """Decode an [`EncodedBatch`][ncl_lightning.data.device_decode.EncodedBatch] on
+        ``device`` into ``(uint8 images [B, 3, S, S], labels)``, ``S = source_size``
+        (the bytes stay in host memory, where nvJPEG reads them); any other batch moves
+        as Lightning moves it."""
+        if isinstance(batch, EncodedBatch):
+            return decode_batch(batch, self.source_size, device)
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)  # type: ignore[misc]
 
     def split_folder(self, split: Split) -> Path:
         """The folder of ``split``."""

@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 
 from ncl_lightning.data.base import MultiViewDataModule, Split
+from ncl_lightning.data.device_decode import DecodeOn
 from ncl_lightning.data.folder import DecodedCacheMixin, require_dir, scan_class_folders
 from ncl_lightning.data.memory import CacheMode
 from ncl_lightning.data.scan import FolderScan
@@ -78,6 +79,11 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
             ``cache: none``, ``setup`` decodes every image of the splits it builds once more (a
             thread pool; minutes for the 126k ImageNet-100 training images); with a cache, the
             check is the cache's decode pass (free).
+        decode_on: Where the training JPEGs are decoded with ``cache: none``: ``cpu``
+            (PIL, in the loader workers) or ``device`` (nvJPEG on the training GPU, the
+            workers only read the files: [`ncl_lightning.data.device_decode`][]; needs
+            ``augment_on: device``, a CUDA trainer and JPEG files). Evaluation images are
+            decoded on the CPU either way.
         **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``augment_on``, ...).
 
@@ -101,10 +107,12 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
         cache: CacheMode = "none",
         cache_dir: str | None = None,
         skip_corrupt: bool = False,
+        decode_on: DecodeOn = "cpu",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.use_cache(cache, cache_dir, skip_corrupt)
+        self.use_decode(decode_on)
         self.root = Path(root).expanduser()
         self.split_dirs: dict[Split, str] = {"train": train_dir, "val": val_dir}
         self.class_list = class_list

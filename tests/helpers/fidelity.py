@@ -38,6 +38,7 @@ EXEMPT = (
     "data.init_args.prefetch_factor",
     "data.init_args.augment_on",
     "data.init_args.hold_on_device",
+    "data.init_args.decode_on",
     "model.init_args.channels_last",
     "model.init_args.torch_compile",
     "model.init_args.compile_mode",
