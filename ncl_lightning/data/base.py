@@ -284,6 +284,12 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         if "test" in splits and self.test_dataset is None:
             self.test_dataset = TransformedDataset(self.base_dataset("test"), clean)
 
+    def capture_views(self, mode: str | None) -> None:
+        """Compile the device views' tensor part (``augment_on: device``; a no-op for CPU
+        views): asked for by a method whose ``step_mode`` captures the step."""
+        if self.device_views is not None:
+            self.device_views.capture(mode)
+
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """With ``augment_on: device``, turn a transferred training batch ``(uint8 images
         [B, C, S, S], labels)`` into ``(views, labels)`` on its device."""

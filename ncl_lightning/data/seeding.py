@@ -30,6 +30,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
@@ -48,6 +49,16 @@ DATA_KEY = -2
 """The "epoch" of data drawn once at construction: ``seeded_generator(seed, DATA_KEY, stream)``."""
 
 
+def _mixed_state(values: tuple[int, ...]) -> int:
+    """SplitMix64's finaliser folded over ``values``: the 64-bit state of ``mix_seed``."""
+    state = 0x9E3779B97F4A7C15
+    for value in values:
+        state = (state ^ (int(value) & _MASK)) * 0xBF58476D1CE4E5B9 & _MASK
+        state = (state ^ (state >> 27)) * 0x94D049BB133111EB & _MASK
+        state ^= state >> 31
+    return state
+
+
 def mix_seed(*values: int) -> int:
     """A well-mixed 63-bit seed from integers (SplitMix64 finaliser over each value).
 
@@ -57,12 +68,24 @@ def mix_seed(*values: int) -> int:
     Returns:
         An int in ``[0, 2**63)``; changing any value changes it unpredictably.
     """
-    state = 0x9E3779B97F4A7C15
-    for value in values:
-        state = (state ^ (int(value) & _MASK)) * 0xBF58476D1CE4E5B9 & _MASK
-        state = (state ^ (state >> 27)) * 0x94D049BB133111EB & _MASK
-        state ^= state >> 31
-    return state >> 1
+    return _mixed_state(values) >> 1
+
+
+def mix_seeds(prefix: tuple[int, ...], last: list[int]) -> list[int]:
+    """``[mix_seed(*prefix, v) for v in last]``, vectorised (numpy's uint64 arithmetic
+    wraps modulo 2**64 as the mask does): the per-sample keys of an epoch without one
+    Python call per sample.
+
+    Args:
+        prefix: The leading values, e.g. ``(seed, epoch)``.
+        last: The last value of each key, e.g. the dataset indices.
+    """
+    state = np.uint64(_mixed_state(prefix))
+    values = np.asarray([int(v) & _MASK for v in last], dtype=np.uint64)
+    mixed = (state ^ values) * np.uint64(0xBF58476D1CE4E5B9)
+    mixed = (mixed ^ (mixed >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    mixed ^= mixed >> np.uint64(31)
+    return (mixed >> np.uint64(1)).tolist()
 
 
 def seeded_generator(*values: int) -> torch.Generator:
@@ -126,8 +149,9 @@ class EpochSampler(DistributedSampler):
 
     def __iter__(self) -> Iterator[tuple[int, int]]:  # type: ignore[override]
         seed, epoch = self.seed_fn(), self.epoch_fn()
-        for index in self.indices(seed, epoch)[self.skip_fn() :]:
-            yield index, mix_seed(seed, epoch, index)
+        indices = self.indices(seed, epoch)[self.skip_fn() :]
+        # A list's iterator: no Python frame per sample (the loader asks per batch).
+        return iter(list(zip(indices, mix_seeds((seed, epoch), indices), strict=True)))
 
 
 class EvalViewSampler(Sampler[tuple[int, int]]):

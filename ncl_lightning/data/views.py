@@ -39,6 +39,10 @@ class DeviceViews:
         source = aug.crop_flip() if self.mode == "crop_flip" else aug
         self.augment = BatchAugmentation(source, seed=seed)
 
+    def capture(self, mode: str | None) -> None:
+        """Compile the views' device part (``torch.compile`` ``mode``; ``None``: eager)."""
+        self.augment.capture(mode)
+
     def __call__(self, images: Tensor, seed: int | None = None) -> list[Tensor]:
         """uint8 ``[B, C, S, S]`` -> ``n_views`` float32 ``[B, C, crop, crop]``; ``seed``
         re-seeds the parameter generator first (one seed per batch: reproducible views)."""

@@ -35,14 +35,23 @@ def first_nonfinite(named: list[tuple[str, Tensor]]) -> tuple[str, str] | None:
 
 
 @torch.no_grad()
-def loss_code(module: nn.Module, value: Tensor) -> Tensor:
+def module_tensors(module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
+    """``(parameters, buffers)`` of ``module``: the walk of its tree that the checks need,
+    which a caller can do once per fit instead of once per step."""
+    return list(module.parameters()), list(module.buffers())
+
+
+def loss_code(
+    module: nn.Module, value: Tensor, tensors: tuple[list[Tensor], list[Tensor]] | None = None
+) -> Tensor:
     """The training-step check's code on the device: loss, then parameters and buffers
     (one multi-tensor max-norm over both)."""
     code = torch.where(
         value.isnan().any(), LOSS_NAN, torch.where(value.isinf().any(), LOSS_INF, 0.0)
     ).float()
-    params = [p for p in module.parameters() if p.is_floating_point() and p.numel()]
-    buffers = [b for b in module.buffers() if b.is_floating_point() and b.numel()]
+    all_params, all_buffers = module_tensors(module) if tensors is None else tensors
+    params = [p for p in all_params if p.is_floating_point() and p.numel()]
+    buffers = [b for b in all_buffers if b.is_floating_point() and b.numel()]
     if params or buffers:
         norms = torch.stack(torch._foreach_norm(params + buffers, float("inf")))
         for part, bad in ((norms[: len(params)], PARAMETER), (norms[len(params) :], BUFFER)):
@@ -77,9 +86,10 @@ def checked_tensors(
     return keep(module.named_parameters()), keep(module.named_buffers())
 
 
-def grad_code(module: nn.Module, scaled: bool) -> Tensor | None:
+def grad_code(module: nn.Module, scaled: bool, params: list[Tensor] | None = None) -> Tensor | None:
     """The gradient check's code on the device (``None`` without gradients)."""
-    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    params = list(module.parameters()) if params is None else params
+    grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return None
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())

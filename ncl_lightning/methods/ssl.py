@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from ncl_lightning.foundation.internals import logs_this_step, record_hparams
+from ncl_lightning.foundation.internals import attached_trainer, logs_this_step, record_hparams
 from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss, StepMode, check_step_mode
 from ncl_lightning.foundation.protocols import CapturableViews
 from ncl_lightning.foundation.validation import check_at_least, check_positive
@@ -301,15 +301,15 @@ class SSLMethod(TrainableModule):
         if self.trainer.world_size > 1:  # every rank skips, or none
             code = self.trainer.strategy.reduce(code, reduce_op="max")
         skip = settle(code, captured.buffers, backup)
-        optimizer = self.optimizers()
-        optimizer.step(skip=skip)
-        optimizer.zero_grad()
-        self.lr_schedulers().step()
         effect = None
         if self.online is not None:  # graph outputs are overwritten by the next replay
             h, logits = losses.h.detach().clone(), losses.logits.detach().clone()
             effect = partial(self._online_updates, h, logits, y)
-        self.nonfinite_guard().captured_verdict(self, code, effect)
+        self.nonfinite_guard().captured_verdict(self, code, effect)  # names this step
+        optimizer = self.optimizers()
+        optimizer.step(skip=skip)
+        optimizer.zero_grad()
+        self.lr_schedulers().step()
         self._log_step(losses)
 
     def _log_step(self, losses: StepLosses) -> None:
@@ -325,7 +325,8 @@ class SSLMethod(TrainableModule):
         else:
             self._epoch_objective += objective
         self._epoch_steps += 1
-        if not logs_this_step(self.trainer):
+        trainer = attached_trainer(self)
+        if trainer is None or not logs_this_step(trainer):  # a step called by hand: no log
             return
         self.log("train/objective", objective, sync_dist=True)
         if self._train_logs:

@@ -54,6 +54,7 @@ from ncl_lightning.methods.finite_checks import (
     describe_loss,
     grad_code,
     loss_code,
+    module_tensors,
     nonfinite_parameter_error,
     scale_hint,
 )
@@ -125,12 +126,25 @@ class NonFiniteGuard(SkipOrStop, Callback):
         self._pending: Verdict | None = None
         self._queue: deque[Verdict] = deque()  # captured steps' verdicts, oldest first
         self._snapshot = StepSnapshot()
+        self._tensors: tuple[nn.Module, list[Tensor], list[Tensor]] | None = None
         self._skips_before_batch = 0
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Attach to the module: its training steps call this guard."""
+        self._tensors = None
         if isinstance(pl_module, FiniteCheckHost):
             pl_module.attach_finite_check(self)
+
+    def _listed(self, module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
+        """``module``'s parameters and buffers, listed at its first training batch of the
+        fit (a walk of the module tree costs thousands of Python calls: not every step)."""
+        if self._tensors is None or self._tensors[0] is not module:
+            self._tensors = (module, *module_tensors(module))
+        return self._tensors[1], self._tensors[2]
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """List the module's tensors anew: the strategy has set the module up."""
+        self._tensors = None
 
     # -- buffers ----------------------------------------------------------------------
     def on_train_batch_start(
@@ -146,7 +160,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
             return
         self.resolve(trainer, pl_module)
         self._skips_before_batch = self.skipped_total
-        buffers = list(pl_module.buffers())  # no autograd history: copied as they are
+        buffers = self._listed(pl_module)[1]  # no autograd history: copied as they are
         copy = self._buffer_copy
         if copy is not None and [(c.device, c.dtype, c.shape) for c in copy] == [
             (b.device, b.dtype, b.shape) for b in buffers
@@ -158,7 +172,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
 
     @torch.no_grad()
     def _restore_buffers(self, module: nn.Module) -> None:
-        buffers, copy = list(module.buffers()), self._buffer_copy
+        buffers, copy = self._listed(module)[1], self._buffer_copy
         if copy is not None and buffers and len(copy) == len(buffers):
             torch._foreach_copy_(buffers, copy)
 
@@ -203,7 +217,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
         if attached_trainer(module) is None:
             return self.check_loss(module, loss)
         value = loss.detach()
-        code = LOSS_SCALE * loss_code(module, value)
+        code = LOSS_SCALE * loss_code(module, value, self._listed(module))
         self._code = code if self._code is None else torch.maximum(self._code, code)
         self._loss = value
         return True
@@ -259,6 +273,8 @@ class NonFiniteGuard(SkipOrStop, Callback):
     ) -> bool:
         flag = verdict.read()
         if flag == 0:
+            if captured:
+                module.last_step_skipped = False  # type: ignore[attr-defined]
             self._finite_batch()
             for effect in verdict.effects:
                 effect()
@@ -317,10 +333,11 @@ class NonFiniteGuard(SkipOrStop, Callback):
         if not isinstance(pl_module, GuardedModule) or pl_module.captures_step:
             return  # a captured step judges its gradients in its own graph
         if self._code is not None:
-            code = grad_code(pl_module, _scaled(trainer))
+            params = self._listed(pl_module)[0]
+            code = grad_code(pl_module, _scaled(trainer), params)
             if code is not None:
                 self._code = torch.maximum(self._code, code)
-            self._snapshot.take(pl_module, optimizer)
+            self._snapshot.take(pl_module, optimizer, params)
             self._publish(trainer, self._code, stepped=True)
             pl_module.last_step_skipped = False
             return

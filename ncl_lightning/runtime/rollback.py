@@ -50,9 +50,16 @@ class StepSnapshot:
         self.taken = False
 
     @torch.no_grad()
-    def take(self, module: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Copy ``module``'s parameters and ``optimizer``'s state (before its step)."""
-        self._params = list(module.parameters())  # under no_grad: no detach views needed
+    def take(
+        self,
+        module: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        params: list[Tensor] | None = None,
+    ) -> None:
+        """Copy ``module``'s parameters (``params``, when the caller has them listed) and
+        ``optimizer``'s state (before its step)."""
+        # under no_grad: no detach views needed
+        self._params = list(module.parameters()) if params is None else params
         self._param_copy = _copy_into(self._param_copy, self._params)
         refs, tensors, plain = [], [], []
         for param, state in optimizer.state.items():

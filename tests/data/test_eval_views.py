@@ -108,3 +108,13 @@ def test_eval_key_is_never_a_training_epoch() -> None:
     # Training views of sample i in epoch e use mix_seed(seed, e, i) with e >= 0.
     assert EVAL_KEY < 0
     assert mix_seed(5, EVAL_KEY, 3) != mix_seed(5, 0, 3)
+
+
+def test_mix_seeds_is_mix_seed_of_every_value() -> None:
+    """The vectorised per-sample keys of an epoch equal the scalar ones, edge values
+    included (negative, 0, 2**64 - 1: masked to 64 bits as the scalar masks them)."""
+    from ncl_lightning.data.seeding import mix_seed, mix_seeds
+
+    last = [*range(0, 5000, 37), 0, -1, 2**64 - 1, 2**63]
+    for prefix in [(0, 0), (123, 5), (2**62 + 7, 3), (-5, 1), ()]:
+        assert mix_seeds(prefix, last) == [mix_seed(*prefix, v) for v in last], prefix

@@ -40,6 +40,7 @@ EXEMPT = (
     "data.init_args.hold_on_device",
     "data.init_args.decode_on",
     "model.init_args.channels_last",
+    "model.init_args.step_mode",
     "model.init_args.torch_compile",
     "model.init_args.compile_mode",
     "model.init_args.optimizer.init_args.foreach",

@@ -64,14 +64,23 @@ class _PoisonedNCE(NCEClassifier):
         return _poison(self, logits) if self.training else logits
 
 
-def _ncl(bad: float | None, **kw: Any) -> _PoisonedNCL:
+class _CapturedNCL(_PoisonedNCL):
+    compile_step = False  # the captured step's manual optimisation, its functions eager
+
+
+def _ncl(bad: float | None, cls: type = _PoisonedNCL, **kw: Any) -> _PoisonedNCL:
     L.seed_everything(0, verbose=False)
-    model = _PoisonedNCL(
+    model = cls(
         SmallCNN(in_channels=1, width=8, out_dim=16), proj_hidden_dim=32, proj_output_dim=16,
         num_classes=10, batch_size=64, warmup_epochs=0, min_lr_ratio=1.0, **kw,
     )  # fmt: skip
     model.bad_value = bad
     return model
+
+
+def _ncl_captured(bad: float | None, **kw: Any) -> _PoisonedNCL:
+    """NCL with ``step_mode: compiled``: the verdict masks the update on the device."""
+    return _ncl(bad, _CapturedNCL, step_mode="compiled", **kw)
 
 
 def _nce(bad: float | None, **kw: Any) -> _PoisonedNCE:
@@ -137,8 +146,8 @@ class _Snapshot(L.Callback):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("make", "bad"),
-    [(_ncl, math.nan), (_ncl, math.inf), (_nce, math.nan)],
-    ids=["ncl-nan", "ncl-inf", "nce-nan"],  # (inf logits give a NaN cross entropy)
+    [(_ncl, math.nan), (_ncl, math.inf), (_nce, math.nan), (_ncl_captured, math.inf)],
+    ids=["ncl-nan", "ncl-inf", "nce-nan", "ncl-captured-inf"],  # (inf logits: a NaN CE)
 )
 def test_stop_saves_the_last_finite_state_and_names_the_step(make, bad, tmp_path: Path) -> None:
     model = make(bad)
@@ -180,8 +189,8 @@ def test_stop_without_a_trainer_still_raises() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("make", "bad"),
-    [(_ncl, math.nan), (_ncl, math.inf), (_nce, math.nan)],
-    ids=["ncl-nan", "ncl-inf", "nce-nan"],
+    [(_ncl, math.nan), (_ncl, math.inf), (_nce, math.nan), (_ncl_captured, math.nan)],
+    ids=["ncl-nan", "ncl-inf", "nce-nan", "ncl-captured-nan"],
 )
 def test_skip_leaves_everything_as_it_was_and_finishes_the_epoch(make, bad, tmp_path: Path) -> None:
     model = make(bad, nonfinite_loss="skip")
