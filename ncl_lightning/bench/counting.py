@@ -16,12 +16,18 @@ Example:
     >>> with OpCounter() as count:
     ...     step()
     >>> count.ops, count.syncs  # launches, and e.g. {"item": 1}
+
+Every operator is also Python work on the host before it is a launch: the calls of
+functions written in Python that run it (a module's ``forward``, Lightning's hooks, a
+loop's bookkeeping). [`PythonCallCounter`][] counts those (``sys.setprofile``).
 """
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
@@ -206,4 +212,71 @@ class OpCounter(TorchDispatchMode):
             self._patched.clear()
 
 
-__all__ = ["OpCounter", "Tally", "sync_kind"]
+class PythonCallCounter:
+    """Count the Python function calls made in this thread inside a ``with`` block.
+
+    A ``sys.setprofile`` hook counts each ``call`` event (a Python function entered, a
+    generator resumed) in [`calls`][] and each ``c_call`` event (a builtin or C-extension
+    function called from Python: ``len``, a tensor method, a torch operator's binding) in
+    [`c_calls`][]. Operators dispatched in C++ without a Python frame (autograd's backward
+    on the host, a captured graph's kernels) are not Python calls and are not counted.
+    Only the thread that enters the block is counted (``sys.setprofile`` is per thread):
+    for a training step that is the training loop; a loader's pin-memory thread and its
+    worker processes are not counted. The block's own entry and exit are left out.
+
+    Profiling slows the code it counts: count in steps apart from the timed ones.
+
+    Attributes:
+        calls: Python function calls (and generator resumptions).
+        c_calls: Calls of C functions from Python.
+        functions: ``Counter`` of the called Python functions' code objects.
+        active: Whether the hook is installed now.
+    """
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.c_calls = 0
+        self.functions: Counter[CodeType] = Counter()
+        self.active = False
+        self._previous: Any = None
+
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            self.calls += 1
+            self.functions[frame.f_code] += 1
+        elif event == "c_call":
+            self.c_calls += 1
+
+    def __enter__(self) -> PythonCallCounter:
+        self._previous = sys.getprofile()
+        self.active = True
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(self._previous)
+        # Left out: this method's own call and its call of sys.setprofile.
+        self.calls -= 1
+        self.c_calls -= 1
+        self.functions[PythonCallCounter.__exit__.__code__] -= 1
+        self.functions += Counter()  # drops the zero
+        self.active = False
+
+    def top(self, n: int = 8) -> list[tuple[str, int]]:
+        """The ``n`` most called Python functions as ``file:line function`` and count."""
+        return [
+            (f"{_short(code.co_filename)}:{code.co_firstlineno} {_qualname(code)}", count)
+            for code, count in self.functions.most_common(n)
+        ]
+
+
+def _qualname(code: CodeType) -> str:
+    return getattr(code, "co_qualname", code.co_name)  # co_qualname: Python >= 3.11
+
+
+def _short(path: str) -> str:
+    """The last three parts of a source path (``lightning/pytorch/loops/loop.py``)."""
+    return "/".join(path.replace("\\", "/").split("/")[-3:])
+
+
+__all__ = ["OpCounter", "PythonCallCounter", "Tally", "sync_kind"]
