@@ -1,13 +1,19 @@
 """Where a training step goes: ``python -m ncl_lightning.bench step``.
 
-For CL, NCL and BayesNCL and both augmentation pipelines (``device``: batched on the
-training device; ``cpu``: torchvision in the loader workers), a real ``Trainer.fit`` on the
+For CL, NCL and BayesNCL, each selected ``step_mode`` (``eager`` on a CPU, all three on a
+GPU; the knobs ``NCL_BENCH_METHODS``, ``NCL_BENCH_MODES``, ``NCL_BENCH_PIPELINES`` of
+``throughput``) and both augmentation pipelines (``device``: batched on the training
+device; ``cpu``: torchvision in the loader workers), a real ``Trainer.fit`` on the
 CIFAR-10 images beside the project (``NCL_BENCH_DATA``, decoded once into memory; batch
 256, two views, the online probe and kNN bank, a CSV logger every 10 steps) runs under
 [`StepParts`][ncl_lightning.bench.parts.StepParts], which reports per steady-state step each
 part's host milliseconds, on a GPU its device milliseconds, the operators dispatched (and
 of them views, which launch no kernel) and the sync-prone calls (``item``, ``nonzero``, a
-boolean-mask index, ``tolist``, copies to the host...). Two networks:
+boolean-mask index, ``tolist``, copies to the host...). A second, uninstrumented fit of
+the same configuration counts the Python function calls of ``CALLS`` steady-state steps
+(from one ``on_train_batch_start`` to that ``CALLS`` steps later, the training thread
+only: [`StepClock`][ncl_lightning.bench.clock.StepClock]): the 'Python calls / step'
+column, with the C functions called from Python beside it. Two networks:
 
 * ``resnet18`` (the default on a GPU): ResNet-18 with the CIFAR stem and the papers'
   projector 2048-256, with the switches of ``throughput`` (bf16-mixed, channels_last);
@@ -45,17 +51,21 @@ import torch
 from torch import Tensor, nn
 
 from ncl_lightning.bench import Timing
+from ncl_lightning.bench.clock import StepClock
 from ncl_lightning.bench.counting import OpCounter
 from ncl_lightning.bench.parts import PARTS, StepParts
 from ncl_lightning.bench.throughput import (
     BATCH_SIZE,
+    CAPTURED_WARMUP,
     IMAGE_SIZE,
     METHODS,
-    PIPELINES,
     BareStep,
     bench_data,
     bench_fit,
     make_model,
+    methods,
+    pipeline_modes,
+    pipelines,
     switches,
 )
 from ncl_lightning.bench.throughput import _flag as flag
@@ -65,6 +75,7 @@ from ncl_lightning.runtime.progress import Progress
 
 NETWORKS = ("resnet18", "tiny")
 WARMUP, TIMED, COUNTED = 3, 20, 10
+CALLS = 5  # steps whose Python calls are counted, in a fit of their own
 TINY_THREADS = 1  # intra-op threads of the tiny network's runs on a CPU (module docstring)
 TINY_WIDTH, TINY_HIDDEN, TINY_PROJ = 16, 32, 16
 
@@ -115,7 +126,9 @@ def settings_for(net: str) -> dict[str, Any]:
     return settings
 
 
-def make_tiny(name: str, settings: dict[str, Any], num_classes: int = 10) -> CL:
+def make_tiny(
+    name: str, settings: dict[str, Any], num_classes: int = 10, step_mode: str = "eager"
+) -> CL:
     """``name`` on [`TinyNet`][] with a 16-32-16 projector (and gating head)."""
     return METHODS[name](
         TinyNet(),
@@ -126,6 +139,7 @@ def make_tiny(name: str, settings: dict[str, Any], num_classes: int = 10) -> CL:
         warmup_epochs=1.0,
         channels_last=settings["channels_last"],
         torch_compile=settings["torch_compile"],
+        step_mode=step_mode,  # type: ignore[arg-type]
     )
 
 
@@ -139,15 +153,35 @@ class TinyBareStep(BareStep):
         return make_tiny("CL", settings)
 
 
-def measure(name: str, pipeline: str, net: str, settings: dict[str, Any]) -> StepParts:
-    """One ``Trainer.fit`` of ``name`` with ``pipeline`` under [`StepParts`][]."""
+def _build(name: str, pipeline: str, net: str, settings: dict[str, Any], mode: str):
     torch.manual_seed(0)
     datamodule = bench_data(pipeline, BATCH_SIZE)
     build = make_model if net == "resnet18" else make_tiny
-    model = build(name, settings, datamodule.num_classes)
-    parts = StepParts(WARMUP, TIMED, COUNTED)
+    return build(name, settings, datamodule.num_classes, step_mode=mode), datamodule
+
+
+def measure(
+    name: str, pipeline: str, net: str, settings: dict[str, Any], mode: str = "eager"
+) -> StepParts:
+    """One ``Trainer.fit`` of ``name`` with ``pipeline`` and step ``mode`` under
+    [`StepParts`][]."""
+    model, datamodule = _build(name, pipeline, net, settings, mode)
+    warmup = WARMUP if mode == "eager" else max(WARMUP, CAPTURED_WARMUP)
+    parts = StepParts(warmup, TIMED, COUNTED)
     bench_fit(model, datamodule, parts.max_steps, parts, settings)
     return parts
+
+
+def python_calls(
+    name: str, pipeline: str, net: str, settings: dict[str, Any], mode: str = "eager"
+) -> StepClock:
+    """A ``Trainer.fit`` with nothing but a [`StepClock`][ncl_lightning.bench.clock.StepClock]
+    that counts the Python calls of ``CALLS`` steps after the warm-up."""
+    model, datamodule = _build(name, pipeline, net, settings, mode)
+    warmup = WARMUP if mode == "eager" else max(WARMUP, CAPTURED_WARMUP)
+    clock = StepClock(warmup, timed=0, isolated=0, calls=CALLS)
+    bench_fit(model, datamodule, clock.max_steps, clock, settings)
+    return clock
 
 
 def _syncs(kinds: dict[str, float]) -> str:
@@ -213,7 +247,7 @@ def _bare(net: str, settings: dict[str, Any]) -> tuple[BareStep, float]:
     """The bare network and the operators of one of its steps."""
     bare = BareStep(settings) if net == "resnet18" else TinyBareStep(settings)
     with OpCounter() as count:
-        bare.step()
+        bare.forward_backward()  # the network's operators (not the optimiser's)
     return bare, float(count.ops)
 
 
@@ -234,21 +268,28 @@ def _run(net: str, repeats: int) -> list[Timing]:
     label = ", ".join(f"{k}={v}" for k, v in settings.items())
     label += f", threads={torch.get_num_threads()}"
     bare, bare_ops = _bare(net, settings)
-    names = list(METHODS)
+    names = list(methods())
     rounds = max(1, repeats)
-    runs: dict[tuple[str, str], list[StepParts]] = {}
-    local: dict[tuple[str, str], list[float]] = {}
-    progress = Progress(len(PIPELINES) * rounds * len(names), "step")
-    for pipeline in PIPELINES:
+    configs = [(pipeline, mode) for pipeline in pipelines() for mode in pipeline_modes(pipeline)]
+    runs: dict[tuple[str, str, str], list[StepParts]] = {}
+    calls: dict[tuple[str, str, str], list[StepClock]] = {}
+    local: dict[tuple[str, str, str], list[float]] = {}
+    progress = Progress(len(configs) * rounds * len(names), "step")
+    for pipeline, mode in configs:
         for r in range(rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                with progress.unit(f"{name}, {pipeline} augmentation, round {r + 1}/{rounds}"):
+                key = (pipeline, mode, name)
+                what = f"{name}, {mode} step, {pipeline} augmentation, round {r + 1}/{rounds}"
+                with progress.unit(what):
                     first = len(bare.samples)
                     bare.measure(2)
-                    parts = measure(name, pipeline, net, settings)
+                    parts = measure(name, pipeline, net, settings, mode)
                     bare.measure(2)
-                runs.setdefault((pipeline, name), []).append(parts)
-                local.setdefault((pipeline, name), []).append(
+                    calls.setdefault(key, []).append(
+                        python_calls(name, pipeline, net, settings, mode)
+                    )
+                runs.setdefault(key, []).append(parts)
+                local.setdefault(key, []).append(
                     statistics.median(bare.samples[first:]) / statistics.fmean(parts.step_seconds)
                 )
     progress.finish()
@@ -257,57 +298,70 @@ def _run(net: str, repeats: int) -> list[Timing]:
     print(
         f"\n## step: parts of one training step ({net} network, batch {BATCH_SIZE} x 2 views "
         f"of {IMAGE_SIZE}x{IMAGE_SIZE}, {label}; {TIMED} timed and {COUNTED} counted steps "
-        f"after {WARMUP}, {rounds} round(s))\n\nbare network (backbone + projector forward "
-        f"and backward, 2 x {BATCH_SIZE} views): {1e3 * bare_s:.2f} ms, {bare_ops:.0f} ops; "
+        f"after {WARMUP}, Python calls counted over {CALLS} steps; {rounds} round(s))\n\n"
+        f"bare network (backbone + projector forward and backward, 2 x {BATCH_SIZE} views; "
+        f"its samples include a LARS step): {1e3 * bare_s:.2f} ms, {bare_ops:.0f} ops; "
         f"CL model: {sum(p.numel() for p in params)} parameters in {len(params)} tensors",
         flush=True,
     )
     summary = [
-        "| method | pipeline | step ms | harness ms (step - bare network) | of it data ms "
-        "| ops/step | outside the network | not views | syncs/step | bare/full |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| method | mode | pipeline | step ms | harness ms (step - bare network) "
+        "| of it data ms | ops/step | outside the network | not views | syncs/step "
+        "| Python calls / step | C calls / step | bare/full |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     rows = [
         Timing(
-            f"bare {net} backbone+projector fwd/bwd, 2 x {BATCH_SIZE} views ({label})",
+            f"bare {net} backbone+projector fwd/bwd + LARS, 2 x {BATCH_SIZE} views ({label})",
             bare_s,
             note=f"{1e3 * bare_s:.2f} ms, {bare_ops:.0f} ops per step",
         )
     ]
-    steps: dict[tuple[str, str], float] = {}
-    for (pipeline, name), measured in runs.items():
+    steps: dict[tuple[str, str, str], float] = {}
+    for key, measured in runs.items():
+        pipeline, mode, name = key
         result = _summarise(measured)
-        steps[pipeline, name] = step_s = result["step_s"]
+        steps[key] = step_s = result["step_s"]
         cells = result["parts"].values()
         ops, views = sum(c["ops"] for c in cells), sum(c["views"] for c in cells)
         kinds: dict[str, float] = {}
         for cell in cells:
             for k, v in cell["syncs"].items():
                 kinds[k] = kinds.get(k, 0.0) + v
+        counted = [c.calls_per_step() for c in calls[key]]
+        py_calls = statistics.fmean(c[0] for c in counted if c is not None)
+        c_calls = statistics.fmean(c[1] for c in counted if c is not None)
         top = ", ".join(f"{n} {c:.1f}" for n, c in result["top"])
+        functions = ", ".join(f"{n} {c:.1f}" for n, c in calls[key][-1].top_functions(6))
         print(
-            f"\n### {name}, {pipeline} augmentation\n\n{part_table(result)}\n\n"
-            f"most frequent operators per step: {top}",
+            f"\n### {name}, {mode} step, {pipeline} augmentation\n\n{part_table(result)}\n\n"
+            f"most frequent operators per step: {top}\n\n"
+            f"Python calls per step: {py_calls:.0f} ({c_calls:.0f} C calls); most called: "
+            f"{functions}",
             flush=True,
         )
-        ratio = statistics.median(local[pipeline, name])
+        ratio = statistics.median(local[key])
         harness = 1e3 * (step_s - bare_s)
         data = result["parts"]["data"]["host_ms"]
         summary.append(
-            f"| {name} | {pipeline} | {1e3 * step_s:.2f} | {harness:.2f} | {data:.2f} | "
-            f"{ops:.1f} | {ops - bare_ops:.1f} | {ops - views:.1f} | {_syncs(kinds)} | "
-            f"{ratio:.3f} |"
+            f"| {name} | {mode} | {pipeline} | {1e3 * step_s:.2f} | {harness:.2f} | {data:.2f} "
+            f"| {ops:.1f} | {ops - bare_ops:.1f} | {ops - views:.1f} | {_syncs(kinds)} "
+            f"| {py_calls:.0f} | {c_calls:.0f} | {ratio:.3f} |"
         )
         note = (
             f"{1e3 * step_s:.2f} ms/step, harness {harness:.2f} ms; {ops:.1f} ops/step, "
             f"{ops - bare_ops:.1f} outside the network; syncs/step {_syncs(kinds)}; "
-            f"bare/full {ratio:.3f}"
+            f"{py_calls:.0f} Python calls/step ({c_calls:.0f} C calls); bare/full {ratio:.3f}"
         )
-        if name == "BayesNCL" and (pipeline, "NCL") in steps:
-            note += f"; {step_s / steps[pipeline, 'NCL']:.3f} x NCL's step"
-        rows.append(Timing(f"{name}, {pipeline} augmentation: training step", step_s, note=note))
+        if name == "BayesNCL" and (pipeline, mode, "NCL") in steps:
+            note += f"; {step_s / steps[pipeline, mode, 'NCL']:.3f} x NCL's step"
+        rows.append(
+            Timing(
+                f"{name}, {mode} step, {pipeline} augmentation: training step", step_s, note=note
+            )
+        )
     print("\n### all configurations\n\n" + "\n".join(summary), flush=True)
     return rows
 
 
-__all__ = ["TinyNet", "make_tiny", "measure", "part_table", "run"]
+__all__ = ["TinyNet", "make_tiny", "measure", "part_table", "python_calls", "run"]
