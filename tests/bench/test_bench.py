@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+import torch
 
 from ncl_lightning.bench import BENCHMARKS, format_table
 from ncl_lightning.bench.__main__ import main
@@ -40,14 +41,16 @@ def test_step_ratio_benchmark_times_ncl_and_bayesncl_on_small_batches() -> None:
 def test_throughput_benchmark_reports_both_pipelines_and_ratios(
     cifar_subset, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
-    """Every method and pipeline gets an (a) row with its ratio to (b); small and fast here
-    (a small CNN, batch 8), the real data path and Trainer all the same. Run through
+    """Every method, step mode and pipeline gets an (a) row with its ratio to (b); small and
+    fast here (a small CNN, batch 8; the captured bare row is left out: compiling is slow
+    on a CPU), the real data path and Trainer all the same. Run through
     ``python -m ncl_lightning.bench``: progress lines, no Lightning banners, and the
-    Lightning log level is the same after the run as before it."""
+    Lightning log level is the same after the run as before it. The modes of the ``cpu``
+    pipeline are chosen apart (the GPU script runs ``eager`` and ``graphs`` there)."""
     from ncl_lightning.bench import throughput
     from ncl_lightning.nn import SmallCNN
 
-    def small_model(name: str, settings: dict, num_classes: int = 10):
+    def small_model(name: str, settings: dict, num_classes: int = 10, step_mode: str = "eager"):
         return throughput.METHODS[name](
             SmallCNN(3, 4, 16),
             proj_hidden_dim=16,
@@ -56,12 +59,18 @@ def test_throughput_benchmark_reports_both_pipelines_and_ratios(
             batch_size=throughput.BATCH_SIZE,
             channels_last=settings["channels_last"],
             torch_compile=settings["torch_compile"],
+            step_mode=step_mode,
         )
 
     monkeypatch.setattr(throughput, "make_model", small_model)
     monkeypatch.setattr(throughput, "BATCH_SIZE", 8)
     monkeypatch.setattr(throughput, "TIMED_STEPS", 2)
+    monkeypatch.setattr(throughput, "CAPTURED_WARMUP", 1)
     monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_subset))
+    monkeypatch.setenv("NCL_BENCH_MODES", "eager,graphs")
+    monkeypatch.setenv("NCL_BENCH_CPU_PIPELINE_MODES", "eager")
+    monkeypatch.setenv("NCL_BENCH_BARE", "eager")
+    monkeypatch.setenv("NCL_BENCH_CALL_STEPS", "1")
     monkeypatch.setenv("NCL_BENCH_PRECISION", "32-true")
     results: list = []
     real_run = throughput.run
@@ -81,21 +90,70 @@ def test_throughput_benchmark_reports_both_pipelines_and_ratios(
         lightning_logger.setLevel(level)
     output = capfd.readouterr()
     assert "[bench 1/1] throughput | elapsed " in output.err
-    for k in range(1, 7):  # 2 pipelines x 3 methods x 1 round
-        assert f"[throughput {k}/6] (a) " in output.err
-    assert "[throughput 6/6] done in " in output.err and "| ETA " in output.err
+    for k in range(1, 10):  # (2 device modes + 1 cpu mode) x 3 methods x 1 round
+        assert f"[throughput {k}/9] (a) " in output.err
+    assert "[throughput 9/9] done in " in output.err and "| ETA " in output.err
     assert "[bench] 1/1 done in " in output.err
     for banner in ("GPU available", "LOCAL_RANK", "`Trainer.fit` stopped", "Seed set"):
         assert banner not in output.out + output.err
     assert "## throughput" in output.out and "[bench" not in output.out
     (rows,) = results
-    assert rows[0].what.startswith("(b)") and "img/s" in rows[0].note
+    assert rows[0].what.startswith("(b) bare") and "img/s" in rows[0].note
+    assert not any("FAILED" in row.note for row in rows)
     full = [row.what for row in rows[1:]]
-    for pipeline in throughput.PIPELINES:
+    configs = [("device", "eager"), ("device", "graphs"), ("cpu", "eager")]
+    assert len(full) == len(configs) * len(throughput.METHODS)
+    for pipeline, mode in configs:
         for name in throughput.METHODS:
-            assert f"(a) {name}, {pipeline} augmentation, full training step" in full
-    assert all("(a)/(b)" in row.note and row.seconds > 0 for row in rows[1:])
-    assert sum("vs CL" in row.note for row in rows) == 4  # NCL and BayesNCL, both pipelines
+            assert f"(a) {name}, {mode} step, {pipeline} augmentation, full training step" in full
+    for row in rows[1:]:
+        assert "(a)/(b) " in row.note and "(a)/(b')" not in row.note and row.seconds > 0
+        assert "Python calls/step" in row.note and "host " in row.note
+    assert sum("vs CL" in row.note for row in rows) == 6  # NCL and BayesNCL, 3 configs
+
+
+def test_benchmark_selections_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCL_BENCH_METHODS / _MODES / _PIPELINES / _CPU_PIPELINE_MODES / _BARE: any case,
+    duplicates dropped, an unknown name refused with the valid ones."""
+    from ncl_lightning.bench import throughput
+    from ncl_lightning.foundation.errors import ConfigError
+
+    monkeypatch.setenv("NCL_BENCH_METHODS", "ncl, bayesncl,NCL")
+    assert throughput.methods() == ("NCL", "BayesNCL")
+    monkeypatch.delenv("NCL_BENCH_METHODS")
+    assert throughput.methods() == tuple(throughput.METHODS)
+    assert throughput.methods(("NCL",)) == ("NCL",)
+    monkeypatch.setenv("NCL_BENCH_MODES", "eager,compiled,graphs")
+    monkeypatch.setenv("NCL_BENCH_CPU_PIPELINE_MODES", "graphs,eager")
+    assert throughput.pipeline_modes("device") == throughput.MODES
+    assert throughput.pipeline_modes("cpu") == ("graphs", "eager")
+    monkeypatch.setenv("NCL_BENCH_PIPELINES", "device")
+    assert throughput.pipelines() == ("device",)
+    monkeypatch.setenv("NCL_BENCH_BARE", "capturedd")
+    with pytest.raises(ConfigError, match="'capturedd' is not one of eager, captured"):
+        throughput.bare_kinds()
+
+
+@pytest.mark.slow
+def test_captured_bare_step_compiles_and_is_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(b'): the tiny network's bare step as torch.compile graphs (default mode on a CPU):
+    dynamo compiles graphs for the loss and the LARS update, and the step is timed."""
+    from ncl_lightning.bench.clock import dynamo_counts
+    from ncl_lightning.bench.step_parts import TinyBareStep, settings_for
+
+    pytest.importorskip("torch._inductor")
+    monkeypatch.setattr("ncl_lightning.bench.throughput.BATCH_SIZE", 4)
+    monkeypatch.setattr("ncl_lightning.bench.throughput.CAPTURED_WARMUP", 2)
+    before = dynamo_counts()
+    bare = TinyBareStep(settings_for("tiny"), captured=True)
+    assert bare.compile_mode == "default"
+    compiled = dynamo_counts()
+    assert compiled["graphs"] - before["graphs"] >= 2  # the loss and the update, at least
+    weight = next(bare.model.backbone.parameters()).detach().clone()
+    bare.measure(2)
+    assert dynamo_counts()["graphs"] == compiled["graphs"]  # no recompilation when timed
+    assert not torch.equal(weight, next(bare.model.backbone.parameters()))  # LARS stepped
+    assert len(bare.samples) == 1 and bare.samples[0] > 0 and bare.host_samples[0] > 0
 
 
 def test_throughput_benchmark_names_a_missing_data_folder(

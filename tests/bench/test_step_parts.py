@@ -150,27 +150,223 @@ def test_step_parts_reports_every_part_of_a_real_fit(
 def test_step_benchmark_prints_a_table_per_method_and_pipeline(
     cifar_subset, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
-    """``python -m ncl_lightning.bench step`` in the framework-overhead mode, small."""
+    """``python -m ncl_lightning.bench step`` in the framework-overhead mode, small, with
+    its 'Python calls / step' column."""
     from ncl_lightning.bench import step_parts
     from ncl_lightning.bench.__main__ import main
     from ncl_lightning.bench.throughput import METHODS, PIPELINES
 
     monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_subset))
     monkeypatch.setenv("NCL_BENCH_STEP_NETWORK", "tiny")
+    monkeypatch.setenv("NCL_BENCH_MODES", "eager")
     monkeypatch.setattr(step_parts, "BATCH_SIZE", 8)
     monkeypatch.setattr(step_parts, "WARMUP", 1)
     monkeypatch.setattr(step_parts, "TIMED", 2)
     monkeypatch.setattr(step_parts, "COUNTED", 2)
+    monkeypatch.setattr(step_parts, "CALLS", 2)
     threads = torch.get_num_threads()
     assert main(["step", "--repeats", "1"]) == 0
     assert torch.get_num_threads() == threads  # restored after the one-thread runs
     out = capfd.readouterr().out
     assert "## step: parts of one training step (tiny network, batch 8 x 2 views" in out
+    assert "| Python calls / step | C calls / step |" in out
     for pipeline in PIPELINES:
         for name in METHODS:
-            assert f"### {name}, {pipeline} augmentation" in out
-            assert f"| {name}, {pipeline} augmentation: training step |" in out
-            assert f"| {name} | {pipeline} |" in out  # the table of all configurations
+            assert f"### {name}, eager step, {pipeline} augmentation" in out
+            assert f"| {name}, eager step, {pipeline} augmentation: training step |" in out
+            assert f"| {name} | eager | {pipeline} |" in out  # the table of all configurations
     for part in PARTS:
         assert out.count(f"| {part} |") == len(PIPELINES) * len(METHODS)
+    assert out.count("Python calls per step: ") == len(PIPELINES) * len(METHODS)
     assert "x NCL's step" in out and "## step\n" in out
+
+
+# -- Python calls per step and the event timer (issue 43) ------------------------------
+
+
+def _leaf(x: int) -> int:
+    return abs(x)  # one C call
+
+
+def _branch(x: int) -> int:
+    return _leaf(x) + _leaf(-x)
+
+
+def test_python_call_counter_counts_calls_and_c_calls_exactly() -> None:
+    """By hand: ``_branch`` calls ``_leaf`` twice, each calls ``abs``; a generator counts
+    once per resumption; the block's own entry and exit are not counted."""
+    from ncl_lightning.bench.counting import PythonCallCounter
+
+    with PythonCallCounter() as empty:
+        pass
+    assert (empty.calls, empty.c_calls, dict(empty.functions)) == (0, 0, {})
+
+    with PythonCallCounter() as count:
+        _branch(3)
+    assert (count.calls, count.c_calls) == (3, 2)
+    assert [n.split(" ")[-1] for n, _ in count.top()] == ["_leaf", "_branch"]
+    assert [c for _, c in count.top()] == [2, 1]
+
+    def numbers():
+        yield 1
+        yield 2
+
+    with PythonCallCounter() as resumed:
+        for _ in numbers():
+            pass
+    assert resumed.calls == 3  # started, resumed after 1, resumed after 2 (and stops)
+
+
+def test_python_call_counter_restores_the_previous_profile_hook() -> None:
+    import sys
+
+    from ncl_lightning.bench.counting import PythonCallCounter
+
+    seen: list[str] = []
+
+    def outer(frame, event, arg):
+        seen.append(event)
+
+    sys.setprofile(outer)
+    try:
+        with PythonCallCounter() as count:
+            assert count.active
+            _leaf(1)
+        assert sys.getprofile() is outer and not count.active
+    finally:
+        sys.setprofile(None)
+    assert count.calls == 1
+
+
+class _ScriptedEvent:
+    """A CUDA event stand-in whose record() reads a scripted device clock (ms)."""
+
+    clock: list[float] = []
+    synchronized = 0
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.at = math.nan
+
+    def record(self, stream: object = None) -> None:
+        self.at = _ScriptedEvent.clock.pop(0)
+
+    def synchronize(self) -> None:
+        _ScriptedEvent.synchronized += 1
+
+    def elapsed_time(self, end: _ScriptedEvent) -> float:
+        return end.at - self.at
+
+
+@pytest.fixture
+def scripted_events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``torch.cuda.Event`` scripted, ``torch.cuda.synchronize`` recorded in the log."""
+    log: list[str] = []
+    _ScriptedEvent.clock, _ScriptedEvent.synchronized = [], 0
+    monkeypatch.setattr(torch.cuda, "Event", _ScriptedEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: log.append("synchronize"))
+    return log
+
+
+def test_event_timer_reads_the_span_of_the_window_per_step(scripted_events) -> None:
+    """Device seconds per step = (last event - first event) / steps, from events only;
+    marking waits for nothing, reading waits once, on the last event."""
+    from ncl_lightning.bench.clock import EventTimer
+
+    _ScriptedEvent.clock = [10.0, 30.0, 35.0, 70.0]  # ms: steps of 20, 5 and 35 ms
+    timer = EventTimer(device_events=True)
+    for _ in range(4):
+        timer.mark()
+    assert scripted_events == [] and _ScriptedEvent.synchronized == 0
+    assert timer.device_seconds() == pytest.approx(0.020)  # 60 ms / 3 steps
+    assert _ScriptedEvent.synchronized == 1
+    assert timer.device_seconds(1, 2) == pytest.approx(0.005)
+    assert timer.seconds() == timer.device_seconds()
+    assert timer.pairs()[0][1] == pytest.approx(0.020)  # marks (0, 1), (2, 3)
+    assert timer.pairs()[1][1] == pytest.approx(0.035)
+    assert timer.host_seconds() >= 0
+    with pytest.raises(ValueError, match="two marks"):
+        timer.device_seconds(2, 1)
+
+    host_only = EventTimer(device_events=False)
+    host_only.mark()
+    host_only.mark()
+    assert host_only.device_seconds() is None and host_only.events == []
+    assert host_only.seconds() == host_only.host_seconds() >= 0
+
+
+def test_step_clock_windows_in_order(scripted_events) -> None:
+    """Driven hook by hook as a Trainer calls them: warm-up, the steady window (marks, no
+    wait), the Python-call window (from one batch start to the batch start ``calls``
+    steps later), then isolated steps, each after one synchronize and nothing else."""
+    import sys
+
+    from ncl_lightning.bench.clock import StepClock
+
+    clock = StepClock(warmup=2, timed=3, isolated=2, calls=2, device_events=True)
+    assert clock.max_steps == 2 + 3 + (2 + 1) + 2
+    _ScriptedEvent.clock = [float(t) for t in range(0, 1000, 10)]
+    log = scripted_events
+    clock.on_train_start()
+    for step in range(clock.max_steps):
+        clock.on_train_batch_start()
+        log.append(f"step {step} profiled" if sys.getprofile() is not None else f"step {step}")
+        _leaf(step)
+        clock.on_train_batch_end()
+    clock.on_train_end()
+    assert sys.getprofile() is None
+    assert len(clock.steady) == 4  # the ends of steps 1 (last warm-up) to 4
+    assert log == [
+        "step 0", "step 1", "step 2", "step 3", "step 4",  # warm-up and timed: no wait
+        "step 5 profiled", "step 6 profiled",  # the two counted steps
+        "step 7",  # its start closes the count
+        "synchronize", "step 8", "synchronize", "step 9",  # isolated
+    ]  # fmt: skip
+    assert clock.step_seconds() == pytest.approx(0.010)  # 10 ms between scripted events
+    assert clock.isolated_seconds()[1] == pytest.approx(0.010)
+    calls, c_calls = clock.calls_per_step()
+    assert calls >= 1 and c_calls >= 1  # _leaf and abs, each step, at least
+    assert any(name.endswith(" _leaf") for name, _ in clock.top_functions())
+    assert clock.compiled.get("graphs", 0) == 0  # nothing compiled: eager
+
+
+def test_step_clock_on_a_cpu_has_no_isolated_steps_and_never_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ncl_lightning.bench.clock import StepClock
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: pytest.fail("waited"))
+    clock = StepClock(warmup=1, timed=2, device_events=False)
+    assert clock.isolated == 0 and clock.max_steps == 3
+    for _ in range(clock.max_steps):
+        clock.on_train_batch_start()
+        clock.on_train_batch_end()
+    clock.on_train_end()
+    assert clock.isolated_seconds() is None and clock.calls_per_step() is None
+    assert clock.steady.events == [] and clock.step_seconds() >= 0
+
+
+@pytest.mark.slow
+def test_step_clock_counts_python_calls_of_a_real_fit(cifar_subset) -> None:
+    """Through ``Trainer.fit`` (tiny network, batch 8, device views): the counted steps
+    see Lightning's loop and the module's step, and the profile hook is gone after."""
+    import sys
+
+    from ncl_lightning.bench.clock import StepClock
+    from ncl_lightning.bench.step_parts import make_tiny, settings_for
+    from ncl_lightning.data import ImageFolderDataModule
+
+    data = ImageFolderDataModule(
+        str(cifar_subset), image_size=32, batch_size=8, cache="memory", augment_on="device"
+    )
+    model = make_tiny("NCL", settings_for("tiny"), data.num_classes)
+    clock = StepClock(warmup=2, timed=2, calls=2)
+    trainer = L.Trainer(
+        max_steps=clock.max_steps, limit_val_batches=0, logger=False, callbacks=[clock],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(model, data)
+    assert trainer.global_step == clock.max_steps and sys.getprofile() is None
+    calls, c_calls = clock.calls_per_step()
+    assert calls > 100 and c_calls > 100
+    names = " ".join(name for name, _ in clock.top_functions(50))
+    assert "lightning" in names or "torch" in names
