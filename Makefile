@@ -48,8 +48,11 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# The throughput benchmark reads the real CIFAR-10 subset kept beside the checkout.
+# The throughput benchmark reads the real CIFAR-10 subset kept beside the checkout. The GPU
+# measurements of issue 43 are one prepared script, bench-gpu/run.sh (~8 min on an H100/H200).
 bench: $(STAMP)
+	@echo "bench: on a GPU machine run bench-gpu/run.sh (~8 min; logs to \$$OUT, default bench-gpu/out;"
+	@echo "bench: without jsonargparse there, run bench-gpu/fetch-wheels.sh here first and carry bench-gpu/wheels)"
 	NCL_BENCH_DATA=$${NCL_BENCH_DATA:-../shared/data/cifar10-real-subset} $(BIN)/python -m ncl_lightning.bench
 
 # The documentation site (mkdocs.yml) into site/; --strict turns every warning (a broken link,
