@@ -30,6 +30,11 @@ attributes every dispatched operator and sync-prone call to the running part (co
 apart from the timed steps: counting costs host time). A step during which an epoch ends
 or starts (the epoch's metrics, the loader's restart) is left out and another one taken;
 the callback stops the run when both windows are full.
+
+With ``step_mode`` ``compiled`` or ``graphs`` the methods that run inside a captured graph
+(``encode``, ``objective``, the probe...) are traced by ``torch.compile``, which sees
+through the wrappers (``torch.compiler.is_compiling()``): the graph's time goes to the part
+whose wrapper runs outside it (``loss`` for ``training_step``).
 """
 
 from __future__ import annotations
@@ -208,6 +213,8 @@ class StepParts(Callback):
 
         @functools.wraps(original)
         def labelled(*args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():  # inside a captured step: one graph, no parts
+                return original(*args, **kwargs)
             parts._enter(part)
             try:
                 return original(*args, **kwargs)

@@ -167,7 +167,9 @@ def measure(
     [`StepParts`][]."""
     model, datamodule = _build(name, pipeline, net, settings, mode)
     warmup = WARMUP if mode == "eager" else max(WARMUP, CAPTURED_WARMUP)
-    parts = StepParts(warmup, TIMED, COUNTED)
+    # A TorchDispatchMode (the operator counter) keeps torch.compile from compiling: the
+    # captured modes count no operators.
+    parts = StepParts(warmup, TIMED, COUNTED if mode == "eager" else 0)
     bench_fit(model, datamodule, parts.max_steps, parts, settings)
     return parts
 
@@ -212,7 +214,13 @@ def _summarise(runs: list[StepParts]) -> dict[str, Any]:
         "parts": parts,
         "step_s": statistics.median(statistics.fmean(run.step_seconds) for run in runs),
         "top": [(n, c / counted) for n, c in names.most_common(8)],
+        "counted": any(run.counted_steps for run in runs),
     }
+
+
+def _counts(summary: dict[str, Any], cells: str) -> str:
+    """The operator cells, or dashes where no operator was counted (a captured mode)."""
+    return cells if summary.get("counted", True) else "- | - | -"
 
 
 def part_table(summary: dict[str, Any]) -> str:
@@ -225,8 +233,9 @@ def part_table(summary: dict[str, Any]) -> str:
     for part, cell in summary["parts"].items():
         device = "-" if cell["device_ms"] is None else f"{cell['device_ms']:.2f}"
         lines.append(
-            f"| {part} | {cell['host_ms']:.2f} | {device} | {cell['ops']:.1f} | "
-            f"{cell['views']:.1f} | {_syncs(cell['syncs'])} |"
+            f"| {part} | {cell['host_ms']:.2f} | {device} | "
+            + _counts(summary, f"{cell['ops']:.1f} | {cell['views']:.1f} | {_syncs(cell['syncs'])}")
+            + " |"
         )
         total["host_ms"] += cell["host_ms"]
         total["ops"] += cell["ops"]
@@ -237,8 +246,11 @@ def part_table(summary: dict[str, Any]) -> str:
             total["syncs"][k] = total["syncs"].get(k, 0.0) + v
     device = "-" if total["device_ms"] is None else f"{total['device_ms']:.2f}"
     lines.append(
-        f"| **step** | **{total['host_ms']:.2f}** | {device} | **{total['ops']:.1f}** | "
-        f"{total['views']:.1f} | {_syncs(total['syncs'])} |"
+        f"| **step** | **{total['host_ms']:.2f}** | {device} | "
+        + _counts(
+            summary, f"**{total['ops']:.1f}** | {total['views']:.1f} | {_syncs(total['syncs'])}"
+        )
+        + " |"
     )
     return "\n".join(lines)
 
@@ -344,13 +356,19 @@ def _run(net: str, repeats: int) -> list[Timing]:
         harness = 1e3 * (step_s - bare_s)
         data = result["parts"]["data"]["host_ms"]
         summary.append(
-            f"| {name} | {mode} | {pipeline} | {1e3 * step_s:.2f} | {harness:.2f} | {data:.2f} "
-            f"| {ops:.1f} | {ops - bare_ops:.1f} | {ops - views:.1f} | {_syncs(kinds)} "
+            f"| {name} | {mode} | {pipeline} | {1e3 * step_s:.2f} | {harness:.2f} | {data:.2f} | "
+            + _counts(result, f"{ops:.1f} | {ops - bare_ops:.1f} | {ops - views:.1f}")
+            + f" | {_syncs(kinds) if result['counted'] else '-'} "
             f"| {py_calls:.0f} | {c_calls:.0f} | {ratio:.3f} |"
         )
+        counts = (
+            f"{ops:.1f} ops/step, {ops - bare_ops:.1f} outside the network; syncs/step "
+            f"{_syncs(kinds)}; "
+            if result["counted"]
+            else "operators not counted (captured); "
+        )
         note = (
-            f"{1e3 * step_s:.2f} ms/step, harness {harness:.2f} ms; {ops:.1f} ops/step, "
-            f"{ops - bare_ops:.1f} outside the network; syncs/step {_syncs(kinds)}; "
+            f"{1e3 * step_s:.2f} ms/step, harness {harness:.2f} ms; {counts}"
             f"{py_calls:.0f} Python calls/step ({c_calls:.0f} C calls); bare/full {ratio:.3f}"
         )
         if name == "BayesNCL" and (pipeline, mode, "NCL") in steps:

@@ -181,6 +181,32 @@ def test_step_benchmark_prints_a_table_per_method_and_pipeline(
     assert "x NCL's step" in out and "## step\n" in out
 
 
+@pytest.mark.slow
+def test_step_benchmark_runs_a_captured_mode_without_counting_operators(
+    cifar_subset, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    """``step_mode: compiled``: the part wrappers stay out of the graphs (torch.compile
+    traces through them), no operator is counted (a dispatch mode keeps torch.compile from
+    compiling), and the Python calls per step are."""
+    from ncl_lightning.bench import step_parts
+    from ncl_lightning.bench.__main__ import main
+
+    monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_subset))
+    monkeypatch.setenv("NCL_BENCH_STEP_NETWORK", "tiny")
+    monkeypatch.setenv("NCL_BENCH_METHODS", "NCL")
+    monkeypatch.setenv("NCL_BENCH_PIPELINES", "device")
+    monkeypatch.setenv("NCL_BENCH_MODES", "compiled")
+    monkeypatch.setattr(step_parts, "BATCH_SIZE", 8)
+    monkeypatch.setattr(step_parts, "WARMUP", 1)
+    monkeypatch.setattr(step_parts, "TIMED", 2)
+    monkeypatch.setattr(step_parts, "CALLS", 2)
+    assert main(["step", "--repeats", "1"]) == 0
+    out = capfd.readouterr().out
+    assert "| NCL | compiled | device |" in out and "| - | - | - | - |" in out
+    assert "operators not counted (captured)" in out
+    assert "Python calls per step: " in out and "FAILED" not in out
+
+
 # -- Python calls per step and the event timer (issue 43) ------------------------------
 
 
