@@ -24,14 +24,15 @@
 # installed from bench-gpu/wheels/ when missing: make them with bench-gpu/fetch-wheels.sh
 # on a machine with network and carry the folder. wandb is not needed.
 #
-# Data: the real CIFAR-10 subset, NCL_BENCH_DATA (default ../shared/data/cifar10-real-
-# subset, then data/cifar10-real-subset or shared/data/cifar10-real-subset in this copy).
+# Data: the real CIFAR-10 subset (19 MB), NCL_BENCH_DATA (default ../shared/data/cifar10-
+# real-subset, then bench-gpu/data/, data/ or shared/ cifar10-real-subset in this copy).
 # The step-sync test reads ../shared/data/cifar10-real-subset: linked there when absent.
 #
-# Output: $OUT (default bench-gpu/out), six files. With the project's device tool:
+# Output: $OUT (default bench-gpu/out), six files. With the project's device tool, after
+# bench-gpu/fetch-wheels.sh and `cp -rL ../shared/data/cifar10-real-subset bench-gpu/data/`
+# (both folders git-ignored):
 #   run(command="bash bench-gpu/run.sh", timeout_s=540,
-#       carry=["bench-gpu/wheels", "data/cifar10-real-subset"])
-# (carry the data only when it is not in a shared/ folder of the checkout).
+#       carry=["bench-gpu/wheels", "bench-gpu/data"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -108,7 +109,8 @@ if ! "$PY" -c "import jsonargparse" 2>/dev/null; then
 fi
 
 if [[ -z ${NCL_BENCH_DATA:-} ]]; then
-	for d in ../shared/data/cifar10-real-subset data/cifar10-real-subset shared/data/cifar10-real-subset; do
+	for d in ../shared/data bench-gpu/data data shared/data; do
+		d=$d/cifar10-real-subset
 		if [[ -d $d/train ]]; then
 			NCL_BENCH_DATA=$d
 			break
