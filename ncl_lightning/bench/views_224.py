@@ -13,7 +13,11 @@ crop 224, jitter, grayscale, blur p=0.5 with the 23-px kernel). Rows:
 * decoding alone to the 256-px uint8 source, the work of a worker with
   ``augment_on: device`` and ``decode_on: cpu``;
 * one blur of a 224-px float view, σ on a grid over (0.1, 2): torchvision's 2-D
-  convolution against the separable blur.
+  convolution against the separable blur;
+* the device pipeline's views run eagerly on the CPU
+  ([`BatchAugmentation.apply_packed`][ncl_lightning.data.BatchAugmentation.apply_packed],
+  ``DEVICE_BATCH`` images x 2 views from the 256-px uint8 source), with the bytes its
+  tensors allocate per call (``torch.profiler``), a proxy of its GPU memory traffic.
 
 The images are real: CIFAR-10 images of ``data/cifar10-real-subset`` (``NCL_BENCH_DATA``
 overrides; the subset of ``../shared/data``) upscaled
@@ -50,6 +54,7 @@ DEFAULT_DATA = "data/cifar10-real-subset"  # as the throughput benchmark; NCL_BE
 IMAGES = 48  # JPEG files decoded and viewed per timed run
 SIZE = (256, 240)  # width, height of the JPEGs: ImageNet's usual side after its resize
 GOAL_MS = 15.0  # CPU per image, decode + two views
+DEVICE_BATCH = 16  # images of the device-views row (x 2 views); allocations scale with it
 
 
 def _photos(n: int) -> list[Image.Image]:
@@ -155,6 +160,28 @@ def _blur_rows(path: str, kernel: int, repeats: int) -> list[Timing]:
     return rows
 
 
+def _device_row(paths: list[str], repeats: int) -> Timing:
+    """CPU seconds and bytes allocated per call of the device views (eager)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from ncl_lightning.data import BatchAugmentation
+
+    source = FixedSizeUInt8(256)
+    images = torch.stack([source(read_image(paths[i % len(paths)])) for i in range(DEVICE_BATCH)])
+    aug = BatchAugmentation(imagenet_augmentation(), seed=0)
+    packed = aug.draw(images, 2)
+    seconds = cpu_seconds(lambda: aug.apply_packed(images, packed, 2), repeats)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        aug.apply_packed(images, packed, 2)
+    allocated = sum(max(event.self_cpu_memory_usage, 0) for event in prof.events()) / 1e9
+    return Timing(
+        f"device views, eager on the CPU: {DEVICE_BATCH} images x 2 views at 224 px",
+        seconds,
+        note=f"{allocated:.2f} GB allocated per call ({allocated * 128 / DEVICE_BATCH:.1f} GB "
+        "at 128 x 2)",
+    )
+
+
 def run(repeats: int) -> list[Timing]:
     """Time the rows described in the module docstring; ``seconds`` are CPU seconds per
     100 images, the note gives milliseconds per image."""
@@ -185,6 +212,6 @@ def run(repeats: int) -> list[Timing]:
                         f"{1000 * per_image:.1f} ms CPU per image",
                     )
                 )
-            return rows[2:] + rows[:2]
+            return [*rows[2:], *rows[:2], _device_row(paths, repeats)]
     finally:
         torch.set_num_threads(threads)

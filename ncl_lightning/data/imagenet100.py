@@ -81,7 +81,7 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
             check is the cache's decode pass (free).
         decode_on: Where the training JPEGs are decoded with ``cache: none``: ``cpu``
             (PIL, in the loader workers) or ``device`` (nvJPEG on the training GPU, the
-            workers only read the files: [`ncl_lightning.data.device_decode`][]; needs
+            workers only read the files: ``ncl_lightning.data.device_decode``; needs
             ``augment_on: device``, a CUDA trainer and JPEG files). Evaluation images are
             decoded on the CPU either way.
         **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,

@@ -37,8 +37,9 @@ def test_views_224_runs_on_real_jpegs(
         assert image.format == "JPEG" and image.size == views_224.SIZE
     monkeypatch.setattr(views_224, "IMAGES", 2)
     rows = BENCHMARKS.get("views-224")(1)
-    assert len(rows) == 6
+    assert len(rows) == 7
     goals = [row for row in rows if row.goal is not None]
     assert len(goals) == 1 and "separable" in goals[0].what
     assert goals[0].goal == pytest.approx(views_224.GOAL_MS / 10)
-    assert all(row.seconds > 0 and "ms CPU per" in row.note for row in rows)
+    assert all(row.seconds > 0 and "ms CPU per" in row.note for row in rows[:6])
+    assert "GB allocated per call" in rows[6].note
