@@ -53,7 +53,7 @@ from ncl_lightning.bench.counting import OpCounter, Tally
 from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.foundation.internals import CLOSURE_WRAPPER, logger_connector
 from ncl_lightning.foundation.validation import check_at_least
-from ncl_lightning.runtime.guard import NonFiniteGuard
+from ncl_lightning.methods.guard import NonFiniteGuard
 
 PARTS = (
     "data",

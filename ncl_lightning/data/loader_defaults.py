@@ -107,31 +107,19 @@ def describe_loader(
     return ", ".join(parts)
 
 
-def flush_denormals(worker_id: int) -> None:
-    """``worker_init_fn`` of every loader: flush float32 denormals to zero in the worker.
-
-    A denormal operand (below 1.2e-38) makes an x86 CPU run a micro-code assist per
-    operation, 10-100x slower: torchvision's 2-D Gaussian blur of a 224-px view took
-    ~70 ms instead of ~16 ms for its denormal tail taps. The blurs of this package have
-    no denormal taps any more, but colour ops and user transforms can still meet one (a
-    tiny tap or factor times a dark pixel); flushing changes a value by less than
-    1.2e-38. Only the workers flush: they make images, while the training process keeps
-    IEEE arithmetic for the model (``torch.set_flush_denormal`` is per thread, and a
-    worker runs its transforms on its one thread).
-    """
-    torch.set_flush_denormal(True)
-
-
 def loader_options(
     workers: int, pin_memory: bool, persistent: bool, prefetch_factor: int | None
 ) -> dict[str, Any]:
     """``DataLoader`` keyword arguments for ``workers`` processes: memory pinned only where
     CUDA is, persistent workers and ``prefetch_factor`` only with workers (torch refuses a
-    prefetch factor without them), denormals flushed in the workers ([`flush_denormals`][])."""
+    prefetch factor without them).
+
+    Denormals are not flushed to zero in the workers: that would make a worker's views
+    differ from the main process' (``num_workers`` must not change a batch); the
+    package's blurs have no denormal taps instead (``data.colour_ops.TAP_FLOOR``)."""
     return {
         "num_workers": workers,
         "pin_memory": pin_memory and torch.cuda.is_available(),
         "persistent_workers": persistent and workers > 0,
         "prefetch_factor": prefetch_factor if workers > 0 else None,
-        "worker_init_fn": flush_denormals if workers > 0 else None,
     }

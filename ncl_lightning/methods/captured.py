@@ -127,6 +127,8 @@ class CapturedStep:
         self.mode = mode
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.buffers = list(module.buffers())
+        for buffer in self.buffers:  # updated in place by the graphs (CUDA graphs: no copy)
+            torch._dynamo.mark_static_address(buffer)
         self.eager: tuple[Callable[..., Any], ...] = (
             module.step_forward,  # type: ignore[attr-defined]
             judge_gradients,

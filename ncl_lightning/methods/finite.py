@@ -1,7 +1,7 @@
 """The finiteness component of a training module: [`FiniteSlot`][], the check its
 training steps call, and [`zero_loss`][], what a skipped step returns.
 
-The [`NonFiniteGuard`][ncl_lightning.runtime.guard.NonFiniteGuard] attaches itself to the module at
+The [`NonFiniteGuard`][ncl_lightning.methods.guard.NonFiniteGuard] attaches itself to the module at
 ``setup`` ([`FiniteCheckHost`][ncl_lightning.foundation.components.FiniteCheckHost]); a
 [`TrainableModule`][ncl_lightning.methods.TrainableModule] keeps the attachment in a
 [`FiniteSlot`][] and delegates to it, so the behaviour is a component, not a mixin.
@@ -14,9 +14,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.components import FiniteCheck, new_default
+from ncl_lightning.foundation.components import FiniteCheck
 from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.foundation.internals import attached_trainer
+from ncl_lightning.methods.guard import NonFiniteGuard
 
 
 class FiniteSlot:
@@ -40,7 +41,7 @@ class FiniteSlot:
         trainer = attached_trainer(module)
         if trainer is None:
             if self.own is None:
-                self.own = new_default("nonfinite_guard")
+                self.own = NonFiniteGuard()
             return self.own
         check = self.attached
         if check is None or not any(c is check for c in trainer.callbacks):

@@ -13,7 +13,7 @@ is here or in [`TrainableModule`][ncl_lightning.methods.trainable.TrainableModul
 never sees which dataset it is trained on: batches are ``(views, labels)`` for training and
 ``(images, labels)`` for evaluation. A NaN/Inf loss stops training with a checkpoint of the
 last finite state, or skips the batch (``nonfinite_loss``;
-[`ncl_lightning.runtime.guard`][]), and [`preflight`][ncl_lightning.runtime.preflight.preflight]
+[`ncl_lightning.methods.guard`][]), and [`preflight`][ncl_lightning.runtime.preflight.preflight]
 checks learning rates and the fit of model and data before training.
 """
 
@@ -306,15 +306,16 @@ class SSLMethod(TrainableModule):
             h, logits = losses.h.detach().clone(), losses.logits.detach().clone()
             effect = partial(self._online_updates, h, logits, y)
         self.nonfinite_guard().captured_verdict(self, code, effect)  # names this step
+        self._log_step(losses)  # before the step counter moves (the last step logs)
         optimizer = self.optimizers()
         optimizer.step(skip=skip)
         optimizer.zero_grad()
         self.lr_schedulers().step()
-        self._log_step(losses)
 
     def _log_step(self, losses: StepLosses) -> None:
         """The step's values to the loggers, only on the steps Lightning writes
-        (``log_every_n_steps``): a ``self.log`` call costs ~770 Python calls. The batch
+        (``log_every_n_steps``) and the last one of an epoch or of the fit: a ``self.log``
+        call costs ~770 Python calls. The batch
         losses are this rank's: ``sync_dist=True`` logs their mean over the ranks. The
         epoch's mean objective (the progress bar) is summed on the device and logged at
         the end of the epoch. A batch found non-finite later has its values in the log
@@ -326,7 +327,12 @@ class SSLMethod(TrainableModule):
             self._epoch_objective += objective
         self._epoch_steps += 1
         trainer = attached_trainer(self)
-        if trainer is None or not logs_this_step(trainer):  # a step called by hand: no log
+        if trainer is None:  # a step called by hand: nothing to log to
+            return
+        # Lightning's logging steps, and the last step of an epoch or of the fit, so that
+        # callback_metrics (checkpoint monitors, a one-batch fast_dev_run) hold its values.
+        last = trainer.is_last_batch or trainer.global_step + 1 == trainer.max_steps
+        if not (last or logs_this_step(trainer)):
             return
         self.log("train/objective", objective, sync_dist=True)
         if self._train_logs:

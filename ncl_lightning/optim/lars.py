@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError, UsageError
 from ncl_lightning.foundation.validation import check_at_least, check_positive, check_range
 
 _Split = tuple[list[Tensor], list[Tensor]]  # (adapted, other) parameters
@@ -98,6 +98,7 @@ class LARS(Optimizer):
         }
         super().__init__(params, defaults)
         self._captured: Callable[..., None] | None = None
+        self._marked = False
 
     def capture(self, mode: str | None, *, compile: bool = True) -> None:
         """Run [`step`][] as one graph of tensor hyper-parameters from now on.
@@ -116,6 +117,7 @@ class LARS(Optimizer):
             fn = torch.compile(fn, fullgraph=True, dynamic=False,
                                mode=None if mode == "default" else mode)  # fmt: skip
         self._captured = fn
+        self._marked = False  # momentum buffers marked static at the first captured step
 
     @property
     def captured(self) -> bool:
@@ -144,7 +146,7 @@ class LARS(Optimizer):
             self._captured_step(skip)
             return loss
         if skip is not None:
-            raise ValueError("LARS.step(skip=...) needs the captured update (LARS.capture)")
+            raise UsageError("LARS.step(skip=...) needs the captured update (LARS.capture)")
         for group in self.param_groups:
             # (device, dtype) -> (adapted, other): torch's foreach optimisers group alike.
             buckets: dict[tuple[torch.device, torch.dtype], _Split] = {}
@@ -176,12 +178,16 @@ class LARS(Optimizer):
                 if state.get("momentum_buffer") is None:
                     state["momentum_buffer"] = torch.zeros_like(p)
                 bufs.append(state["momentum_buffer"])
+            if not self._marked:  # CUDA graphs update them in place, not through a copy
+                for buf in bufs:
+                    torch._dynamo.mark_static_address(buf)
             grads = [p.grad for p in params]
             consts = (len(adapted), float(group["eta"]), bool(group["clip_lr"]),
                       bool(group["nesterov"]))  # fmt: skip
             groups.append((params, grads, bufs, consts))
             hyper.append([group["lr"], group["weight_decay"], group["momentum"]])
             device = params[0].device
+        self._marked = True
         if not groups:
             return
         values = torch.tensor(hyper, dtype=torch.float32)

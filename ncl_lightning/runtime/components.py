@@ -17,10 +17,10 @@ from lightning.pytorch.callbacks import Callback
 
 from ncl_lightning.callbacks import FeatureStatistics
 from ncl_lightning.foundation.components import new_defaults, register_default
+from ncl_lightning.methods.guard import NonFiniteGuard
 from ncl_lightning.methods.trainable import RUN_TIME_COMPONENTS
 from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
 from ncl_lightning.runtime.fit_end import FinalValidation
-from ncl_lightning.runtime.guard import NonFiniteGuard
 from ncl_lightning.runtime.preflight import Preflight
 from ncl_lightning.runtime.speed_switches import SpeedSwitches
 
@@ -50,7 +50,7 @@ def default_callbacks() -> list[Callback]:
       and the training batch size, checked at the start of a fit;
     * [`SpeedSwitches`][ncl_lightning.runtime.speed_switches.SpeedSwitches]: ``channels_last`` and
       ``torch_compile``, applied before the strategy wraps the module;
-    * [`NonFiniteGuard`][ncl_lightning.runtime.guard.NonFiniteGuard]: stop or skip on a NaN/Inf
+    * [`NonFiniteGuard`][ncl_lightning.methods.guard.NonFiniteGuard]: stop or skip on a NaN/Inf
       loss, gradient or buffer (``nonfinite_loss``, ``grad_norm_limit``);
     * [`CheckpointRecord`][ncl_lightning.runtime.checkpoint_record.CheckpointRecord]: the record
       every checkpoint carries (method, backbone, logger versions), loggers flushed on save;

@@ -17,7 +17,6 @@ from ncl_lightning.data.loader_defaults import (
     auto_workers,
     default_workers,
     describe_loader,
-    flush_denormals,
 )
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import NCL
@@ -75,34 +74,6 @@ def test_the_decoding_rule_is_printed(monkeypatch: pytest.MonkeyPatch) -> None:
         1,
         "auto: half of 2 CPUs / 1 process - 1, at least 1: decode only with augment_on: device",
     )
-
-
-def test_loader_workers_flush_denormals() -> None:
-    """Every loader with workers flushes float32 denormals to zero in its workers (the
-    ~70 ms denormal blur), and the training process' own arithmetic is left as it is."""
-    dm = DigitsDataModule(batch_size=32, num_workers=1, persistent_workers=False)
-    dm.setup("fit")
-    assert dm.train_dataloader().worker_init_fn is flush_denormals
-    assert dm.val_dataloader().worker_init_fn is flush_denormals
-    tiny = torch.tensor([1e-39])  # a float32 denormal
-    assert tiny.item() != 0.0  # not flushed in this (the training) process
-    loader = torch.utils.data.DataLoader(
-        _Denormal(), batch_size=1, num_workers=1, worker_init_fn=flush_denormals
-    )
-    assert next(iter(loader)).item() == 0.0
-    dm0 = DigitsDataModule(batch_size=32, num_workers=0)
-    dm0.setup("fit")
-    assert dm0.train_dataloader().worker_init_fn is None
-
-
-class _Denormal(torch.utils.data.Dataset):
-    """One item: a float32 denormal computed in the worker (0 once flushed)."""
-
-    def __len__(self) -> int:
-        return 1
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return torch.tensor([1e-20]) * torch.tensor([1e-19])
 
 
 def test_the_trainer_devices_count_as_local_processes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,7 +55,7 @@ def test_config_trains_its_loss_a_few_steps(name: str, tmp_path: Path) -> None:
     method, loss = CASES[name]
     assert type(cli.model) is method and type(cli.model.loss_fn) is loss
     assert cli.trainer.global_step == 3
-    assert torch.isfinite(cli.trainer.callback_metrics["train/objective"])
+    assert torch.isfinite(cli.trainer.callback_metrics["objective"])
     if name == "cifar10_cl_l1":
         assert cli.model.loss_fn.l1_weight == 0.1 and cli.model.loss_fn.temperature == 0.2
     if name == "cifar10_spectral_ncl":

@@ -267,8 +267,9 @@ def _fit_ddp(model: L.LightningModule, root: Path) -> None:
 
 @pytest.mark.ddp
 @pytest.mark.slow
-def test_ddp_ranks_agree_to_skip_a_loss_that_is_nan_on_one_rank(tmp_path: Path) -> None:
-    model = _ncl(math.nan, nonfinite_loss="skip")
+@pytest.mark.parametrize("make", [_ncl, _ncl_captured], ids=["eager", "captured"])
+def test_ddp_ranks_agree_to_skip_a_loss_that_is_nan_on_one_rank(make, tmp_path: Path) -> None:
+    model = make(math.nan, nonfinite_loss="skip")
     model.bad_rank = 1  # rank 0's loss is finite; it must skip too, not hang
     _fit_ddp(model, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]

@@ -57,7 +57,7 @@ def _plain_loss(augment_on: str, precision: str) -> float:
     key = (augment_on, precision)
     if key not in _PLAIN_LOSS:
         trainer = _fit_one_step(_ncl(), augment_on, precision)
-        _PLAIN_LOSS[key] = trainer.callback_metrics["train/objective"].item()
+        _PLAIN_LOSS[key] = trainer.callback_metrics["objective"].item()
     return _PLAIN_LOSS[key]
 
 

@@ -11,10 +11,10 @@ import lightning as L
 import pytest
 import torch
 
+from ncl_lightning.methods import skips
 from ncl_lightning.methods.finite_checks import GRAD_NONFINITE, describe_gradients
-from ncl_lightning.runtime import skips
+from ncl_lightning.methods.skips import CONSECUTIVE_SKIP_LIMIT
 from ncl_lightning.runtime.cli import main
-from ncl_lightning.runtime.skips import CONSECUTIVE_SKIP_LIMIT
 from tests.helpers.cli import DEMO
 
 TARGET = "projector.net.0.weight"

@@ -23,12 +23,12 @@ from ncl_lightning.foundation import components
 from ncl_lightning.foundation.components import missing_defaults
 from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.methods import NCL, Classifier, NCEClassifier, SSLMethod, TrainableModule
+from ncl_lightning.methods.guard import CHECKPOINT_KEY, NonFiniteGuard
 from ncl_lightning.methods.trainable import common_arguments
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
 from ncl_lightning.runtime.cli import cli_main
 from ncl_lightning.runtime.fit_end import FinalValidation
-from ncl_lightning.runtime.guard import CHECKPOINT_KEY, NonFiniteGuard
 from ncl_lightning.runtime.preflight import Preflight
 from ncl_lightning.runtime.speed_switches import SpeedSwitches
 from tests.conftest import ROOT
@@ -148,7 +148,7 @@ def test_ncl_cli_installs_each_default_once(tmp_path: Path) -> None:
 
 
 def test_a_default_the_config_lists_is_the_users_only(tmp_path: Path) -> None:
-    cli = _one_step_fit(tmp_path, "--trainer.callbacks+=ncl_lightning.runtime.guard.NonFiniteGuard")
+    cli = _one_step_fit(tmp_path, "--trainer.callbacks+=ncl_lightning.methods.guard.NonFiniteGuard")
     for kind in DEFAULT_TYPES:
         assert len(_of_type(cli.trainer, kind)) == 1, kind.__name__
     (guard,) = _of_type(cli.trainer, NonFiniteGuard)

@@ -48,7 +48,7 @@ def last_finite_path(trainer: L.Trainer) -> Path:
 
 class SkipOrStop:
     """The guard's accounting of skipped batches and its stop (a mixin of
-    [`NonFiniteGuard`][ncl_lightning.runtime.guard.NonFiniteGuard]).
+    [`NonFiniteGuard`][ncl_lightning.methods.guard.NonFiniteGuard]).
 
     Attributes:
         skipped_total: Batches skipped over the run (saved in checkpoints, restored on

@@ -58,9 +58,9 @@ from ncl_lightning.methods.finite_checks import (
     nonfinite_parameter_error,
     scale_hint,
 )
-from ncl_lightning.runtime.rollback import StepSnapshot, Verdict
-from ncl_lightning.runtime.skips import HINT, LAST_FINITE_NAME, SkipOrStop, last_finite_path
-from ncl_lightning.runtime.skips import where as _where
+from ncl_lightning.methods.rollback import StepSnapshot, Verdict
+from ncl_lightning.methods.skips import HINT, LAST_FINITE_NAME, SkipOrStop, last_finite_path
+from ncl_lightning.methods.skips import where as _where
 
 CHECKPOINT_KEY = "nonfinite_skipped"
 MAX_PENDING = 2
