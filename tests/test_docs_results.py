@@ -38,7 +38,7 @@ SOURCES = ("docs/evaluation.md", "docs/ground-truth.md", "docs/performance.md", 
 REFERENCE_TABLES = {
     "docs/evaluation.md": {"| protocol | module | command | paper settings |"},
     "docs/ground-truth.md": {"| piece | where | what |"},
-    "docs/performance.md": {"| part | before | now |"},
+    "docs/performance.md": {"| part | before | now |", "| `step_mode` | what runs | where |"},
     "docs/atlas.md": set(),
 }
 

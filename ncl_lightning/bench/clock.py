@@ -34,6 +34,7 @@ import lightning as L
 import torch
 
 from ncl_lightning.bench.counting import PythonCallCounter
+from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.foundation.validation import check_at_least
 
 
@@ -74,7 +75,7 @@ class EventTimer:
         n = len(self.host)
         first, last = first % n if n else first, last % n if n else last
         if n < 2 or last <= first:
-            raise ValueError(f"EventTimer: need two marks first < last, got {first}, {last} of {n}")
+            raise UsageError(f"EventTimer: need two marks first < last, got {first}, {last} of {n}")
         return first, last, last - first
 
     def host_seconds(self, first: int = 0, last: int = -1) -> float:

@@ -91,7 +91,7 @@ def check_capturable(trainer: Any, optimizers: list[Any], lars: type) -> None:
 def judge_gradients(code: Tensor, grads: list[Tensor], limit: float | None) -> Tensor:
     """The step's code ``[]``: the loss code, or the gradient code (non-finite norm; above
     ``limit``) where that is larger: the deferred guard's codes
-    ([`ncl_lightning.methods.finite_checks`][])."""
+    (`ncl_lightning.methods.finite_checks`)."""
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
     finite = total.isfinite()
     grad = torch.where(finite, 0.0, GRAD_NONFINITE)

@@ -14,6 +14,7 @@ import torch
 
 from ncl_lightning.bench.counting import OpCounter, sync_kind
 from ncl_lightning.bench.parts import PARTS, StepParts
+from ncl_lightning.foundation.errors import UsageError
 
 
 def test_op_counter_counts_each_sync_prone_call_once() -> None:
@@ -310,7 +311,7 @@ def test_event_timer_reads_the_span_of_the_window_per_step(scripted_events) -> N
     assert timer.pairs()[0][1] == pytest.approx(0.020)  # marks (0, 1), (2, 3)
     assert timer.pairs()[1][1] == pytest.approx(0.035)
     assert timer.host_seconds() >= 0
-    with pytest.raises(ValueError, match="two marks"):
+    with pytest.raises(UsageError, match="two marks"):
         timer.device_seconds(2, 1)
 
     host_only = EventTimer(device_events=False)
