@@ -48,6 +48,8 @@ class BYOL(SimSiam):
 
     compile_targets = (*SimSiam.compile_targets, "target_backbone", "target_projector")
 
+    capturable = False  # the EMA update follows each step's verdict, read on the host
+
     def __init__(
         self,
         backbone: Backbone,

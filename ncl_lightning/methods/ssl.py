@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.internals import attached_trainer, logs_this_step, record_hparams
 from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss, StepMode, check_step_mode
 from ncl_lightning.foundation.protocols import CapturableViews
@@ -132,6 +133,13 @@ class SSLMethod(TrainableModule):
     ) -> None:
         check_backbone(backbone)
         check_step_mode(step_mode)
+        if step_mode != "eager" and not type(self).capturable:
+            raise ConfigError(
+                f"{type(self).__name__}: step_mode: {step_mode} is not supported (its "
+                "training step does work outside the captured graphs that a skipped step must "
+                "not do); set model.init_args.step_mode: eager",
+                key="step_mode",
+            )
         if num_classes is not None:
             check_at_least("num_classes", num_classes, 0)
         check_positive("probe_lr", probe_lr)
@@ -160,6 +168,9 @@ class SSLMethod(TrainableModule):
             self._capture = capture_mode(self.step_mode, self.trainer.strategy.root_device)
             self.automatic_optimization = self._capture is None
 
+    capturable: ClassVar[bool] = True
+    """Class flag: the step can run captured (``step_mode`` compiled or graphs); ``False``
+    for a method that does per-step work outside ``training_losses`` (BYOL's EMA)."""
     compile_step: ClassVar[bool] = True
     """``False`` runs a captured step's functions eagerly (same manual-optimisation step)."""
 

@@ -181,3 +181,14 @@ def test_what_a_captured_step_cannot_do_is_one_line(change, culprit, cifar_subse
         _fit(model, tmp_path, cifar_subset, steps=2, **change.get("trainer", {}))
     message = str(info.value)
     assert "\n" not in message and culprit in message and "step_mode" in message
+
+
+def test_a_method_whose_step_cannot_be_captured_refuses_at_construction() -> None:
+    from ncl_lightning.methods import BYOL
+    from ncl_lightning.nn import SmallCNN
+
+    with pytest.raises(ConfigError) as info:
+        BYOL(SmallCNN(1, 8, 16), step_mode="graphs")
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("BYOL: step_mode: graphs")
+    assert BYOL(SmallCNN(1, 8, 16)).step_mode == "eager"
