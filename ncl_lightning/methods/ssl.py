@@ -326,11 +326,11 @@ class SSLMethod(TrainableModule):
     def _log_step(self, losses: StepLosses) -> None:
         """The step's values to the loggers, only on the steps Lightning writes
         (``log_every_n_steps``) and the last one of an epoch or of the fit: a ``self.log``
-        call costs ~770 Python calls. The batch
-        losses are this rank's: ``sync_dist=True`` logs their mean over the ranks. The
-        epoch's mean objective (the progress bar) is summed on the device and logged at
-        the end of the epoch. A batch found non-finite later has its values in the log
-        (they show what went wrong) but not in the kNN bank or the accuracy."""
+        call costs ~770 Python calls. The batch losses are this rank's: ``sync_dist=True``
+        logs their mean over the ranks. The epoch's mean objective (the progress bar) is
+        summed on the device and logged at the end of the epoch. A batch found non-finite
+        later has its values in the log (they show what went wrong) but not in the kNN
+        bank or the accuracy."""
         objective = losses.objective.detach()
         if self._epoch_objective is None:
             self._epoch_objective = objective.clone()
@@ -345,12 +345,13 @@ class SSLMethod(TrainableModule):
         last = trainer.is_last_batch or trainer.global_step + 1 == trainer.max_steps
         if not (last or logs_this_step(trainer)):
             return
-        self.log("train/objective", objective, sync_dist=True)
-        if self._train_logs:
-            self.log_dict(self._train_logs, sync_dist=True)
+        # Copies: callback_metrics keep the values, and a CUDA graph's outputs are
+        # overwritten by its next replay.
+        values = {"train/objective": objective, **self._train_logs}
         if losses.probe_loss is not None:
-            self.log("train/probe_loss", losses.probe_loss, sync_dist=True)
-        self.log("train/loss", losses.loss, sync_dist=True)
+            values["train/probe_loss"] = losses.probe_loss
+        values["train/loss"] = losses.loss
+        self.log_dict({k: v.detach().clone() for k, v in values.items()}, sync_dist=True)
 
     def on_train_epoch_end(self) -> None:
         """The epoch's mean objective (progress bar) and the probe's training accuracy."""
