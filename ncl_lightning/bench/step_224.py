@@ -27,9 +27,9 @@ import torch
 
 from ncl_lightning.bench import Timing
 from ncl_lightning.bench.throughput import (
-    METHODS,
     announce,
     bench_data,
+    build_method,
     failure,
     methods,
     modes,
@@ -49,18 +49,10 @@ def make_model(
     name: str, settings: dict[str, Any], num_classes: int = 10, step_mode: str = "eager"
 ) -> CL:
     """``name`` as in the ImageNet-100 configs (ResNet-18 ImageNet stem, 4096-512)."""
-    return METHODS[name](
-        ResNet(18, "imagenet"),
-        proj_hidden_dim=4096,
-        proj_output_dim=512,
-        proj_batch_norm=False,
-        num_classes=num_classes,
-        batch_size=BATCH_SIZE,
-        warmup_epochs=1.0,
-        channels_last=settings["channels_last"],
-        torch_compile=settings["torch_compile"],
-        step_mode=step_mode,  # type: ignore[arg-type]
-    )
+    return build_method(
+        name, ResNet(18, "imagenet"), settings, num_classes, BATCH_SIZE, step_mode,
+        proj_hidden_dim=4096, proj_output_dim=512, proj_batch_norm=False,
+    )  # fmt: skip
 
 
 def run(repeats: int = 1) -> list[Timing]:

@@ -58,10 +58,10 @@ from ncl_lightning.bench.throughput import (
     BATCH_SIZE,
     CAPTURED_WARMUP,
     IMAGE_SIZE,
-    METHODS,
     BareStep,
     bench_data,
     bench_fit,
+    build_method,
     make_model,
     methods,
     pipeline_modes,
@@ -130,17 +130,10 @@ def make_tiny(
     name: str, settings: dict[str, Any], num_classes: int = 10, step_mode: str = "eager"
 ) -> CL:
     """``name`` on [`TinyNet`][] with a 16-32-16 projector (and gating head)."""
-    return METHODS[name](
-        TinyNet(),
-        proj_hidden_dim=TINY_HIDDEN,
-        proj_output_dim=TINY_PROJ,
-        num_classes=num_classes,
-        batch_size=BATCH_SIZE,
-        warmup_epochs=1.0,
-        channels_last=settings["channels_last"],
-        torch_compile=settings["torch_compile"],
-        step_mode=step_mode,  # type: ignore[arg-type]
-    )
+    return build_method(
+        name, TinyNet(), settings, num_classes, BATCH_SIZE, step_mode,
+        proj_hidden_dim=TINY_HIDDEN, proj_output_dim=TINY_PROJ,
+    )  # fmt: skip
 
 
 class TinyBareStep(BareStep):

@@ -161,21 +161,37 @@ def data_root() -> Path:
     return root
 
 
-def make_model(
-    name: str, settings: dict[str, Any], num_classes: int = 10, step_mode: str = "eager"
+def build_method(
+    name: str,
+    backbone: torch.nn.Module,
+    settings: dict[str, Any],
+    num_classes: int,
+    batch_size: int,
+    step_mode: str,
+    **heads: Any,
 ) -> CL:
-    """``name`` with the CIFAR heads of the papers, the given switches and step mode."""
+    """Method ``name`` on ``backbone`` with the projector ``heads``, the benchmark's
+    switches (``settings``) and ``step_mode``: what every benchmark model shares."""
     return METHODS[name](
-        ResNet(18, "cifar"),
-        proj_hidden_dim=2048,
-        proj_output_dim=256,
+        backbone,
         num_classes=num_classes,
-        batch_size=BATCH_SIZE,
+        batch_size=batch_size,
         warmup_epochs=1.0,
         channels_last=settings["channels_last"],
         torch_compile=settings["torch_compile"],
         step_mode=step_mode,  # type: ignore[arg-type]
+        **heads,
     )
+
+
+def make_model(
+    name: str, settings: dict[str, Any], num_classes: int = 10, step_mode: str = "eager"
+) -> CL:
+    """``name`` with the CIFAR heads of the papers, the given switches and step mode."""
+    return build_method(
+        name, ResNet(18, "cifar"), settings, num_classes, BATCH_SIZE, step_mode,
+        proj_hidden_dim=2048, proj_output_dim=256,
+    )  # fmt: skip
 
 
 def bench_data(
