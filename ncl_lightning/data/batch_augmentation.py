@@ -26,6 +26,7 @@ needs NVIDIA DALI for this; plain torch ops run wherever torch runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -210,7 +211,7 @@ class BatchAugmentation(nn.Module):
         return x.sub_(self.mean.to(x.device)).div_(self.std.to(x.device))  # x is ours
 
     @property
-    def views_fn(self):
+    def views_fn(self) -> Callable[..., Tensor]:
         """[`apply_packed`][], or its compiled form once [`capture`][] was called."""
         return self._compiled or self.apply_packed
 
