@@ -97,8 +97,7 @@ class SSLMethod(TrainableModule):
         probe_lr: Learning rate of the online linear probe.
         knn_k: Neighbours of the online kNN classifier.
         knn_temperature: Temperature of the kNN weights.
-        step_mode: ``eager`` (default), ``compiled`` or ``graphs``: how the training step
-            runs ([`StepMode`][ncl_lightning.foundation.options.StepMode]).
+        step_mode: How the training step runs (``StepMode``).
 
     Attributes:
         needs_labels: Class flag: ``objective`` also receives the batch labels ``[B]``
