@@ -20,7 +20,7 @@ crop 224, jitter, grayscale, blur p=0.5 with the 23-px kernel). Rows:
   tensors allocate per call (``torch.profiler``), a proxy of its GPU memory traffic.
 
 The images are real: CIFAR-10 images of ``data/cifar10-real-subset`` (``NCL_BENCH_DATA``
-overrides; the subset of ``../shared/data``) upscaled
+overrides) upscaled
 (bicubic) to 256x240 px and saved as JPEG (quality 90) in a temporary folder; without
 that folder, scikit-image's or scipy's bundled sample photos (cropped and resized) if one
 of them is installed. The same seed is set before each row, so every row blurs the same

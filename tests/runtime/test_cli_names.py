@@ -73,8 +73,9 @@ def test_method_help_is_short_and_names_the_backbones(capsys: pytest.CaptureFixt
     assert stop.value.code == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    # Typed nn.Module, the help listed every class of torch: 2,444 lines.
-    assert 20 < len(lines) < 160, len(lines)
+    # Typed nn.Module, the help listed every class of torch: 2,444 lines. NCL's own
+    # arguments take ~155 lines at 80 columns, more on a narrower terminal.
+    assert 20 < len(lines) < 250, len(lines)
     for name in ("SmallCNN", "ResNet", "SpriteEncoder", "SparseCodingEncoder"):
         assert name in out
     assert "torch.nn.Conv2d" not in out
