@@ -17,7 +17,7 @@ import yaml
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
-# The `site` fixture (the built site, shared with tests/test_docs_pages.py) is in conftest.py.
+# The `site` fixture (the built site) is in conftest.py.
 
 
 def nav_pages(nav: list) -> list[str]:
@@ -35,13 +35,6 @@ def test_every_page_is_built_and_in_the_navigation(site: Path) -> None:
     assert sorted(pages) == on_disk
     for page in pages:
         assert (site / page.replace(".md", ".html")).is_file(), page
-
-
-def test_the_issue_pages_exist() -> None:
-    wanted = ["quickstart", "concepts", "configs", "metrics", "evaluation", "ground-truth"]
-    wanted += ["performance", "reliability", "results", "extending", "wandb"]
-    missing = [p for p in wanted if not (ROOT / "docs" / f"{p}.md").is_file()]
-    assert not missing
 
 
 def test_extending_page_shows_the_example_code(site: Path) -> None:
@@ -92,3 +85,14 @@ def test_api_pages_render_cross_references(site: Path) -> None:
         assert not raw, f"{page.name}: {len(raw)} raw Sphinx roles, e.g. {raw[0]}"
         links += html.count("autorefs-internal")
     assert links >= 300, f"only {links} cross-reference links on the API pages"
+
+
+def test_every_readme_image_is_in_the_repository() -> None:
+    text = (ROOT / "README.md").read_text()
+    images = re.findall(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)", text)
+    images += re.findall(r"<img\b[^>]*\bsrc=[\"']([^\"']+)", text, flags=re.I)
+    assert images, "the README shows no image (update this test if that is intended)"
+    remote = [src for src in images if re.match(r"[a-z]+:", src)]
+    assert not remote, f"README images must be files of the repository: {remote}"
+    missing = [src for src in images if not (ROOT / src.split("#")[0]).is_file()]
+    assert not missing, f"README images not in the repository: {missing}"

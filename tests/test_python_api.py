@@ -176,29 +176,6 @@ def test_the_python_example_trains_and_prints_its_metrics(tmp_path: Path) -> Non
     assert not list(tmp_path.iterdir()), "logger=False, no checkpoints: nothing is written"
 
 
-def test_the_example_is_about_ten_lines_and_the_docs_include_it() -> None:
-    code = [
-        line for line in EXAMPLE.read_text().split('"""', 2)[2].splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]  # fmt: skip
-    assert len(code) <= 15, code
-    assert all("ncl_lightning." not in line for line in code), (
-        "the example imports from the top level only"
-    )
-    page = (ROOT / "docs" / "python.md").read_text()
-    assert '--8<-- "examples/python/train_ncl_digits.py"' in page
-
-
-def test_the_python_page_follows_the_quick_start_in_the_navigation() -> None:
-    nav = [
-        next(iter(entry.items()))
-        for entry in yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
-    ]
-    pages = [page for _, page in nav]
-    assert pages[pages.index("quickstart.md") + 1] == "python.md"
-    assert dict(nav)["Python API"] == "python.md"
-
-
 @pytest.mark.slow
 def test_the_readme_python_snippet_trains(tmp_path: Path) -> None:
     """The README's Python lines run as shown (one epoch, two batches, instead of ten)."""

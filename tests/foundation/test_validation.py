@@ -1,18 +1,13 @@
-"""The argument checks of ``foundation.validation``, and that they are the only copies.
+"""The argument checks of ``foundation.validation``.
 
 Every numeric check refuses NaN and both infinities; the integer, shape and index checks
-say what they expected. The scan at the end reads every module of the package and fails,
-naming ``file:line``, on a hand-written ``<key> must be >= ...`` message outside
-``foundation/validation.py``.
+say what they expected.
 """
 
 from __future__ import annotations
 
-import ast
 import math
-import re
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -119,63 +114,3 @@ def test_check_given_refuses_none_and_empty_and_names_the_key() -> None:
             check_given("pretrained", missing, "give --model.init_args.pretrained <file>")
         assert str(err.value) == "pretrained is required: give --model.init_args.pretrained <file>"
         assert err.value.key == "pretrained"
-
-
-# ------------------------------------------------------------ no check written elsewhere
-PACKAGE = Path(__file__).resolve().parents[2] / "ncl_lightning"
-
-# A message of an argument check: what the functions above write.
-CHECK_MESSAGE = re.compile(
-    r"must be (?:>=?\s|in [\[(]|an? int(?:eger)?\b|a finite number|one of\b)"
-)
-
-# Modules allowed to hold such text: the checks themselves, and the parser of third-party
-# messages (regexes matching jsonargparse's and Lightning's own wording).
-ALLOWED = {"foundation/validation.py", "runtime/cli_errors.py"}
-
-
-def _text(node: ast.AST) -> str | None:
-    """The literal text of a string or f-string node (``{}`` for each placeholder)."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr):
-        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
-    return None
-
-
-def _check_messages(tree: ast.AST) -> Iterator[tuple[int, str]]:
-    """``(line, text)`` of every string or f-string that reads like an argument check;
-    docstrings are left out (they describe the checks, in the same words)."""
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            skip.add(id(body[0].value))  # a docstring
-        if isinstance(node, ast.JoinedStr):
-            skip.update(id(v) for v in node.values)  # parts of an f-string: read once, whole
-    for node in ast.walk(tree):
-        text = None if id(node) in skip else _text(node)
-        if text is not None and CHECK_MESSAGE.search(text):
-            yield node.lineno, text
-
-
-def test_the_scan_sees_a_hand_written_check() -> None:
-    source = (
-        'def f(k):\n    """k must be >= 1."""\n'
-        '    message = f"k must be >= 1, got {k}"\n    raise ValueError(message)\n'
-    )
-    assert list(_check_messages(ast.parse(source))) == [(3, "k must be >= 1, got {}")]
-
-
-def test_argument_checks_are_written_only_in_foundation_validation() -> None:
-    found = [
-        f"ncl_lightning/{path.relative_to(PACKAGE).as_posix()}:{line}: {text!r}"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if path.relative_to(PACKAGE).as_posix() not in ALLOWED
-        for line, text in _check_messages(ast.parse(path.read_text(), str(path)))
-    ]
-    assert not found, (
-        "argument checks written by hand; call ncl_lightning.foundation.validation "
-        "(check_positive, check_at_least, check_int, check_range, check_choice...):\n"
-        + "\n".join(found)
-    )
