@@ -35,7 +35,7 @@ browser:
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -ra --durations=15
+	$(BIN)/python -m pytest -q -ra --durations=15 -n 2 --dist loadgroup
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow and not ddp"

@@ -30,6 +30,18 @@ _link_subset()
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+# Tests that share a session fixture built once (the demo's runs, the docs site) run on one
+# pytest-xdist worker (`make test` runs `-n 2 --dist loadgroup`), so it is built once.
+_GROUPS = {"tests/atlas/": "demo", "tests/test_demo.py": "demo", "tests/test_docs.py": "site"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+        group = next((g for prefix, g in _GROUPS.items() if path.startswith(prefix)), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture
 def cifar_subset() -> Path:
