@@ -53,7 +53,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	@echo "bench: on a GPU machine run bench-gpu/run.sh (~8 min; logs to \$$OUT, default bench-gpu/out;"
 	@echo "bench: without jsonargparse there, run bench-gpu/fetch-wheels.sh here first and carry bench-gpu/wheels)"
-	NCL_BENCH_DATA=$${NCL_BENCH_DATA:-../shared/data/cifar10-real-subset} $(BIN)/python -m ncl_lightning.bench
+	NCL_BENCH_DATA=$${NCL_BENCH_DATA:-../shared/data/cifar10-real-subset} $(BIN)/python -m benchmarks
 
 # The documentation site (mkdocs.yml) into site/; --strict turns every warning (a broken link,
 # a stale API reference) into a failure. tests/test_docs.py runs the same build.

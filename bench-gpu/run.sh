@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-gpu/run.sh: the GPU measurements of issue 43 in one run of at most ~8 minutes.
 #
-# What it measures (python -m ncl_lightning.bench ..., docs/performance.md explains each):
+# What it measures (python -m benchmarks ..., docs/performance.md explains each):
 #   1. env.txt: GPU, CPU count, versions, commit and uncommitted changes of this copy.
 #   2. throughput-device.log: the bare rows (b) eager and (b') captured (torch.compile
 #      mode="reduce-overhead"), and the full step (a) of CL, NCL and BayesNCL with device
@@ -125,7 +125,7 @@ echo "data: $NCL_BENCH_DATA" >>"$OUT/env.txt"
 
 if ! "$PY" - >>"$OUT/env.txt" 2>&1 <<'PYEOF'; then
 import torch, lightning, torchmetrics
-import ncl_lightning.bench.throughput  # every import the benchmarks need
+import benchmarks.throughput  # every import the benchmarks need (from this checkout)
 print("torch", torch.__version__, "cuda", torch.version.cuda, "| lightning", lightning.__version__,
       "| torchmetrics", torchmetrics.__version__)
 print("gpu:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NONE")
@@ -140,7 +140,7 @@ fi
 say "# GPU benchmarks of issue 43 ($(grep -m1 '^gpu:' "$OUT/env.txt"), $(nproc) CPUs; commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))"
 
 # -- the parts, most wanted first ----------------------------------------------------------
-BENCH=("$PY" -m ncl_lightning.bench)
+BENCH=("$PY" -m benchmarks)
 DEV="$OUT/throughput-device.log"
 part "throughput, device views, eager" "$DEV" 100 \
 	env NCL_BENCH_PIPELINES=device NCL_BENCH_MODES=eager NCL_BENCH_BARE=eager,captured \

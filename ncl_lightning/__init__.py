@@ -17,14 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ncl_lightning.foundation.components import provide_defaults_from as _provide_defaults
-
 __version__ = "0.1.0"
-
-# The run-time callbacks a module's configure_callbacks asks for are registered by
-# runtime.components, imported the first time they are asked for: the methods and the
-# evaluation modules get them by injection, never importing the shell.
-_provide_defaults("ncl_lightning.runtime.components")
 
 # Module -> the public names it gives the top level.
 _PUBLIC: dict[str, tuple[str, ...]] = {
@@ -58,7 +51,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "ncl_lightning.optim": ("LARS", "scale_lr", "warmup_cosine"),
     "ncl_lightning.checkpoints.load": ("CheckpointError", "load_backbone", "load_method"),
     "ncl_lightning.checkpoints.export": ("export_backbone",),
-    "ncl_lightning.runtime.components": ("default_callbacks",),
+    "ncl_lightning.methods.trainable": ("default_callbacks",),
     "ncl_lightning.foundation.errors": ("ConfigError", "DataError", "NCLError"),
 }  # fmt: skip
 
@@ -202,6 +195,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a
         SupConNCL,
         TrainableModule,
     )
+    from ncl_lightning.methods.trainable import default_callbacks
     from ncl_lightning.metrics import (
         SEPIN,
         ActiveDimensions,
@@ -223,4 +217,3 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; kept equal to _PUBLIC by a
     from ncl_lightning.nn.backbones import resnet18, resnet34, resnet50
     from ncl_lightning.nn.protocols import Backbone
     from ncl_lightning.optim import LARS, scale_lr, warmup_cosine
-    from ncl_lightning.runtime.components import default_callbacks

@@ -24,7 +24,7 @@ from torch import nn
 from ncl_lightning.methods import CL, NCL, BayesNCL, NCLTopK
 from ncl_lightning.nn.backbones import ResNet
 from ncl_lightning.nn.gates import GumbelGate, SoftGate, STEGate
-from ncl_lightning.runtime.cli import NCLCLI, NCLArgumentParser
+from ncl_lightning.runtime.cli import NCLCLI, TypedTrainer
 from tests.conftest import ROOT
 
 CONFIGS = ROOT / "configs"
@@ -94,7 +94,7 @@ def build() -> Any:
         datamodule_class=LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
-        parser_class=NCLArgumentParser,
+        trainer_class=TypedTrainer,
         args=["fit", "--config", str(CONFIGS / BAYES_BASES["digits"])],
         auto_configure_optimizers=False,
         save_config_callback=None,

@@ -13,8 +13,9 @@ Definitions used by the checks:
 * **section** of a page: the lines from one heading (`#` to `######`, outside fenced code)
   to the next;
 * **command**: in the table's section, a fenced code block with a line that runs the
-  project (`make <target>`, `ncl-cli <subcommand>`, `python -m ncl_lightning...`), or the
-  word `Command` followed, before any colon, by `:` and a code span that does;
+  project (`make <target>`, `ncl-cli <subcommand>`, `python -m ncl_lightning...`,
+  `python -m benchmarks`), or the word `Command` followed, before any colon, by `:` and
+  a code span that does;
 * **measured table** of a source page: every table except those listed in
   `REFERENCE_TABLES` (set-up and key tables, which describe rather than measure). Each
   measured table must sit inside a snippet section, and every snippet section of a source
@@ -46,7 +47,7 @@ LOOKS_LIKE_MARKER = re.compile(r"-+8<-+\s*\[")
 MARKER = re.compile(r"^<!-- --8<-- \[(start|end):([a-z][-_0-9a-z]*)\] -->$")
 INCLUDE = re.compile(r'^\s*-+8<-+\s+"([^"]+)"\s*$')
 HEADING = re.compile(r"^#{1,6}\s")
-RUNS = r"(?:make [a-z]|ncl-cli [a-z]|(?:\.venv/bin/)?python -m ncl_lightning\b)"
+RUNS = r"(?:make [a-z]|ncl-cli [a-z]|(?:\.venv/bin/)?python -m (?:ncl_lightning|benchmarks)\b)"
 RUNS_LINE = re.compile(r"^\s*" + RUNS)
 INLINE_COMMAND = re.compile(r"\bCommand\b[^:`]*:\s*`\s*" + RUNS)
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bdate not recorded\b")

@@ -15,7 +15,7 @@ from typing import Any
 
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.validation import check_at_least, check_int
-from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
+from ncl_lightning.runtime.errors import ToolArgumentParser, run_tool
 
 PROG = "python -m ncl_lightning.atlas"
 

@@ -16,7 +16,7 @@ import lightning as L
 from ncl_lightning.atlas.callback import FeatureAtlas
 from ncl_lightning.atlas.checks import check_atlas_inputs
 from ncl_lightning.atlas.site import write_page
-from ncl_lightning.runtime.progress import Progress, quiet_lightning
+from ncl_lightning.foundation.progress import Progress, quiet_lightning
 
 
 def build_atlas(

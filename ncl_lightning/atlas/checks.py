@@ -21,13 +21,12 @@ import lightning as L
 
 from ncl_lightning.atlas.callback import FeatureAtlas
 from ncl_lightning.atlas.collect import check_encoder, num_classes_of
+from ncl_lightning.atlas.data_config import load_datamodule, run_config_of
 from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.foundation.errors import ConfigError, NCLError
 from ncl_lightning.foundation.protocols import ChecksInputs, CleanData, PictureData, require_extra
 from ncl_lightning.foundation.validation import check_output_dir
-from ncl_lightning.runtime.data_config import load_datamodule, run_config_of
-from ncl_lightning.runtime.preflight import example_batch, preflight
-from ncl_lightning.runtime.trainer_checks import check_hardware
+from ncl_lightning.methods.preflight import example_batch, preflight
 
 
 class AtlasInputs(NamedTuple):
@@ -56,13 +55,14 @@ def resolve_config(config: str | Path | None, checkpoints: Sequence[Path]) -> Pa
 
 
 def check_accelerator(accelerator: str) -> None:
-    """``accelerator`` is known and present here (the checks ``ncl-cli`` runs on
-    ``trainer.accelerator``, said for ``--accelerator``)."""
-    try:
-        check_hardware({"accelerator": accelerator, "devices": 1})
-    except ConfigError as err:
-        message = str(err).replace("trainer.accelerator", "--accelerator", 1)
-        raise ConfigError(message, key="accelerator") from None
+    """``accelerator`` is known and present here (Lightning's check, for ``--accelerator``)."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+    from lightning.pytorch import Trainer
+
+    try:  # Lightning's own check of the accelerator, as ncl-cli's Trainer makes it
+        Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False)
+    except (MisconfigurationException, ValueError, ImportError) as err:
+        raise ConfigError(f"--accelerator: {err}", key="accelerator") from None
 
 
 def check_data(config: Path) -> L.LightningDataModule:
@@ -92,7 +92,7 @@ def _in_file(config: Path, err: NCLError) -> NCLError:
 def check_model(module: Any, path: Path, space: str, datamodule: Any, config: Path) -> None:
     """``module`` has ``space`` features and fits the data: a batch of two zero images
     shaped like the data's runs through it
-    ([`preflight`][ncl_lightning.runtime.preflight.preflight])."""
+    ([`preflight`][ncl_lightning.methods.preflight.preflight])."""
     check_encoder(module, space, str(path))
     example = example_batch(datamodule)
     if example is None:

@@ -1,8 +1,14 @@
 """Callbacks: interpretability metrics and feature pictures during training and test,
-and the OOD results table of evaluation runs."""
+the OOD results table of evaluation runs, the validation of the final weights and the
+W&B per-dimension tables."""
 
 from ncl_lightning.callbacks.disentanglement import Disentanglement
-from ncl_lightning.callbacks.feature_statistics import FeatureMetricSet, FeatureStatistics
+from ncl_lightning.callbacks.feature_statistics import (
+    FeatureMetricSet,
+    FeatureStatistics,
+    default_feature_statistics,
+)
+from ncl_lightning.callbacks.final_validation import FinalValidation
 from ncl_lightning.callbacks.ood_report import OODReport, ood_table
 from ncl_lightning.callbacks.sparse_coding import (
     DictionaryRecoveryMonitor,
@@ -17,8 +23,10 @@ __all__ = [
     "EncoderNormalization",
     "FeatureMetricSet",
     "FeatureStatistics",
+    "FinalValidation",
     "OODReport",
     "TopActivations",
     "WarmStart",
+    "default_feature_statistics",
     "ood_table",
 ]

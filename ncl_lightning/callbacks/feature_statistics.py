@@ -393,3 +393,11 @@ class FeatureStatistics(L.Callback):
         most = min((n for n in limits if n is not None), default=None)
         d = self._metrics["z"].num_features
         return sepin_on_views(pl_module, loader, temperature, d, most, per_dimension=True)
+
+
+def default_feature_statistics() -> FeatureStatistics:
+    """The feature statistics of a self-supervised fit whose config lists none: those of
+    ``z`` (sparsity, active dimensions, orthogonality, semantic consistency and entropy,
+    retrieval) at every validation and test; no SEPIN (it encodes the split again), no
+    ``h``. A configured ``FeatureStatistics`` replaces it."""
+    return FeatureStatistics(every_n_epochs=1, spaces=["z"], sepin=False, missing="skip")

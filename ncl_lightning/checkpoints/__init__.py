@@ -9,7 +9,6 @@
 * [`optimizer_groups`][ncl_lightning.checkpoints.optimizer_groups]: a resumed fit's
   optimizer state against the groups the method builds now, refused in one line;
 * [`export`][ncl_lightning.checkpoints.export] and [`card`][ncl_lightning.checkpoints.card]: a
-  backbone's weights out (safetensors, torchvision / timm keys, a model card).
-
-Writing checkpoints (atomic files, the logger versions) is the run-time shell's.
+  backbone's weights out (safetensors, torchvision / timm keys, a model card);
+* [`io`][ncl_lightning.checkpoints.io]: atomic writes (``AtomicCheckpointIO``).
 """

@@ -40,7 +40,7 @@ CARD_FILE = "README.md"
 SHOWN_METRICS = 40
 
 
-def run_folders(ckpt: Mapping[str, Any], path: Path) -> list[Path]:
+def _run_files_folders(ckpt: Mapping[str, Any], path: Path) -> list[Path]:
     """Where the run's ``metrics.csv`` / ``run.yaml`` may be: the record's run folder, then
     the checkpoint's folder's parent (``<run>/checkpoints/``) and its own folder."""
     run = (ckpt.get(RECORD_KEY) or {}).get("run") or {}
@@ -53,7 +53,7 @@ def final_metrics(ckpt: Mapping[str, Any], path: Path) -> tuple[str | None, dict
     ``metrics.csv`` column logged before the checkpoint's ``global_step`` (``(None, {})``
     when no file can be read)."""
     step_limit = ckpt.get("global_step")
-    for folder in run_folders(ckpt, path):
+    for folder in _run_files_folders(ckpt, path):
         file = folder / METRICS_FILE
         if not file.is_file():
             continue
@@ -88,7 +88,7 @@ def monitored(ckpt: Mapping[str, Any]) -> list[tuple[str, float]]:
 
 def run_code(ckpt: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """``{"version", "commit", "dirty", "torch", ...}`` from the run folder's ``run.yaml``."""
-    for folder in run_folders(ckpt, path):
+    for folder in _run_files_folders(ckpt, path):
         file = folder / "run.yaml"
         if not file.is_file():
             continue
@@ -302,4 +302,4 @@ def inline(value: Any) -> str:
 
 
 __all__ = ["CARD_FILE", "final_metrics", "front_matter", "hub_dataset", "method_reference",
-           "model_card", "monitored", "run_code", "run_folders"]  # fmt: skip
+           "model_card", "monitored", "run_code"]  # fmt: skip

@@ -1,10 +1,10 @@
 """Safe checkpoint reading: backbones and whole methods from any checkpoint we write.
 
 Every checkpoint of the package carries a small record (``checkpoint["ncl_lightning"]``,
-written by the [`CheckpointRecord`][ncl_lightning.runtime.checkpoint_record.CheckpointRecord]
-callback): the method's class path and how to build its backbone (``{"class_path", "init_args"}``).
-With it, [`load_backbone`][] rebuilds the encoder of a CL, NCL, BayesNCL, NCE or probe
-checkpoint from the file alone.
+written by [`write_record`][ncl_lightning.methods.record.write_record]): the method's class
+path and how to build its backbone (``{"class_path", "init_args"}``). With it,
+[`load_backbone`][] rebuilds the encoder of a CL, NCL, BayesNCL, NCE or probe checkpoint
+from the file alone.
 
 Files are read with ``torch.load(weights_only=True)``: only tensors and plain containers
 are unpickled, so a checkpoint carrying a pickled object that would run code is refused

@@ -19,6 +19,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.callbacks import Callback
 from torch import nn
 from torch.optim import Optimizer
 
@@ -83,3 +84,22 @@ def check_optimizer_groups(
             f"fit cannot resume it; {_remedy(model, path)}",
             key="ckpt_path",
         )
+
+
+class OptimizerGroupsCheck(Callback):
+    """Refuse, in one line at ``on_fit_start`` (before Lightning loads the state and fails
+    with torch's ``ValueError``), a resumed fit whose optimizer state does not fit the
+    parameter groups the module builds now.
+
+    Args:
+        ckpt: The checkpoint resumed (only its groups' sizes are kept).
+        path: Its file, named in the refusal.
+    """
+
+    def __init__(self, ckpt: dict[str, Any], path: str | Path) -> None:
+        self.saved = saved_group_sizes(ckpt)
+        self.path = str(path)
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.saved is not None:
+            check_optimizer_groups(self.saved, list(trainer.optimizers), pl_module, self.path)

@@ -2,8 +2,8 @@
 
 ``checkpoint["ncl_lightning"]`` holds the module's class path, how to build its backbone
 (``{"class_path", "init_args"}``, so [`load_backbone`][ncl_lightning.checkpoints.load.load_backbone]
-rebuilds the encoder from the file alone) and, written by the run-time callback
-[`CheckpointRecord`][ncl_lightning.runtime.checkpoint_record.CheckpointRecord], the run's logger
+rebuilds the encoder from the file alone) and, written by the module's own
+[`write_record`][ncl_lightning.methods.record.write_record], the run's logger
 versions and identity. This module has the record's core: pure functions of a module.
 """
 

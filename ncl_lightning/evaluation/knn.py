@@ -13,17 +13,15 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
 from ncl_lightning.checkpoints.load import load_backbone
 from ncl_lightning.evaluation.features import extract_features
-from ncl_lightning.foundation.components import missing_defaults
 from ncl_lightning.foundation.errors import UsageError
-from ncl_lightning.foundation.internals import attached_trainer
 from ncl_lightning.foundation.protocols import CleanData, require_extra
 from ncl_lightning.foundation.validation import check_at_least, check_positive
 from ncl_lightning.methods.classifier import accuracy_metrics, first_view
+from ncl_lightning.methods.record import write_record
 from ncl_lightning.methods.ssl import Encoded
 from ncl_lightning.metrics.functional.knn import weighted_knn_predict
 
@@ -109,6 +107,6 @@ class KNNClassifier(L.LightningModule):
     def configure_optimizers(self) -> None:
         return None
 
-    def configure_callbacks(self) -> list[Callback]:
-        """The checkpoint record, unless the trainer has one (``ncl-cli`` installs it)."""
-        return missing_defaults(attached_trainer(self), only=("checkpoint_record",))
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The checkpoint record ([`write_record`][ncl_lightning.methods.record.write_record])."""
+        write_record(self, checkpoint)

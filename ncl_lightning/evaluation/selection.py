@@ -33,7 +33,6 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
@@ -41,9 +40,7 @@ from ncl_lightning.callbacks.schedule import run_dir
 from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.data.base import MultiViewDataModule
 from ncl_lightning.evaluation.features import extract_features, probe_accuracy
-from ncl_lightning.foundation.components import missing_defaults
 from ncl_lightning.foundation.errors import ConfigError, UsageError
-from ncl_lightning.foundation.internals import attached_trainer
 from ncl_lightning.foundation.protocols import CleanData, require_extra
 from ncl_lightning.foundation.validation import (
     check_at_least,
@@ -53,6 +50,7 @@ from ncl_lightning.foundation.validation import (
     check_range,
 )
 from ncl_lightning.methods.classifier import first_view
+from ncl_lightning.methods.record import write_record
 from ncl_lightning.metrics.functional import (
     expected_activation,
     retrieval_precision,
@@ -278,9 +276,9 @@ class FeatureSelection(L.LightningModule):
     def configure_optimizers(self) -> None:
         return None
 
-    def configure_callbacks(self) -> list[Callback]:
-        """The checkpoint record, unless the trainer has one (``ncl-cli`` installs it)."""
-        return missing_defaults(attached_trainer(self), only=("checkpoint_record",))
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The checkpoint record ([`write_record`][ncl_lightning.methods.record.write_record])."""
+        write_record(self, checkpoint)
 
 
 def selection_table(results: dict[str, dict[int, dict[str, float]]]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
+from ncl_lightning.runtime.errors import ToolArgumentParser, run_tool
 
 PROG = "python -m ncl_lightning.export"
 FORMATS = ("safetensors", "torchvision", "timm", "all")  # checkpoints.export.EXPORT_FORMATS

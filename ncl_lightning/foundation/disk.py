@@ -1,7 +1,7 @@
 """One way to write a file that a later run reads back: beside its target, checked for
 room, never half-written.
 
-Checkpoints ([`ncl_lightning.runtime.checkpoint_io`][]) and the decoded-image disk cache
+Checkpoints ([`ncl_lightning.checkpoints.io`][]) and the decoded-image disk cache
 ([`ncl_lightning.data.memory.decode_images`][]) are written by [`atomic_write`][]:
 
 * into a temporary file in the target's folder (same file system, so the final

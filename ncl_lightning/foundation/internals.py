@@ -1,5 +1,4 @@
-"""The one module that touches private or undocumented APIs of Lightning, jsonargparse and
-wandb.
+"""The one module that touches private or undocumented APIs of Lightning and wandb.
 
 Every other module calls the small functions here. When an upgrade moves one of these
 names, [`missing_private_apis`][] lists it and the test suite fails with a message naming
@@ -15,56 +14,16 @@ What is used, and why:
 * ``HyperparametersMixin._hparams_initial``: the copy of the hyper-parameters the loggers
   write; values a module fills in from the DataModule at ``setup`` (``batch_size``,
   ``num_classes``) are recorded there too ([`record_hparams`][]).
-* ``LightningModule._trainer``: the trainer a module is attached to, or ``None``
-  ([`attached_trainer`][]); the public ``module.trainer`` raises without one.
 * ``Trainer.fit_loop.setup_data``: builds the training loader a ``max_steps`` run has not
   built yet, so the schedule knows the steps of an epoch ([`build_train_loader`][]).
 * ``Trainer.fit_loop`` progress counters: the epoch and the batch a training epoch is at,
   for the exact mid-epoch resume of the DataModules and for naming the step in errors.
 * ``LightningCLI._parse_ckpt_path``: overridden by ``ncl-cli`` to read a checkpoint safely
   and lay the user's values over its hyper-parameters ([`override_ckpt_path_parsing`][]).
-* ``ArgumentParser._actions`` (argparse's, inherited by jsonargparse) and
-  ``ActionTypeHint._typehint``: the options of a parser ([`parser_actions`][]), and the
-  type jsonargparse reads an option's value as ([`action_typehint`][],
-  [`set_action_typehint`][]).
-* ``lightning.fabric.utilities.cloud_io._is_local_file_protocol``: whether a checkpoint
-  path is on the local file system ([`is_local_path`][]).
-* ``Trainer._logger_connector`` and ``Precision._wrap_closure``: where a training step's
-  logging and its optimiser closure run, timed by ``python -m ncl_lightning.bench``
-  ([`logger_connector`][], ``CLOSURE_WRAPPER``).
-* ``torch.utils._python_dispatch.TorchDispatchMode``: the base of the operation counter of
-  ``python -m ncl_lightning.bench`` (``TorchDispatchMode``); ``torch.nn.modules.
-  batchnorm._NormBase``: the base of every BatchNorm and InstanceNorm layer
-  (``NormBase``).
-* ``wandb.sdk.wandb_setup`` and ``wandb.sdk.lib.wbauth``: wandb's settings and API-key
-  lookup, without network, to fall back to offline logging before ``wandb.init`` hangs.
+* ``Trainer._logger_connector``: whether Lightning writes this step's logged values
+  ([`logs_this_step`][]).
 * ``wandb.proto.wandb_internal_pb2.Record`` and the layout of an offline run's ``.wandb`` file
   (undocumented; wandb 0.31 has no reader): the numbers the plot draws ([`history_rows`][]).
-
-Message formats relied on (``MESSAGE_FORMATS``, read by ``runtime/cli_errors.py``):
-jsonargparse reports a bad config as plain text. Its ``ArgumentError`` is built as
-``ArgumentError(None, message)`` and the type errors under it are plain ``ValueError``s,
-so no attribute carries the key, the value or the choices (jsonargparse 4.53); the one
-line ``ncl-cli`` prints is read off these formats:
-
-* argparse/jsonargparse: ``unrecognized arguments: --key``, ``Subcommand 'fit' does not
-  accept option 'key'``, ``Option 'key' is not accepted`` (``Key 'key' is not expected``
-  in older versions).
-* jsonargparse's nested report: ``Parser key "key":``, ``Problem with given class_path
-  'a.B':``, ``Type ... expects a function or a callable class: Parser key "key":``,
-  ``Expected a <type>. Got value: v``, ``Expected a typing.Literal[...]``, ``Expected a
-  path but X either not accessible or invalid`` (an unknown short class name), the Union report
-  (``Does not validate against any of the Union subtypes``, ``Subtypes: [...]``,
-  ``Errors:``, ``Given value type:``, ``Given value: v``, ``Given value:
-  Namespace(class_path='a.B', ...``) and the reprs in it (``<class 'a.B'>``,
-  ``typing.Literal[...]``).
-* Python's import errors inside it: ``module 'a' has no attribute 'B'``, ``No module named
-  'a'``.
-* PyTorch's DataLoader worker re-raise: ``Original Traceback`` and a last line
-  ``SomeError: message``.
-
-``tests/foundation/test_internals.py`` produces each with a real parser and real bad values,
-and names the pattern and the observed message when one no longer matches.
 """
 
 from __future__ import annotations
@@ -72,7 +31,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -81,8 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.core.mixins import hparams_mixin
-from torch.nn.modules.batchnorm import _NormBase
-from torch.utils import _python_dispatch
 
 from ncl_lightning.foundation.errors import DataError
 
@@ -92,29 +48,12 @@ PRIVATE_APIS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.cli", "LightningCLI._parse_ckpt_path"),
     ("lightning.pytorch.loops.fit_loop", "_FitLoop"),
     ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop"),
-    ("wandb.sdk.wandb_setup", "singleton"),
-    ("wandb.sdk.lib.wbauth", "authenticate_session"),
     ("wandb.proto.wandb_internal_pb2", "Record"),
-    ("lightning.pytorch.core.module", "LightningModule._trainer"),
-    ("jsonargparse", "ArgumentParser._actions"),
-    ("jsonargparse._typehints", "ActionTypeHint._typehint"),
-    ("lightning.fabric.utilities.cloud_io", "_is_local_file_protocol"),
     ("lightning.pytorch.trainer.trainer", "Trainer._logger_connector"),
-    ("lightning.pytorch.plugins.precision", "Precision._wrap_closure"),
-    ("lightning.pytorch.strategies", "DDPStrategy._layer_sync"),
-    ("torch.utils._python_dispatch", "TorchDispatchMode"),
-    ("torch.nn.modules.batchnorm", "_NormBase"),
 )
-#: The base class of every BatchNorm and InstanceNorm layer (``BatchNorm*``, ``SyncBatchNorm``,
-#: ``InstanceNorm*``).
-NormBase = _NormBase
-#: The base of a mode that sees every operation torch dispatches (the bench's op counter).
-TorchDispatchMode = _python_dispatch.TorchDispatchMode
-
 # Keyword arguments of the fresh instance an instance attribute is looked up on, for the
 # classes that need some (by ``module:class``).
 _INSTANCE_KWARGS: dict[str, dict[str, Any]] = {
-    "jsonargparse._typehints:ActionTypeHint": {"typehint": int},
     "lightning.pytorch.trainer.trainer:Trainer": {"logger": False},
 }
 
@@ -123,7 +62,7 @@ def missing_private_apis() -> list[str]:
     """``module:attribute`` of each entry of ``PRIVATE_APIS`` the installed versions lack.
 
     An attribute the class does not have is looked up on an instance built without
-    arguments (``LightningModule._trainer`` is set in ``__init__``). The fit-loop counters
+    arguments (``Trainer._logger_connector`` is set in ``__init__``). The fit-loop counters
     need a running loop; the test reads them off a real run."""
     missing = []
     for module_name, dotted in PRIVATE_APIS:
@@ -142,11 +81,12 @@ def missing_private_apis() -> list[str]:
 
 # -- the module's trainer ------------------------------------------------------------------
 def attached_trainer(module: Any) -> Any | None:
-    """The trainer ``module`` is attached to, or ``None`` (a module used without one).
-
-    Lightning's public ``module.trainer`` raises when there is none; the attribute behind
-    it, ``LightningModule._trainer``, is ``None`` then."""
-    return module._trainer
+    """The trainer ``module`` is attached to, or ``None`` (a module used without one):
+    Lightning's ``module.trainer`` raises then."""
+    try:
+        return module.trainer
+    except RuntimeError:
+        return None
 
 
 # -- LightningCLI's --ckpt_path parsing ------------------------------------------------
@@ -167,57 +107,20 @@ def override_ckpt_path_parsing(cls: type) -> type:
     return cls
 
 
-# -- parsers' options ---------------------------------------------------------------------
-def parser_actions(parser: Any) -> list[Any]:
-    """The options of an (argparse or jsonargparse) parser: argparse's ``_actions``."""
-    return list(getattr(parser, "_actions", []))
-
-
-def action_typehint(action: Any) -> Any | None:
-    """The type jsonargparse reads an option's value as (``None`` for an action that is not
-    a jsonargparse ``ActionTypeHint``)."""
-    return getattr(action, "_typehint", None)
-
-
-def set_action_typehint(action: Any, typehint: Any) -> None:
-    """Make jsonargparse read an option's value as ``typehint``."""
-    action._typehint = typehint
-
-
 # -- checkpoint paths -----------------------------------------------------------------------
 def is_local_path(path: Any) -> bool:
     """Whether ``path`` is on the local file system (no ``s3://``-like protocol), as
     Lightning's checkpoint I/O decides."""
-    from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
+    from fsspec.utils import get_protocol
 
-    return _is_local_file_protocol(path)
-
-
-# -- the training step's timed parts (python -m ncl_lightning.bench) ------------------------
-#: The precision plugin's method that wraps the optimiser closure (zero_grad, training_step,
-#: backward) around ``optimizer.step``.
-CLOSURE_WRAPPER = "_wrap_closure"
+    return get_protocol(str(path)) == "file"
 
 
-def logger_connector(trainer: Any) -> Any:
-    """The trainer's logger connector, whose ``on_batch_start``/``on_batch_end`` run the
-    step's logging."""
-    return trainer._logger_connector
-
-
+# -- the step's logging --------------------------------------------------------------------
 def logs_this_step(trainer: Any) -> bool:
     """Whether Lightning writes this training step's logged values to the loggers
     (every ``log_every_n_steps``): a step that does not log need not call ``self.log``."""
     return bool(trainer._logger_connector.should_update_logs)
-
-
-# -- the strategy's layer sync (Trainer(sync_batchnorm=True)) ---------------------------
-def layer_sync(trainer: Any) -> Any | None:
-    """The strategy's layer-sync plugin (``TorchSyncBatchNorm`` under
-    ``Trainer(sync_batchnorm=True)``), or ``None``. Lightning keeps it in the parallel
-    strategies' private ``_layer_sync`` and converts the model's BatchNorm layers in
-    ``strategy.setup``."""
-    return getattr(trainer.strategy, "_layer_sync", None)
 
 
 # -- LightningCLI's hyper-parameter hand-over ------------------------------------------
@@ -271,33 +174,14 @@ def batches_fetched_total(trainer: Any) -> int:
     return int(trainer.fit_loop.epoch_loop.batch_progress.total.ready) if trainer else 0
 
 
+def batches_completed_total(trainer: Any) -> int:
+    """Training batches completed over the whole run (restored on resume)."""
+    return int(trainer.fit_loop.epoch_loop.batch_progress.total.completed)
+
+
 def batch_index(trainer: Any) -> int:
     """Index of the training batch being processed in its epoch."""
     return int(trainer.fit_loop.epoch_loop.batch_idx)
-
-
-# -- wandb ------------------------------------------------------------------------------
-def wandb_settings_and_key(mode: str | None, online_modes: tuple[str, ...], env: Any) -> Any:
-    """wandb's resolved ``(mode, base_url, api_key)``, read without network.
-
-    Returns:
-        ``None`` when the run is not online (nothing to check), else ``(url, key)``.
-
-    Raises:
-        ImportError, AttributeError: Another wandb version (the caller lets ``wandb.init``
-            decide); wandb's own errors for a malformed key.
-    """
-    from wandb.sdk import wandb_setup
-    from wandb.sdk.lib import wbauth
-
-    settings = wandb_setup.singleton().settings
-    if (mode or env.get("WANDB_MODE") or settings.mode) not in online_modes:
-        return None
-    url = env.get("WANDB_BASE_URL") or settings.base_url
-    key = wbauth.authenticate_session(
-        host=url, source="WandbLogger", prompt=False, update_session=False
-    )
-    return url, key
 
 
 # -- wandb's offline run file: a 7-byte header (b":W&B", magic 0xBEE1, version 0), then 32 KiB
@@ -359,48 +243,3 @@ def history_rows(path: Path) -> list[dict[str, float]]:
             rows.append({k: v for k, v, depth in items if v is not None and not k.startswith("_")
                          and depth <= 1})  # fmt: skip
     return rows
-
-
-# -- third-party message formats (see the module docstring) -------------------------------
-#: Lines of jsonargparse's Union report that say nothing about the culprit.
-UNION_REPORT_NOISE: tuple[str, ...] = (
-    "Does not validate against any of the Union subtypes",
-    "Subtypes:",
-    "Errors:",
-    "- Expected a <class 'NoneType'>",
-    "Given value type:",
-    "Given value:",
-)
-#: Name -> pattern of every third-party message format the CLI's one-line errors read.
-MESSAGE_FORMATS: dict[str, re.Pattern[str]] = {
-    # argparse / jsonargparse: an unknown top-level key (command line, config file).
-    "unrecognized": re.compile(r"unrecognized arguments: --?([\w.]+)"),
-    "not_accepted": re.compile(r"Subcommand '\w+' does not accept option '([^']+)'"),
-    # jsonargparse: an unknown key under init_args.
-    "unknown_option": re.compile(r"Option '([^']+)' is not accepted|Key '([^']+)' is not expected"),
-    # jsonargparse's nested report: one line per level.
-    "parser_key": re.compile(r'^-?\s*Parser key "([^"]+)":$'),
-    "callable_key": re.compile(r'expects a function or a callable class: Parser key "([^"]+)":$'),
-    "class_path_problem": re.compile(r"^-?\s*Problem with given class_path '([^']+)':$"),
-    "expected": re.compile(r"Expected a (.+?)\. Got value: (.*?)(?:\. Got value: .*)?$"),
-    "expected_literal": re.compile(r"^-?\s*Expected a typing\.Literal\[(.*)\]$"),
-    # a short class name that matches no loaded class is read as a path
-    "not_a_path": re.compile(r"Expected a path but (\S+) either not accessible or invalid"),
-    "none_expected": re.compile(r"^-?\s*Expected a <class 'NoneType'>$"),
-    "literal": re.compile(r"typing\.Literal\[(.*)\]$"),
-    "class_repr": re.compile(r"<class '(?:[\w]+\.)*(\w+)'>"),
-    "union": re.compile(r"Does not validate against any of the Union subtypes"),
-    "union_subtype": re.compile(r"Subtypes: \[<class '[\w.]*?(\w+)'>"),
-    "given_value": re.compile(r"^\s*Given value: (.*)$"),
-    "given_class_path": re.compile(r"Given value: Namespace\(class_path='([^']+)'"),
-    # Python's import errors, reported inside jsonargparse's report.
-    "no_attribute": re.compile(r"module '([\w.]+)' has no attribute '(\w+)'"),
-    "no_module": re.compile(r"No module named '([\w.]+)'"),
-    # PyTorch: an exception re-raised from a DataLoader worker.
-    "worker_traceback": re.compile(r"Original Traceback"),
-    "exception_prefix": re.compile(r"^[\w.]+(Error|Exception): "),
-    # PyTorch (and LARS): an optimiser refusing its learning rate; a convolution refusing
-    # its input channels (read by runtime/preflight.py).
-    "invalid_lr": re.compile(r"(?:learning rate:?|\blr must be [^,]*, got)\s*(\S+)", re.IGNORECASE),
-    "conv_channels": re.compile(r"to have (\d+) channels, but got (\d+) channels"),
-}

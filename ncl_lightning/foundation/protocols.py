@@ -14,7 +14,7 @@ Who provides and who calls each:
 * [`ClassLabels`][] (every DataModule; 0 when no class labels): ``FeatureStatistics``,
   the CLI's link into ``model.init_args.num_classes``.
 * [`ImageShape`][] (image DataModules, dSprites): the CLI's links into the backbone,
-  ``runtime.preflight.example_batch``.
+  ``methods.preflight.example_batch``.
 * [`MultiViewData`][] (image DataModules, dSprites, sparse coding): ``ncl-cli``
   (``n_views`` against the method's ``views_per_image``).
 * [`CleanData`][] (image DataModules, dSprites): the kNN monitor's bank,
@@ -25,11 +25,15 @@ Who provides and who calls each:
 * [`MultipleTestSets`][] (``ImageNetOODDataModule``): ``OODReport``, ``Classifier``.
 * [`GroundTruthDictionary`][] (``SparseCodingDataModule``): ``WarmStart``,
   ``DictionaryRecoveryMonitor``, the landscape study.
+
+Two protocols are not DataModule extras: the non-finite guard attaches itself to the
+module it guards ([`FiniteCheckHost`][]), and the training step calls what it was given
+([`FiniteCheck`][]).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from torch import Tensor
@@ -183,3 +187,33 @@ __all__ = [
     "ViewData",
     "require_extra",
 ]
+
+
+@runtime_checkable
+class FiniteCheck(Protocol):
+    """What a training step calls to judge its loss (the non-finite guard)."""
+
+    def check_loss(self, module: Any, loss: Any) -> bool:
+        """Judge at once: ``True`` when finite; otherwise stop (raises) or skip (``False``)."""
+        ...
+
+    def check_loss_later(self, module: Any, loss: Any) -> bool:
+        """Judge on the device, the verdict read at the next batch; ``True`` under a trainer."""
+        ...
+
+    def after_finite(self, effect: Callable[[], None]) -> None:
+        """Run ``effect`` once the batch is known to be finite (dropped if it is not)."""
+        ...
+
+    def judge_pending(self, module: Any) -> None:
+        """Read the deferred verdict now, while the batch's gradients still exist."""
+        ...
+
+
+@runtime_checkable
+class FiniteCheckHost(Protocol):
+    """A module the guard attaches itself to (a ``TrainableModule``)."""
+
+    def attach_finite_check(self, check: FiniteCheck) -> None:
+        """Use ``check`` for the training steps run by the module's current trainer."""
+        ...

@@ -6,8 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ncl_lightning.foundation.validation import check_positive
-from ncl_lightning.losses.normalize import normalize_rows
-from ncl_lightning.losses.pairs import view_pairs
+from ncl_lightning.losses.pairs import normalize_rows, view_pairs
 
 
 def info_nce(

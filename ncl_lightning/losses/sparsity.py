@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from ncl_lightning.foundation.validation import check_at_least, check_positive
 from ncl_lightning.losses.info_nce import info_nce
-from ncl_lightning.losses.normalize import normalize_rows
+from ncl_lightning.losses.pairs import normalize_rows
 
 L1_WEIGHT = 0.1
 """Default λ of [`info_nce_l1`][ncl_lightning.losses.info_nce_l1]. Neither the NCL

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ncl_lightning.losses.normalize import normalize_rows
-from ncl_lightning.losses.pairs import view_pairs
+from ncl_lightning.losses.pairs import normalize_rows, view_pairs
 
 
 def spectral_contrastive(z1: Tensor, z2: Tensor, gather_distributed: bool = True) -> Tensor:

@@ -33,7 +33,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.methods.finite_checks import GRAD_ABOVE_LIMIT, GRAD_NONFINITE
+from ncl_lightning.methods.guard import grad_code
 
 GRAPH_MODES = {"compiled": "default", "graphs": "reduce-overhead"}
 """``step_mode`` -> ``torch.compile`` mode."""
@@ -89,15 +89,9 @@ def check_capturable(trainer: Any, optimizers: list[Any], lars: type) -> None:
 
 
 def judge_gradients(code: Tensor, grads: list[Tensor], limit: float | None) -> Tensor:
-    """The step's code ``[]``: the loss code, or the gradient code (non-finite norm; above
-    ``limit``) where that is larger: the deferred guard's codes
-    (`ncl_lightning.methods.finite_checks`)."""
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
-    finite = total.isfinite()
-    grad = torch.where(finite, 0.0, GRAD_NONFINITE)
-    if limit is not None:
-        grad = torch.maximum(grad, torch.where(finite & (total > limit), GRAD_ABOVE_LIMIT, 0.0))
-    return torch.maximum(code, grad)
+    """The step's code ``[]``: the loss code, or the gradient code
+    ([`grad_code`][ncl_lightning.methods.guard.grad_code]) where that is larger."""
+    return torch.maximum(code, grad_code(grads, limit))
 
 
 def settle_buffers(code: Tensor, buffers: list[Tensor], backup: list[Tensor]) -> Tensor:

@@ -2,7 +2,7 @@
 [`ConfigError`][ncl_lightning.foundation.errors.ConfigError] messages of the form
 ``<key> must be ..., got <value>`` naming the ``__init__`` argument (the key under
 ``model.init_args`` in a config). The checks that need the built model and
-the data are [`ncl_lightning.runtime.preflight.preflight`][].
+the data are [`ncl_lightning.methods.preflight.preflight`][].
 """
 
 from __future__ import annotations

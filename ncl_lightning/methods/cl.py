@@ -42,7 +42,7 @@ class CL(SSLMethod):
     Attributes:
         default_loss: Class value: the loss when ``loss`` is ``None``. A subclass changes
             its default loss here, never with ``kwargs.setdefault("loss", ...)``, which
-            ``ncl-cli`` would override (``ncl_lightning.runtime.subclass_defaults``).
+            ``ncl-cli`` would override (``ncl_lightning.methods.subclass_defaults``).
     """
 
     default_loss: ClassVar[str] = "info_nce"

@@ -11,6 +11,8 @@ installs it; a plain ``Trainer`` gets it from the module's ``configure_callbacks
   step, the epoch, the batch and the file.
 * ``skip``: the batch changes nothing (weights, optimiser state, buffers, probe metrics,
   kNN bank); ``train/skipped_nonfinite`` counts skipped batches, one warning per epoch.
+  ``skip`` is meant for a rare bad batch: a run that skips every batch of an epoch,
+  [`CONSECUTIVE_SKIP_LIMIT`][] batches in a row, or every batch it ran, stops all the same.
 
 A finite loss is also refused when its gradients are not finite or, with
 ``grad_norm_limit``, too large (under a ``GradScaler`` non-finite gradients are the
@@ -22,50 +24,235 @@ Lightning still counts its step.
 
 Two ways to check, with the same guarantees (the site's reliability page, "Numerical
 faults", details them): **deferred** ([`NonFiniteGuard.check_loss_later`][], the
-self-supervised methods): the codes are computed and agreed on the device, the weights and
-optimiser state copied before the step (``
-StepSnapshot``), and the verdict read at the start of the next batch (or before
-validation, a checkpoint, the end of an epoch or of training) by
-[`NonFiniteGuard.resolve`][], which undoes a non-finite batch; no host synchronisation
-in the step. **Immediate** ([`NonFiniteGuard.check_loss`][], the NCE classifier, whose
-per-step metrics are logged in the step): one host synchronisation in the training step
-and one before the optimiser step.
+self-supervised methods): a code is computed and agreed on the device, the weights and
+optimiser state copied before the step (``methods.rollback``), the code copied to pinned
+host memory ([`Verdict`][]) and read at the start of the next batch (or before validation,
+a checkpoint, the end of an epoch or of training) by [`NonFiniteGuard.resolve`][], which
+undoes a non-finite batch; no host synchronisation in the step. **Immediate**
+([`NonFiniteGuard.check_loss`][], the NCE classifier, whose per-step metrics are logged in
+the step): one host synchronisation in the training step and one before the optimiser step.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.components import FiniteCheckHost
-from ncl_lightning.foundation.internals import attached_trainer
+from ncl_lightning.foundation.errors import NonFiniteLossError, UsageError
+from ncl_lightning.foundation.internals import attached_trainer, batch_index
 from ncl_lightning.foundation.options import NonFiniteLoss
-from ncl_lightning.methods.finite_checks import (
-    LOSS_SCALE,
-    PARAMETER,
-    checked_tensors,
-    describe_gradients,
-    describe_loss,
-    grad_code,
-    loss_code,
-    module_tensors,
-    nonfinite_parameter_error,
-    scale_hint,
-)
-from ncl_lightning.methods.rollback import StepSnapshot, Verdict
-from ncl_lightning.methods.skips import HINT, LAST_FINITE_NAME, SkipOrStop, last_finite_path
-from ncl_lightning.methods.skips import where as _where
+from ncl_lightning.foundation.protocols import FiniteCheck, FiniteCheckHost
+from ncl_lightning.methods.rollback import StepSnapshot
 
 CHECKPOINT_KEY = "nonfinite_skipped"
+LAST_FINITE_NAME = "last-finite.ckpt"
+HINT = "set model.init_args.nonfinite_loss: skip to skip such batches"
+CONSECUTIVE_SKIP_LIMIT = 100
+"""Skipped batches in a row that stop a ``skip`` run: no rare bad batch any more."""
 MAX_PENDING = 2
 """Captured steps whose verdict may still be on its way to the host: the guard judges a
 verdict once it is ready, and waits for the oldest only past this many."""
+SMALL_TEMPERATURE = 1e-3
+"""Below it the fault message names the temperature (the loss and its gradients scale as
+1 / temperature; the papers train at 0.05 to 0.5)."""
+
+# Codes of the loss check (max-reduced over ranks: the highest wins; a NaN loss often comes
+# with NaN running statistics, and the loss is what the user sees) ...
+BUFFER, LOSS_INF, LOSS_NAN, PARAMETER = 1.0, 2.0, 3.0, 4.0
+# ... and of the gradient check. A deferred step's one code is LOSS_SCALE x the loss code,
+# else the gradient code.
+GRAD_ABOVE_LIMIT, GRAD_NONFINITE = 1.0, 2.0
+LOSS_SCALE = 10.0
+
+
+# -- the codes, computed on the device ------------------------------------------------
+def checked(
+    params: Iterable[Tensor], buffers: Iterable[Tensor]
+) -> tuple[list[Tensor], list[Tensor]]:
+    """The floating, non-empty parameters and buffers: what must stay finite."""
+    params = [p for p in params if p.is_floating_point() and p.numel()]
+    return params, [b for b in buffers if b.is_floating_point() and b.numel()]
+
+
+def loss_code(
+    module: nn.Module, value: Tensor, tensors: tuple[list[Tensor], list[Tensor]] | None = None
+) -> Tensor:
+    """The loss check's code ``[]``: loss, then parameters and buffers (one multi-tensor
+    max-norm over both); ``tensors``: ``module``'s [`checked`][] tensors, when listed."""
+    code = torch.where(
+        value.isnan().any(), LOSS_NAN, torch.where(value.isinf().any(), LOSS_INF, 0.0)
+    ).float()
+    params, buffers = tensors or checked(module.parameters(), module.buffers())
+    if params or buffers:
+        norms = torch.stack(torch._foreach_norm(params + buffers, float("inf")))
+        for part, bad in ((norms[: len(params)], PARAMETER), (norms[len(params) :], BUFFER)):
+            if part.numel():
+                code = torch.maximum(code, torch.where(part.max().isfinite(), 0.0, bad))
+    return code
+
+
+def grad_code(grads: list[Tensor], limit: float | None, scaled: bool = False) -> Tensor:
+    """The gradient check's code ``[]`` over ``grads`` (not empty): a non-finite norm
+    (unless a ``GradScaler`` handles it: ``scaled``), a norm above ``limit``."""
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
+    finite = total.isfinite()
+    code = torch.zeros_like(total) if scaled else torch.where(finite, 0.0, GRAD_NONFINITE)
+    if limit is not None:
+        code = torch.maximum(code, torch.where(finite & (total > limit), GRAD_ABOVE_LIMIT, 0.0))
+    return code
+
+
+# -- what a fault is called (read on the host, once a fault is known) -------------------
+def first_nonfinite(named: list[tuple[str, Tensor]]) -> tuple[str, str] | None:
+    """``(name, "nan" | "inf")`` of the first tensor with a non-finite element, else None."""
+    for name, t in named:
+        if not torch.isfinite(t).all():
+            return name, "nan" if t.isnan().any() else "inf"
+    return None
+
+
+def checked_tensors(
+    module: nn.Module,
+) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
+    """Floating, non-empty ``(parameters, buffers)`` by name: what must stay finite."""
+
+    def keep(named: Any) -> list[tuple[str, Tensor]]:
+        return [(n, t.detach()) for n, t in named if t.is_floating_point() and t.numel()]
+
+    return keep(module.named_parameters()), keep(module.named_buffers())
+
+
+def scale_hint(module: nn.Module) -> str:
+    """``; the loss scales as 1/temperature = ...`` for a method whose temperature is
+    small enough to be the cause of an overflow, else ``""``."""
+    hparams = getattr(module, "hparams", None)
+    temperature = hparams.get("temperature") if hasattr(hparams, "get") else None
+    if isinstance(temperature, int | float) and 0 < temperature < SMALL_TEMPERATURE:
+        return (
+            f"; the loss and its gradients scale as 1/temperature = {1 / temperature:.3g}: "
+            "raise model.init_args.temperature (typical: 0.05 to 0.5)"
+        )
+    return ""
+
+
+def describe_loss(flag: float, value: Tensor | None, module: nn.Module) -> str:
+    """``non-finite loss (nan)`` or ``non-finite buffer <name> (inf)`` for code ``flag``,
+    then the [`scale_hint`][]."""
+    if flag == BUFFER:
+        culprit = first_nonfinite(checked_tensors(module)[1])
+        what = f"buffer {culprit[0]} ({culprit[1]})" if culprit else "buffer on another rank"
+    elif value is not None and value.numel() == 1 and not value.isfinite().all():
+        what = f"loss ({value.float().item()})"  # "nan", "inf" or "-inf" of this rank
+    else:  # this rank's loss is fine; another's is not
+        what = f"loss ({'nan' if flag == LOSS_NAN else 'inf'})"
+    return f"non-finite {what}{scale_hint(module)}"
+
+
+def describe_gradients(flag: float, module: nn.Module) -> str:
+    """What was wrong with the gradients."""
+    named = [(n, p.grad) for n, p in module.named_parameters() if p.grad is not None]
+    if not named:  # a captured step: its gradients are gone by the time it is judged
+        if flag == GRAD_NONFINITE:
+            return f"non-finite gradient norm{scale_hint(module)}"
+        return f"gradient norm above grad_norm_limit {module.grad_norm_limit}"  # type: ignore[attr-defined]
+    culprit = first_nonfinite(named)
+    if culprit is not None:
+        return f"non-finite gradient of {culprit[0]} ({culprit[1]})"
+    grads = [g for _, g in named]
+    if flag == GRAD_NONFINITE:  # finite elements whose squared sum overflows
+        peaks = torch.stack(torch._foreach_norm(grads, float("inf"))).float()
+        top = int(peaks.argmax())
+        return (
+            f"gradient norm overflows float32 (largest element: {named[top][0]} "
+            f"{float(peaks[top]):.3g}){scale_hint(module)}"
+        )
+    norms = torch.stack(torch._foreach_norm(grads)).float()
+    largest = int(norms.nan_to_num(posinf=0.0).argmax())
+    name = f"largest: {named[largest][0]} {float(norms[largest]):.3g}"
+    total, limit = float(torch.linalg.vector_norm(norms)), module.grad_norm_limit  # type: ignore[attr-defined]
+    return f"gradient norm {total:.3g} above grad_norm_limit {limit} ({name})"
+
+
+def nonfinite_parameter_error(module: nn.Module, where: str) -> NonFiniteLossError:
+    """The error for a parameter an optimiser step made non-finite from finite gradients:
+    no finite state is left to save."""
+    culprit = first_nonfinite(checked_tensors(module)[0])
+    what = f"parameter {culprit[0]} ({culprit[1]})" if culprit else "parameter on another rank"
+    return NonFiniteLossError(
+        f"non-finite {what} at {where}, from an optimiser step with finite gradients; "
+        "training stopped; no finite state left to save: resume from an earlier "
+        "checkpoint with a lower learning rate or set model.init_args.grad_norm_limit"
+    )
+
+
+def where(trainer: L.Trainer | None) -> str:
+    """``step S (epoch E, batch B)`` of the batch being trained."""
+    if trainer is None:
+        return "training_step"
+    step, epoch = trainer.global_step, trainer.current_epoch
+    return f"step {step} (epoch {epoch}, batch {batch_index(trainer)})"
+
+
+def last_finite_path(trainer: L.Trainer) -> Path:
+    """``<ModelCheckpoint dirpath>/last-finite.ckpt``, else under
+    ``<default_root_dir>/checkpoints``."""
+    callback = trainer.checkpoint_callback
+    folder = getattr(callback, "dirpath", None) if callback is not None else None
+    if not folder:
+        folder = Path(trainer.default_root_dir) / "checkpoints"
+    return Path(folder) / LAST_FINITE_NAME
+
+
+# -- the verdict on its way to the host -------------------------------------------------
+@dataclass
+class Verdict:
+    """The code of one step on its way to the host, and what waits on it.
+
+    Attributes:
+        where: ``"step S (epoch E, batch B)"`` of the step, for the messages.
+        stepped: Whether the optimiser stepped in that batch (a snapshot to restore).
+        effects: Callables to run once the step is known to be finite (adding the batch
+            to the kNN bank, updating the online probe's training accuracy).
+        loss: The step's loss, to name its value in a message.
+    """
+
+    where: str
+    stepped: bool
+    effects: list[Callable[[], None]] = field(default_factory=list)
+    loss: Tensor | None = None
+    _host: Tensor | None = None
+    _event: Any = None
+
+    def publish(self, code: Tensor) -> None:
+        """Start the copy of ``code`` (a 0-d device tensor) to pinned host memory."""
+        if code.device.type == "cuda":
+            self._host = torch.empty((), dtype=code.dtype, pin_memory=True)
+            self._host.copy_(code, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+        else:
+            self._host = code.detach().clone()
+
+    def ready(self) -> bool:
+        """Whether the device has written the code (``read`` would not wait)."""
+        return self._event is None or bool(self._event.query())
+
+    def read(self) -> float:
+        """The code, once the device has written it (long done by the next batch)."""
+        if self._event is not None:
+            self._event.synchronize()
+        if self._host is None:
+            return 0.0
+        return float(self._host.numpy())  # host memory: no device synchronisation
 
 
 @runtime_checkable
@@ -78,20 +265,7 @@ class GuardedModule(Protocol):
     captures_step: bool
 
 
-def _scaled(trainer: L.Trainer) -> bool:
-    """Whether a ``GradScaler`` handles non-finite gradients (``precision: 16-mixed``)."""
-    return getattr(trainer.precision_plugin, "scaler", None) is not None
-
-
-def _agree(trainer: L.Trainer | None, code: Tensor) -> int:
-    """The largest ``code`` over the ranks, on the host: the guard's one collective and host
-    synchronisation per check."""
-    if trainer is not None and trainer.world_size > 1:
-        code = trainer.strategy.reduce(code, reduce_op="max")
-    return int(code.item())
-
-
-class NonFiniteGuard(SkipOrStop, Callback):
+class NonFiniteGuard(Callback):
     """Stop or skip on a non-finite loss, gradient, buffer or parameter (module docstring).
 
     The module's training step ends with::
@@ -103,12 +277,9 @@ class NonFiniteGuard(SkipOrStop, Callback):
 
     which call [`check_loss_later`][] ([`check_loss`][]) and [`after_finite`][] of
     the guard the module was given: the guard attaches itself at ``setup``
-    ([`FiniteCheckHost`][ncl_lightning.foundation.components.FiniteCheckHost]).
+    ([`FiniteCheckHost`][ncl_lightning.foundation.protocols.FiniteCheckHost]).
     Modules without ``nonfinite_loss``, ``grad_norm_limit`` and ``last_step_skipped``
     ([`GuardedModule`][]) are left alone.
-
-    A ``skip`` run that skips every batch stops all the same
-    (``SkipOrStop``).
 
     Attributes:
         skipped_total: Batches skipped over the run (saved in checkpoints, restored on
@@ -116,67 +287,70 @@ class NonFiniteGuard(SkipOrStop, Callback):
     """
 
     def __init__(self) -> None:
-        SkipOrStop.__init__(self)
-        self._buffer_copy: list[Tensor] | None = None
+        self.skipped_total = 0
+        self._skipped_epoch = self._batches_epoch = 0  # skipped / run in the current epoch
+        self._skipped_run = self._batches_run = 0  # ... and in this run (this process)
+        self._in_a_row = 0  # batches skipped since the last one known to be finite
+        self._last_skip = ""  # what the last skipped batch had, and where
+        self._skipped_since_step = 0  # micro-batches since the last optimiser step, skipped ...
+        self._finite_since_step = 0  # ... and finite
+        self._skips_before_batch = 0
+        self._unlogged_skip = False
+        # Read once per fit, not per hook: the module's kind and the trainer's scaler.
+        self._guarded = self._captures = self._scaled = False
+        self._tensors: tuple[Any, ...] | None = None
         # The deferred check (check_loss_later): this batch's code and effects, and the
-        # verdict of the last batch, read at the start of the next one.
+        # verdicts of earlier batches, read at the start of the next one.
         self._code: Tensor | None = None
         self._loss: Tensor | None = None
         self._effects: list[Callable[[], None]] = []
         self._pending: Verdict | None = None
         self._queue: deque[Verdict] = deque()  # captured steps' verdicts, oldest first
         self._snapshot = StepSnapshot()
-        self._tensors: tuple[nn.Module, list[Tensor], list[Tensor]] | None = None
-        self._skips_before_batch = 0
 
+    # -- set-up, once per fit -----------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Attach to the module: its training steps call this guard."""
         self._tensors = None
+        self._guarded = isinstance(pl_module, GuardedModule)  # a runtime Protocol: costly
         if isinstance(pl_module, FiniteCheckHost):
             pl_module.attach_finite_check(self)
 
-    def _listed(self, module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
-        """``module``'s parameters and buffers, listed at its first training batch of the
-        fit (a walk of the module tree costs thousands of Python calls: not every step)."""
-        if self._tensors is None or self._tensors[0] is not module:
-            self._tensors = (module, *module_tensors(module))
-        return self._tensors[1], self._tensors[2]
-
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """List the module's tensors anew: the strategy has set the module up."""
+        """List the module's tensors anew (the strategy has set the module up) and read
+        whether its step is captured (decided at ``on_fit_start``)."""
         self._tensors = None
+        self._captures = self._guarded and bool(pl_module.captures_step)  # type: ignore[attr-defined]
+        self._scaled = getattr(trainer.precision_plugin, "scaler", None) is not None
 
-    # -- buffers ----------------------------------------------------------------------
+    def _listed(self, module: nn.Module) -> tuple[Any, ...]:
+        """``module``'s parameters, buffers and [`checked`][] tensors, listed at its first
+        training batch of the fit (a walk of the module tree costs thousands of Python
+        calls: not every step)."""
+        if self._tensors is None or self._tensors[0] is not module:
+            params, buffers = list(module.parameters()), list(module.buffers())
+            self._tensors = (module, params, buffers, checked(params, buffers))
+        return self._tensors[1:]
+
+    def _agree(self, trainer: L.Trainer | None, code: Tensor) -> Tensor:
+        """The largest ``code`` over the ranks (on the device)."""
+        if trainer is not None and trainer.world_size > 1:
+            code = trainer.strategy.reduce(code, reduce_op="max")
+        return code
+
+    # -- per batch ------------------------------------------------------------------------
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        """Judge the previous batch (deferred check), then copy the buffers, to restore
-        them if this batch is not finite."""
-        if not isinstance(pl_module, GuardedModule):
+        """Judge the previous batches (deferred check), then copy the buffers, to restore
+        them if this batch is not finite (a captured step does that in its graph)."""
+        if not self._guarded:
             return
-        if pl_module.captures_step:  # buffers are put back in the step's own graph
-            self.resolve(trainer, pl_module, wait=False)
-            self._skips_before_batch = self.skipped_total
-            return
-        self.resolve(trainer, pl_module)
+        self.resolve(trainer, pl_module, wait=not self._captures)
         self._skips_before_batch = self.skipped_total
-        buffers = self._listed(pl_module)[1]  # no autograd history: copied as they are
-        copy = self._buffer_copy
-        if copy is not None and [(c.device, c.dtype, c.shape) for c in copy] == [
-            (b.device, b.dtype, b.shape) for b in buffers
-        ]:
-            if buffers:
-                torch._foreach_copy_(copy, buffers)
-        else:  # first batch, or the module moved or changed since
-            self._buffer_copy = [b.clone() for b in buffers]
+        if not self._captures:
+            self._snapshot.take_buffers(self._listed(pl_module)[1])
 
-    @torch.no_grad()
-    def _restore_buffers(self, module: nn.Module) -> None:
-        buffers, copy = self._listed(module)[1], self._buffer_copy
-        if copy is not None and buffers and len(copy) == len(buffers):
-            torch._foreach_copy_(buffers, copy)
-
-    # -- the training step's check ----------------------------------------------------
     def check_loss(self, module: L.LightningModule, loss: Tensor) -> bool:
         """``True`` when ``loss``, the buffers and the parameters are finite on every rank;
         otherwise stop or skip (non-finite parameters always stop).
@@ -194,22 +368,18 @@ class NonFiniteGuard(SkipOrStop, Callback):
                 that an earlier optimiser step made non-finite.
         """
         value = loss.detach()
-        code = loss_code(module, value)
         trainer = attached_trainer(module)
-        flag = _agree(trainer, code)
+        flag = int(self._agree(trainer, loss_code(module, value)).item())
         if flag == 0:
             self._finite_since_step += 1
             return True
-        params, buffers = checked_tensors(module)
         if flag == PARAMETER:
-            raise nonfinite_parameter_error(params, _where(trainer))
-        what = describe_loss(flag, value, buffers, scale_hint(module))
-        self._restore_buffers(module)
-        return self._skip_or_stop(module, what)
+            raise nonfinite_parameter_error(module, where(trainer))
+        self._snapshot.restore_buffers()
+        return self._skip_or_stop(module, describe_loss(flag, value, module))
 
-    # -- the deferred check -------------------------------------------------------------
     def check_loss_later(self, module: L.LightningModule, loss: Tensor) -> bool:
-        """[`check_loss`][] without waiting: the codes are computed on the device and the
+        """[`check_loss`][] without waiting: the code is computed on the device and the
         verdict read at the start of the next batch ([`resolve`][]), which stops or
         skips as [`check_loss`][] would, after putting back the weights, optimiser state
         and buffers from before this batch. Returns ``True``; without a trainer (a step
@@ -217,7 +387,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
         if attached_trainer(module) is None:
             return self.check_loss(module, loss)
         value = loss.detach()
-        code = LOSS_SCALE * loss_code(module, value, self._listed(module))
+        code = LOSS_SCALE * loss_code(module, value, self._listed(module)[2])
         self._code = code if self._code is None else torch.maximum(self._code, code)
         self._loss = value
         return True
@@ -238,18 +408,70 @@ class NonFiniteGuard(SkipOrStop, Callback):
         the device to leave the weights, optimiser state and buffers as they were if it is
         not 0), on its way to the host; ``effect`` runs once it is read as finite. Judged
         when ready ([`resolve`][]): no host wait in the step."""
-        verdict = Verdict(_where(module.trainer), False, [effect] if effect else [], None)
+        verdict = Verdict(where(module.trainer), False, [effect] if effect else [], None)
         verdict.publish(code)
         self._queue.append(verdict)
 
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        """Check the gradients; drop them when every batch since the last step was skipped
+        (or the gradients are skipped now), so the optimiser moves nothing: no momentum,
+        weight decay or moment update. Sets the module's ``last_step_skipped``.
+
+        After a deferred check ([`check_loss_later`][]) nothing is decided here: the
+        gradient code joins the batch's code, the weights and optimiser state are copied
+        and the verdict goes to the host, to be read at the start of the next batch."""
+        if not self._guarded or self._captures:
+            return  # a captured step judges its gradients in its own graph
+        limit = pl_module.grad_norm_limit  # type: ignore[attr-defined]
+        if self._code is not None:
+            params = self._listed(pl_module)[0]
+            grads = [p.grad for p in params if p.grad is not None]
+            if grads:
+                self._code = torch.maximum(self._code, grad_code(grads, limit, self._scaled))
+            self._snapshot.take(pl_module, optimizer, params)
+            self._publish(trainer, self._code, stepped=True)
+            pl_module.last_step_skipped = False
+            return
+        skipped = self._skipped_since_step > 0 and self._finite_since_step == 0
+        if not skipped:  # one host synchronisation (and one small all-reduce under DDP)
+            grads = [p.grad for p in pl_module.parameters() if p.grad is not None]
+            code = grad_code(grads, limit, self._scaled) if grads else None
+            flag = 0 if code is None else int(self._agree(trainer, code).item())
+            if flag:
+                self._snapshot.restore_buffers()
+                skipped = not self._skip_or_stop(pl_module, describe_gradients(flag, pl_module))
+        pl_module.last_step_skipped = skipped  # type: ignore[attr-defined]
+        if skipped:
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+        self._skipped_since_step = self._finite_since_step = 0
+
     def _publish(self, trainer: L.Trainer, code: Tensor, stepped: bool) -> None:
         """Agree on ``code`` over the ranks (on the device) and send it to the host."""
-        if trainer.world_size > 1:
-            code = trainer.strategy.reduce(code, reduce_op="max")
-        verdict = Verdict(_where(trainer), stepped, self._effects, self._loss)
-        verdict.publish(code)
+        verdict = Verdict(where(trainer), stepped, self._effects, self._loss)
+        verdict.publish(self._agree(trainer, code))
         self._pending, self._code, self._loss, self._effects = verdict, None, None, []
 
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any
+    ) -> None:
+        """Send the verdict of a deferred micro-batch that did not step the optimiser
+        (gradient accumulation), and log a skip found at the start of this batch."""
+        if self._code is not None:
+            self._publish(trainer, self._code, stepped=False)
+        if self._guarded:
+            self._batches_epoch += 1
+            self._batches_run += 1
+            deferred = self._pending is not None or bool(self._queue)  # judged later
+            if not deferred and self.skipped_total == self._skips_before_batch:
+                self._in_a_row = 0
+        if self._unlogged_skip:
+            self._log_skips(pl_module)
+
+    # -- reading the verdicts -------------------------------------------------------------
     def resolve(self, trainer: L.Trainer, module: L.LightningModule, wait: bool = True) -> bool:
         """Read the verdicts of the deferred batches: run their effects if they were finite;
         otherwise put back the weights, optimiser state and buffers from before it (a
@@ -275,7 +497,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
         if flag == 0:
             if captured:
                 module.last_step_skipped = False  # type: ignore[attr-defined]
-            self._finite_batch()
+            self._in_a_row = 0
             for effect in verdict.effects:
                 effect()
             return False
@@ -290,103 +512,113 @@ class NonFiniteGuard(SkipOrStop, Callback):
         else:  # a micro-batch of an accumulation window: the window's gradients go
             for p in module.parameters():
                 p.grad = None
-        params, buffers = checked_tensors(module)
         if flag >= LOSS_SCALE and flag / LOSS_SCALE == PARAMETER:
-            raise nonfinite_parameter_error(params, verdict.where)
+            raise nonfinite_parameter_error(module, verdict.where)
         if flag >= LOSS_SCALE:
-            what = describe_loss(flag / LOSS_SCALE, verdict.loss, buffers, scale_hint(module))
+            what = describe_loss(flag / LOSS_SCALE, verdict.loss, module)
         else:
             what = describe_gradients(flag, module)
         if not captured:
-            self._restore_buffers(module)
+            self._snapshot.restore_buffers()
         self._unlogged_skip = module.nonfinite_loss == "skip"  # type: ignore[attr-defined]
         self._skip_or_stop(module, what, verdict.where, log=False)
         return True
 
-    # -- gradients --------------------------------------------------------------------
-    def _gradients_are_fine(self, trainer: L.Trainer, module: L.LightningModule) -> bool:
-        """``True`` when the gradient norm is finite (unless a ``GradScaler`` handles that)
-        and within ``grad_norm_limit`` on every rank; otherwise stop or skip.
-
-        One host synchronisation (and one small all-reduce under DDP).
-        """
-        code = grad_code(module, _scaled(trainer))
-        if code is None:
-            return True
-        flag = _agree(trainer, code)
-        if flag == 0:
-            return True
-        self._restore_buffers(module)
-        return self._skip_or_stop(module, describe_gradients(flag, module))
-
-    def on_before_optimizer_step(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
-    ) -> None:
-        """Check the gradients; drop them when every batch since the last step was skipped
-        (or the gradients are skipped now), so the optimiser moves nothing: no momentum,
-        weight decay or moment update. Sets the module's ``last_step_skipped``.
-
-        After a deferred check ([`check_loss_later`][]) nothing is decided here: the
-        gradient code joins the batch's code, the weights and optimiser state are copied
-        (``StepSnapshot``) and the verdict goes to the
-        host, to be read at the start of the next batch."""
-        if not isinstance(pl_module, GuardedModule) or pl_module.captures_step:
-            return  # a captured step judges its gradients in its own graph
-        if self._code is not None:
-            params = self._listed(pl_module)[0]
-            code = grad_code(pl_module, _scaled(trainer), params)
-            if code is not None:
-                self._code = torch.maximum(self._code, code)
-            self._snapshot.take(pl_module, optimizer, params)
-            self._publish(trainer, self._code, stepped=True)
-            pl_module.last_step_skipped = False
-            return
-        skipped = self._skipped_since_step > 0 and self._finite_since_step == 0
-        if not skipped and not self._gradients_are_fine(trainer, pl_module):
-            skipped = True
-        pl_module.last_step_skipped = skipped
-        if skipped:
-            for group in optimizer.param_groups:
-                for p in group["params"]:
-                    p.grad = None
-        self._skipped_since_step = self._finite_since_step = 0
-
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any
-    ) -> None:
-        """Send the verdict of a deferred micro-batch that did not step the optimiser
-        (gradient accumulation), and log a skip found at the start of this batch."""
-        if self._code is not None:
-            self._publish(trainer, self._code, stepped=False)
-        deferred = self._pending is not None or bool(self._queue)  # judged later
-        if isinstance(pl_module, GuardedModule):
-            self._batch_ran()
-            if not deferred and self.skipped_total == self._skips_before_batch:
-                self._finite_batch()
-        if self._unlogged_skip:
-            self._log_skips(pl_module)
-
     def judge_pending(self, module: L.LightningModule) -> None:
         """Read the deferred verdict now: called by the module before Lightning sets its
         gradients to ``None`` for validation, so a non-finite gradient can be named."""
-        if isinstance(module, GuardedModule):
+        if self._guarded:
             self.resolve(module.trainer, module)
 
+    # -- skip or stop ---------------------------------------------------------------------
+    def _skip_or_stop(
+        self, module: L.LightningModule, what: str, at: str | None = None, log: bool = True
+    ) -> bool:
+        """Count a skip and return ``False`` (``nonfinite_loss: skip``), or save the last
+        finite state and raise ``NonFiniteLossError("<what> at step ...")``."""
+        trainer = attached_trainer(module)
+        located = at is not None or trainer is not None
+        fault = f"{what} at {at or where(trainer)}" if located else f"{what} in training_step"
+        if module.nonfinite_loss != "skip":  # type: ignore[attr-defined]
+            self._stop(module, fault, HINT)
+        self._skipped_since_step += 1
+        self.skipped_total += 1
+        self._skipped_epoch += 1
+        self._skipped_run += 1
+        self._in_a_row += 1
+        self._last_skip = fault
+        if log:
+            self._log_skips(module)
+        if self._in_a_row >= CONSECUTIVE_SKIP_LIMIT:
+            self._stop_skipping(module, f"{self._in_a_row} batches in a row")
+        return False
+
+    def _log_skips(self, module: L.LightningModule) -> None:
+        self._unlogged_skip = False
+        module.log(
+            "train/skipped_nonfinite",
+            float(self.skipped_total),
+            on_step=False,
+            on_epoch=True,
+            reduce_fx="max",
+            sync_dist=True,
+        )
+
+    def _stop(self, module: L.LightningModule, what: str, hint: str) -> None:
+        """Save the last finite state (every rank takes part) and raise."""
+        trainer = attached_trainer(module)
+        if trainer is None:
+            raise NonFiniteLossError(f"{what}; {hint}")
+        path = last_finite_path(trainer)
+        trainer.save_checkpoint(path)  # collective: every rank calls it, rank 0 writes
+        raise NonFiniteLossError(
+            f"{what}; training stopped; last finite state saved to {path}; {hint}"
+        )
+
+    def _stop_skipping(self, module: L.LightningModule, how_many: str) -> None:
+        self._stop(
+            module,
+            f"nonfinite_loss: skip skipped {how_many}, nothing trained (last: {self._last_skip})",
+            "a fault in every batch is no rare bad batch: fix its cause (a temperature or "
+            "learning rate too small or too large, the data) rather than skip it",
+        )
+
+    # -- epoch, training and checkpoint ends ----------------------------------------------
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Judge the last deferred batch before validation reads the kNN bank."""
         self.judge_pending(pl_module)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if isinstance(pl_module, GuardedModule):
+        """Judge the epoch's last batch, warn about its skips; stop when every batch of it
+        was skipped."""
+        if self._guarded:
             self.resolve(trainer, pl_module)  # before the epoch's metrics are computed
             if self._unlogged_skip:
                 self._log_skips(pl_module)
-        self._end_epoch(trainer, pl_module)
+        skipped, batches = self._skipped_epoch, self._batches_epoch
+        self._skipped_epoch = self._batches_epoch = 0
+        if not skipped:
+            return
+        if skipped >= batches:
+            self._stop_skipping(
+                pl_module, f"every batch of epoch {trainer.current_epoch} ({skipped} of {batches})"
+            )
+        rank_zero_warn(
+            f"epoch {trainer.current_epoch}: skipped {skipped} batch(es) with "
+            f"a non-finite loss, buffer or gradient ({self.skipped_total} in all; "
+            "nonfinite_loss: skip)"
+        )
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if isinstance(pl_module, GuardedModule):
-            self.resolve(trainer, pl_module)
-            self._end_training(pl_module)
+        """Judge the last batch; stop when this run skipped every batch it ran."""
+        if not self._guarded:
+            return
+        self.resolve(trainer, pl_module)
+        if self._batches_run and self._skipped_run >= self._batches_run:
+            self._stop_skipping(
+                pl_module,
+                f"every batch of this run ({self._skipped_run} of {self._batches_run})",
+            )
 
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
@@ -395,8 +627,7 @@ class NonFiniteGuard(SkipOrStop, Callback):
         the checkpoint (weights and optimiser state as they were before it); a stop raises
         here, so the checkpoint with the non-finite step is never written."""
         waiting = self._pending is not None or bool(self._queue)
-        pending = waiting and isinstance(pl_module, GuardedModule)
-        if pending and self.resolve(trainer, pl_module):  # stop: last-finite.ckpt, raises
+        if waiting and self._guarded and self.resolve(trainer, pl_module):
             checkpoint["state_dict"] = trainer.strategy.lightning_module_state_dict()
             if "optimizer_states" in checkpoint:  # not in a weights-only save
                 checkpoint["optimizer_states"] = [
@@ -410,11 +641,64 @@ class NonFiniteGuard(SkipOrStop, Callback):
         self.skipped_total = int(checkpoint.get(CHECKPOINT_KEY, 0))
 
 
+# -- the module's side --------------------------------------------------------------------
+class FiniteSlot:
+    """The finite check a module's training steps use: the guard the trainer attached, or,
+    without a trainer (a step called by hand), one the slot owns. A
+    [`TrainableModule`][ncl_lightning.methods.TrainableModule] keeps one and delegates to
+    it (a component, not a mixin). The attached guard belongs to the trainer: like the
+    trainer, it is not pickled.
+    """
+
+    def __init__(self) -> None:
+        self.attached: FiniteCheck | None = None
+        self.own: FiniteCheck | None = None  # built on first use without a trainer
+
+    def check_for(self, module: nn.Module) -> FiniteCheck:
+        """The check for ``module``'s current step.
+
+        Raises:
+            UsageError: ``module`` has a trainer but no guard among its callbacks
+                attached itself.
+        """
+        trainer = attached_trainer(module)
+        if trainer is None:
+            if self.own is None:
+                self.own = NonFiniteGuard()
+            return self.own
+        check = self.attached
+        if check is None or check not in trainer.callbacks:  # identity: no Python calls
+            raise UsageError(
+                f"{type(module).__name__}: no NonFiniteGuard among trainer.callbacks; train "
+                "with trainer.fit (configure_callbacks adds it) or add "
+                "ncl_lightning.default_callbacks() to the Trainer"
+            )
+        return check
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "attached": None}  # the trainer's callback
+
+
+def zero_loss(module: nn.Module, device: torch.device) -> Tensor:
+    """A zero loss connected to every trainable parameter of ``module``: zero gradients,
+    the same backward and all-reduce on every rank."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return torch.zeros((), device=device)
+    return sum(p.sum() for p in params) * 0.0  # type: ignore[return-value]
+
+
 __all__ = [
     "CHECKPOINT_KEY",
+    "CONSECUTIVE_SKIP_LIMIT",
     "HINT",
     "LAST_FINITE_NAME",
+    "FiniteSlot",
     "GuardedModule",
     "NonFiniteGuard",
+    "Verdict",
+    "grad_code",
     "last_finite_path",
+    "loss_code",
+    "zero_loss",
 ]

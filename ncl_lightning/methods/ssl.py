@@ -13,7 +13,7 @@ is here or in [`TrainableModule`][ncl_lightning.methods.trainable.TrainableModul
 never sees which dataset it is trained on: batches are ``(views, labels)`` for training and
 ``(images, labels)`` for evaluation. A NaN/Inf loss stops training with a checkpoint of the
 last finite state, or skips the batch (``nonfinite_loss``;
-[`ncl_lightning.methods.guard`][]), and [`preflight`][ncl_lightning.runtime.preflight.preflight]
+[`ncl_lightning.methods.guard`][]), and [`preflight`][ncl_lightning.methods.preflight.preflight]
 checks learning rates and the fit of model and data before training.
 """
 
@@ -23,12 +23,15 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
+import lightning as L
 import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from ncl_lightning.callbacks.feature_statistics import default_feature_statistics
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.internals import attached_trainer, logs_this_step, record_hparams
 from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss, StepMode, check_step_mode
@@ -36,13 +39,10 @@ from ncl_lightning.foundation.protocols import CapturableViews
 from ncl_lightning.foundation.validation import check_at_least, check_positive
 from ncl_lightning.methods.captured import CapturedStep, capture_mode, check_capturable
 from ncl_lightning.methods.checks import check_backbone
-from ncl_lightning.methods.finite_checks import LOSS_SCALE, loss_code
+from ncl_lightning.methods.guard import LOSS_SCALE, loss_code
 from ncl_lightning.methods.online import OnlineEvaluator
-from ncl_lightning.methods.trainable import (
-    FEATURE_COMPONENTS,
-    TrainableModule,
-    common_arguments,
-)
+from ncl_lightning.methods.preflight import check_batch_negatives, check_views
+from ncl_lightning.methods.trainable import TrainableModule, common_arguments, missing
 from ncl_lightning.nn.precision import autocast_off, float32
 from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.optim import LARS, decay_param_groups
@@ -200,9 +200,24 @@ class SSLMethod(TrainableModule):
                 optimizer.capture(None)
         self._captured = None
 
-    def default_components(self) -> tuple[str, ...]:
-        """The run-time components and the feature statistics of ``z``."""
-        return super().default_components() + FEATURE_COMPONENTS
+    def configure_callbacks(self) -> list[Callback]:
+        """The default callbacks and the feature statistics of ``z``
+        ([`default_feature_statistics`][ncl_lightning.callbacks.default_feature_statistics]),
+        those the trainer lacks."""
+        own = missing(attached_trainer(self), [default_feature_statistics()])
+        return [*super().configure_callbacks(), *own]
+
+    def check_data(self, datamodule: Any) -> None:
+        """[`TrainableModule.check_data`][ncl_lightning.methods.TrainableModule.check_data], and
+        the DataModule yields ``views_per_image`` views."""
+        super().check_data(datamodule)
+        check_views(type(self).__name__, self.views_per_image, datamodule)
+
+    def check_fit(self, trainer: L.Trainer, datamodule: Any) -> None:
+        """The finite schedule, and a contrastive loss gets negatives in every batch
+        ([`check_batch_negatives`][ncl_lightning.methods.preflight.check_batch_negatives])."""
+        super().check_fit(trainer, datamodule)
+        check_batch_negatives(self, datamodule, trainer.world_size)
 
     def _build_online(self, num_classes: int) -> None:
         """The online probe and kNN (none for 0 classes) and their accuracy metrics

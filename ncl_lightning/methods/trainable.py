@@ -2,10 +2,11 @@
 [`SSLMethod`][ncl_lightning.methods.SSLMethod] and
 [`Classifier`][ncl_lightning.methods.Classifier]).
 
-Cross-cutting behaviour is in run-time callbacks that read the module's typed attributes
-(``nonfinite_loss``, ``grad_norm_limit``, ``channels_last``, ``torch_compile``,
-``compile_mode``), installed by ``ncl-cli`` ([`ncl_lightning.default_callbacks`][]) or,
-on a plain ``Trainer``, by [`TrainableModule.configure_callbacks`][].
+The training semantics are the module's own Lightning hooks: the checks before a run
+([`TrainableModule.check_data`][], [`TrainableModule.check_fit`][], at ``setup``), the speed
+switches (``configure_model``), the checkpoint record (``on_save_checkpoint``). The
+non-finite guard and the final validation are callbacks the module adds when the trainer
+lacks them ([`TrainableModule.configure_callbacks`][], [`default_callbacks`][]).
 """
 
 from __future__ import annotations
@@ -20,24 +21,43 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 
-from ncl_lightning.checkpoints.record import RECORD_KEY, make_record, spec_of
-from ncl_lightning.foundation.components import FiniteCheck, missing_defaults
+from ncl_lightning.callbacks.final_validation import FinalValidation
+from ncl_lightning.checkpoints.record import spec_of
 from ncl_lightning.foundation.internals import attached_trainer, built_by_cli, record_hparams
 from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss
+from ncl_lightning.foundation.protocols import FiniteCheck
 from ncl_lightning.methods.checks import check_common_arguments
-from ncl_lightning.methods.finite import FiniteSlot, zero_loss
+from ncl_lightning.methods.guard import FiniteSlot, NonFiniteGuard, zero_loss
+from ncl_lightning.methods.preflight import example_batch, preflight
+from ncl_lightning.methods.record import write_record
+from ncl_lightning.methods.speed_switches import apply_speed_switches
 from ncl_lightning.optim import decay_param_groups
 from ncl_lightning.optim.schedule_setup import check_schedule_length, configure_warmup_cosine
 
 # Arguments taken from the DataModule attribute of the same name: ncl-cli links them
 # (data.<name> -> model.init_args.<name>); built in Python with None, at fit (setup).
 DATA_LINKED: tuple[str, ...] = ("num_classes", "batch_size")
-# Keys of the default components (foundation.components, registered by the shell) every
-# module asks for, and those a self-supervised method (``SSLMethod``) adds.
-RUN_TIME_COMPONENTS: tuple[str, ...] = (
-    "preflight", "speed_switches", "nonfinite_guard", "checkpoint_record", "final_validation",
-)  # fmt: skip
-FEATURE_COMPONENTS: tuple[str, ...] = ("feature_statistics",)
+
+
+def default_callbacks() -> list[Callback]:
+    """Fresh instances of the callbacks every fit of the package runs with: the
+    [`NonFiniteGuard`][ncl_lightning.methods.guard.NonFiniteGuard] (stop or skip on a NaN/Inf
+    loss, gradient or buffer) and the
+    [`FinalValidation`][ncl_lightning.callbacks.final_validation.FinalValidation] (the last
+    epoch validates). A module adds those the trainer lacks itself
+    ([`TrainableModule.configure_callbacks`][]): passing them is never needed.
+
+    Returns:
+        A new list of new callbacks (the guard keeps per-run state: one list per run).
+    """
+    return [NonFiniteGuard(), FinalValidation()]
+
+
+def missing(trainer: Any | None, callbacks: list[Callback]) -> list[Callback]:
+    """The ``callbacks`` whose type ``trainer`` has no instance of (a subclass counts):
+    Lightning replaces the trainer's callbacks of a type ``configure_callbacks`` returns."""
+    present = list(trainer.callbacks) if trainer is not None else []
+    return [c for c in callbacks if not any(isinstance(p, type(c)) for p in present)]
 
 
 class TrainableModule(L.LightningModule):
@@ -115,6 +135,7 @@ class TrainableModule(L.LightningModule):
         self.nonfinite_loss: NonFiniteLoss = nonfinite_loss
         self.grad_norm_limit = grad_norm_limit
         self._finite = FiniteSlot()  # the guard's check (not pickled), or the module's own
+        self.checked = False  # check_data/check_fit have run (ncl-cli runs them before fit)
 
     @staticmethod
     def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
@@ -128,7 +149,8 @@ class TrainableModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         """At ``fit``, ``DATA_LINKED`` arguments left ``None`` (built in Python) take the
-        DataModule's values, recorded in the hyper-parameters (loggers, checkpoints)."""
+        DataModule's values, recorded in the hyper-parameters (loggers, checkpoints); then
+        [`check_data`][] and [`check_fit`][] run, unless ``ncl-cli`` ran them already."""
         super().setup(stage)
         if stage != "fit":
             return
@@ -141,6 +163,27 @@ class TrainableModule(L.LightningModule):
         }  # fmt: skip
         record_hparams(self, **found)
         self.batch_size = found.get("batch_size", self.batch_size)
+        if not self.checked:
+            self.check_data(data)
+            self.check_fit(self.trainer, data)
+
+    def check_data(self, datamodule: Any) -> None:
+        """Before any run (``ncl-cli``: every subcommand, before anything is written; else
+        at the ``setup`` of a fit): every learning rate, and a zero batch shaped like the
+        data through the model ([`preflight`][ncl_lightning.methods.preflight.preflight])."""
+        preflight(self, example_batch(datamodule))
+        self.checked = True
+
+    def check_fit(self, trainer: L.Trainer, datamodule: Any) -> None:
+        """Before ``fit``: the schedule needs a finite ``max_epochs`` or ``max_steps``.
+        Subclasses add theirs (``SSLMethod``: negatives in the batch)."""
+        check_schedule_length(trainer.max_epochs, trainer.max_steps)
+
+    def configure_model(self) -> None:
+        """Apply ``channels_last`` and ``torch_compile`` once, before the strategy wraps the
+        module
+        ([`apply_speed_switches`][ncl_lightning.methods.speed_switches.apply_speed_switches])."""
+        apply_speed_switches(self)
 
     def configure_optimizers(self) -> dict[str, Any]:
         """The optimiser over [`param_groups`][], learning rates scaled by the global
@@ -156,22 +199,10 @@ class TrainableModule(L.LightningModule):
             gamma=self.lr_gamma,
         )
 
-    def check_trainer(self, trainer: L.Trainer) -> None:
-        """Before ``fit`` (``ncl-cli``, the preflight callback): the schedule needs a finite
-        ``max_epochs`` or ``max_steps``."""
-        check_schedule_length(trainer.max_epochs, trainer.max_steps)
-
-    def default_components(self) -> tuple[str, ...]:
-        """Keys of the default components this module runs with: the run-time ones
-        ([`SSLMethod`][ncl_lightning.methods.ssl.SSLMethod] adds the feature statistics of
-        ``z``). Override to choose others."""
-        return RUN_TIME_COMPONENTS
-
     def configure_callbacks(self) -> list[Callback]:
-        """The default components ([`default_components`][]) the trainer lacks, by
-        injection (a user's own instance of a type is kept; ``ncl-cli`` has installed the
-        run-time ones already)."""
-        return missing_defaults(attached_trainer(self), only=self.default_components())
+        """[`default_callbacks`][] the trainer lacks (a user's own instance of a type, or
+        of a subclass, is kept)."""
+        return missing(attached_trainer(self), default_callbacks())
 
     def backbone_spec(self) -> dict[str, Any] | None:
         """``{"class_path", "init_args"}`` rebuilding ``self.backbone`` (checkpoint record),
@@ -179,13 +210,11 @@ class TrainableModule(L.LightningModule):
         return spec_of(getattr(self, "backbone", None), self.hparams.get("backbone"))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The record's core (method class, backbone spec) for a weights-only save, which
-        Lightning shows to no callback (not to
-        [`CheckpointRecord`][ncl_lightning.runtime.checkpoint_record.CheckpointRecord]), only to
-        this hook."""
-        checkpoint.setdefault(RECORD_KEY, make_record(self, self.backbone_spec()))
+        """The record of every checkpoint, weights-only ones too
+        ([`write_record`][ncl_lightning.methods.record.write_record])."""
+        write_record(self, checkpoint)
 
-    # -- finiteness: the FiniteSlot component (methods.finite) --------------------------
+    # -- finiteness: the FiniteSlot component (methods.guard) ---------------------------
     def attach_finite_check(self, check: FiniteCheck) -> None:
         """Called by the non-finite guard at ``setup``: the training steps use ``check``."""
         self._finite.attached = check

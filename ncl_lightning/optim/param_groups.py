@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from torch import nn
 
-from ncl_lightning.foundation.internals import NormBase
-
-# NormBase covers BatchNorm*, SyncBatchNorm and InstanceNorm*.
 NORM_LAYERS: tuple[type[nn.Module], ...] = (
-    NormBase,
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
     nn.LayerNorm,
     nn.GroupNorm,
     nn.LocalResponseNorm,

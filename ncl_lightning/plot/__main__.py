@@ -27,7 +27,7 @@ from ncl_lightning.plot.curves import (
 )
 from ncl_lightning.plot.metrics_csv import RunCurves, load_runs
 from ncl_lightning.plot.style import FORMATS, check_formats
-from ncl_lightning.runtime.tool_cli import ToolArgumentParser, run_tool
+from ncl_lightning.runtime.errors import ToolArgumentParser, run_tool
 
 PROG = "python -m ncl_lightning.plot"
 OUT_NAME = "curves.png"

@@ -2,15 +2,8 @@
 command line's values over a resumed checkpoint's. ``ncl-cli`` installs them on every
 run; a Python user can add the callbacks to a plain ``Trainer``."""
 
-from ncl_lightning.runtime.lock import RunFolderInUseError, RunLock, run_folders
-from ncl_lightning.runtime.overrides import ResumeOverrides, overlay_explicit
+from ncl_lightning.runtime.resume import ResumeOverrides, overlay_explicit
+from ncl_lightning.runtime.runs import RunFolderInUseError, RunLock
 from ncl_lightning.runtime.signals import Preemption
 
-__all__ = [
-    "Preemption",
-    "ResumeOverrides",
-    "RunFolderInUseError",
-    "RunLock",
-    "overlay_explicit",
-    "run_folders",
-]
+__all__ = ["Preemption", "ResumeOverrides", "RunFolderInUseError", "RunLock", "overlay_explicit"]

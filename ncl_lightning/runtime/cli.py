@@ -25,11 +25,11 @@ Reliability (``docs/reliability.md``):
   several runs could be meant. ``--auto_resume true`` does the same when there is one and
   starts afresh otherwise. The loggers continue the checkpoint's versions (same CSV
   folder, same W&B run). ``config.yaml`` and ``run.yaml`` go into the run's folder, never
-  overwritten ([`RunConfig`][ncl_lightning.runtime.run_config.RunConfig]).
+  overwritten ([`RunConfig`][ncl_lightning.runtime.runs.RunConfig]).
 * A checkpoint belongs to its run (its record names the run's id and folder): a resume
   that would write into another run's folder is refused; ``--new_run true`` starts a new
   run from its state. Only values typed on the command line override its
-  hyper-parameters ([`cli_resume`][ncl_lightning.runtime.cli_resume]).
+  hyper-parameters ([`ncl_lightning.runtime.resume`][]).
 * Checkpoints are read tensor-only (``weights_only``) and validated in one place
   ([`check`][ncl_lightning.checkpoints.check]: structure, and no class of an
   untrusted module is imported); one written by another method is refused with its
@@ -38,12 +38,12 @@ Reliability (``docs/reliability.md``):
 
 from __future__ import annotations
 
-import os
-import sys
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from jsonargparse.typing import NonNegativeFloat, PositiveInt, restricted_number_type
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -51,51 +51,43 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ncl_lightning.checkpoints.check import class_paths_in, modules_of, run_record, trusting
+from ncl_lightning.checkpoints.io import AtomicCheckpointIO
 from ncl_lightning.checkpoints.load import RECORD_KEY, check_state_fits, read_checkpoint
+from ncl_lightning.checkpoints.optimizer_groups import OptimizerGroupsCheck
 from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.internals import override_ckpt_path_parsing
+from ncl_lightning.foundation.progress import library_notices_off
 from ncl_lightning.foundation.protocols import ChecksInputs
-from ncl_lightning.methods.trainable import DATA_LINKED
-from ncl_lightning.runtime import (
-    Preemption,
+from ncl_lightning.methods.subclass_defaults import check_model_defaults
+from ncl_lightning.methods.trainable import DATA_LINKED, TrainableModule
+from ncl_lightning.runtime.console import FitSummary, default_logger, progress_callbacks
+from ncl_lightning.runtime.errors import run_main
+from ncl_lightning.runtime.resume import (
     ResumeOverrides,
-    RunLock,
+    continue_loggers,
+    describe,
     overlay_explicit,
-    run_folders,
-)
-from ncl_lightning.runtime import preflight as checks
-from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO
-from ncl_lightning.runtime.cli_errors import user_error_message
-from ncl_lightning.runtime.cli_names import import_public_classes, parser_kwargs
-from ncl_lightning.runtime.cli_parser import TRACEBACK_ENV, NCLArgumentParser
-from ncl_lightning.runtime.cli_resume import (
-    describe_kept,
     resolve_ckpt_path,
+    restore_csv_rows,
     split_explicit,
     typed_model_keys,
 )
-from ncl_lightning.runtime.components import default_callbacks, drop_shadowed
-from ncl_lightning.runtime.console import default_logger, progress_callbacks
-from ncl_lightning.runtime.fit_end import FitSummary
-from ncl_lightning.runtime.overrides import describe
-from ncl_lightning.runtime.preflight import Preflight, check_fit, check_views, example_batch
-from ncl_lightning.runtime.progress import library_notices_off
-from ncl_lightning.runtime.resume import OptimizerGroupsCheck, continue_loggers, restore_csv_rows
-from ncl_lightning.runtime.run_config import NewRunFolders, RunConfig
-from ncl_lightning.runtime.run_layout import keep_checkpoint_folders, lay_out_run
 from ncl_lightning.runtime.runs import (
-    check_new_run_folders,
-    check_run_id,
+    RunConfig,
+    RunLock,
+    check_new_run,
     check_same_run,
-    checkpoint_folder,
-    default_run_id,
+    keep_checkpoint_folders,
+    lay_out_run,
+    place_checkpoints,
+    run_id,
     run_identity,
     set_logger_versions,
 )
-from ncl_lightning.runtime.subclass_defaults import check_model_defaults
-from ncl_lightning.runtime.trainer_checks import count_or_fraction_types
+from ncl_lightning.runtime.signals import Preemption
 
+SEED = restricted_number_type("seed", int, [(">=", 0), ("<=", 2**32 - 1)])
 # Model arguments naming the files a model loads its weights from: a model given one is
 # trained (test/validate/predict need no --ckpt_path).
 PATH_ARGUMENTS = ("checkpoint", "pretrained")
@@ -105,8 +97,17 @@ PATH_ARGUMENTS = ("checkpoint", "pretrained")
 class NCLCLI(LightningCLI):
     """LightningCLI with the data -> model links, resume and the checks of this package."""
 
+    def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """``--seed_everything`` typed as numpy takes it (jsonargparse refuses another)."""
+        parser.add_argument(
+            "--seed_everything",
+            type=bool | SEED,
+            default=self.seed_everything_default,
+            help="An integer in [0, 2**32 - 1]: seed_everything with it before the classes "
+            "are built; true: a random seed.",
+        )
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        count_or_fraction_types(parser)  # limit_train_batches 1: one batch, not 100%
         for name in DATA_LINKED:  # num_classes, batch_size
             parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
         parser.add_argument(
@@ -166,22 +167,19 @@ class NCLCLI(LightningCLI):
     def _assign_run_id(self, sub: str, cfg: Any) -> str | None:
         """The run's id: ``--run_id``, else (fit) the one the environment names; a fit
         gives it to every configured logger as its ``version``."""
-        run_id, source = cfg.get("run_id"), "--run_id"
-        if run_id is None and sub == "fit":
-            run_id, source = default_run_id() or (None, "")
-        if run_id is None:
+        found = run_id(cfg.get("run_id"), None if sub == "fit" else {})  # None: the environment
+        if found is None:
             return None
-        check_run_id(run_id)
         if sub == "fit":
-            set_logger_versions(cfg["trainer"].get("logger"), run_id)
-            rank_zero_info(f"Run id {run_id} (from {source})")
-        return run_id
+            set_logger_versions(cfg["trainer"].get("logger"), found[0])
+            rank_zero_info(f"Run id {found[0]} (from {found[1]})")
+        return found[0]
 
     def _read_ckpt_path(self, lightning_parse: Callable[[], None]) -> None:
         """Resolve ``last``/``auto_resume``, read and validate the checkpoint (tensor-only,
         structure, trusted class paths: refused before Lightning touches the file),
         continue its loggers, then apply its hyper-parameters as Lightning does; only what
-        the command line types wins over them ([`cli_resume`][ncl_lightning.runtime.cli_resume]).
+        the command line types wins over them ([`ncl_lightning.runtime.resume`][]).
 
         Run where LightningCLI parses ``--ckpt_path``
         ([`override_ckpt_path_parsing`][ncl_lightning.foundation.internals.override_ckpt_path_parsing]).
@@ -235,11 +233,11 @@ class NCLCLI(LightningCLI):
         if kept:
             rank_zero_info(
                 f"{verb} {path} with the checkpoint's values over the config file's: "
-                f"{describe_kept(kept)}; give a value on the command line to change it"
+                f"{describe(kept, kept=True)}; give a value on the command line to change it"
             )
 
     def before_instantiate_classes(self) -> None:
-        """One folder per run ([`run_layout`][ncl_lightning.runtime.run_layout])."""
+        """One folder per run ([`lay_out_run`][ncl_lightning.runtime.runs.lay_out_run])."""
         default_logger(self._subconfig()["trainer"])  # CSV, without Lightning's note
         lay_out_run(self.subcommand, self._subconfig())
 
@@ -254,7 +252,12 @@ class NCLCLI(LightningCLI):
         """The trainer, with line progress instead of per-batch bars in a log file."""
         key = f"{self.subcommand}.trainer" if self.subcommand else "trainer"
         self.trainer_defaults["callbacks"] += progress_callbacks(self.config_init.get(key) or {})
-        return super().instantiate_trainer(**kwargs)
+        try:
+            return super().instantiate_trainer(**kwargs)
+        except (TypeError, ValueError, ImportError) as err:  # Lightning refuses a value
+            if isinstance(err, ConfigError):
+                raise
+            raise ConfigError(f"trainer: {err}", key="trainer") from err
 
     def _config_modules(self) -> list[str]:
         """Modules of the classes the config names (the checkpoint's, once merged, have
@@ -267,19 +270,16 @@ class NCLCLI(LightningCLI):
     def _preflight(self, stage: str) -> None:
         """Checks that need the built objects; nothing has been written yet."""
         trainer, model, datamodule = self.trainer, self.model, self.datamodule
-        defaults = [c for c in self.trainer_defaults["callbacks"] if not isinstance(c, Preemption)]
-        trainer.callbacks = drop_shadowed(trainer.callbacks, defaults)  # the user's copy wins
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         if isinstance(datamodule, ChecksInputs):
             datamodule.check_inputs(stage, trainer.world_size)
-        checks.preflight(model, example_batch(datamodule))
-        for callback in trainer.callbacks:
-            if isinstance(callback, Preflight):
-                callback.done = True  # checked here, before anything is written
-        check_views(model, datamodule)
+        if isinstance(model, TrainableModule):  # the model's checks, before anything is written
+            model.check_data(datamodule)
+            if stage == "fit":
+                model.check_fit(trainer, datamodule)
         if stage == "fit":
-            check_fit(model, trainer, datamodule)
+            check_sync_batchnorm(trainer, bool(self._subconfig()["trainer"].get("sync_batchnorm")))
         ckpt = getattr(self, "_resume_checkpoint", None)
         if ckpt is not None:
             check_state_fits(ckpt, model, self._subconfig()["ckpt_path"])
@@ -293,25 +293,18 @@ class NCLCLI(LightningCLI):
             trainer.callbacks.append(OptimizerGroupsCheck(ckpt, self._subconfig()["ckpt_path"]))
         if ckpt is not None and getattr(self, "_overrides", None):
             trainer.callbacks.append(ResumeOverrides())
-        run_id = getattr(self, "_run_id", None)
-        new_run = bool(self._subconfig().get("new_run"))
-        continues = ckpt is not None and not new_run
+        given_id = getattr(self, "_run_id", None)
+        continues = ckpt is not None and not self._subconfig().get("new_run")
         if not trainer.loggers:  # no logger folder: the run's own one under the root
-            resumed = self._subconfig().get("ckpt_path") if continues else None
-            folder = checkpoint_folder(Path(trainer.default_root_dir), run_id, resumed)
-            for callback in trainer.checkpoint_callbacks:
-                callback.dirpath = callback.dirpath or str(folder)
+            resumed = self._subconfig()["ckpt_path"] if continues else None
+            place_checkpoints(trainer, given_id, resumed)
         if continues:  # the checkpoint's run, in its own folder, or refused
             here = Path(run_identity(trainer)["folder"])
             check_same_run(run_record(ckpt), self._subconfig()["ckpt_path"], here)
-        elif run_id is not None:
-            check_new_run_folders(run_folders(trainer), run_id)
-        if rank_zero_only.rank == 0:
-            # Last: every check has passed. Other ranks of a DDP run share the folder.
-            trainer.callbacks.append(NewRunFolders(run_folders(trainer)))  # before the lock
-            lock = RunLock()
-            lock.acquire(run_folders(trainer))
-            trainer.callbacks.append(lock)
+        elif given_id is not None:
+            check_new_run(trainer, given_id)
+        if rank_zero_only.rank == 0:  # last: every check has passed (other ranks share it)
+            trainer.callbacks.append(RunLock.of(trainer).acquire())
         if continues:
             for logger in trainer.loggers:
                 restore_csv_rows(logger, int(ckpt.get("global_step", 0)))
@@ -342,6 +335,78 @@ class NCLCLI(LightningCLI):
         self._preflight("predict")
 
 
+# Packages whose classes a config or the command line may name by their short name
+# (jsonargparse finds a class among the loaded subclasses of the argument's type).
+PUBLIC_PACKAGES = (
+    "ncl_lightning.methods", "ncl_lightning.evaluation", "ncl_lightning.data",
+    "ncl_lightning.callbacks", "ncl_lightning.atlas", "ncl_lightning.nn", "ncl_lightning.optim",
+)  # fmt: skip
+SUMMARY = (
+    "ncl-lightning: interpretable self-supervised learning (CL, NCL, BayesNCL, NCE) with "
+    "PyTorch Lightning; `ncl-cli --help` for an overview."
+)
+
+
+def parser_kwargs() -> dict[str, Any]:
+    """The parsers' descriptions (``ncl-cli fit --help``) name this project."""
+    subs = {s: {"description": f"ncl-cli {s}: {SUMMARY}"} for s in NCLCLI.subcommands()}
+    return {"description": SUMMARY, **subs}
+
+
+class TypedTrainer(Trainer):
+    """Lightning's Trainer with types jsonargparse checks where Lightning does not: the batch
+    limits keep the type the user wrote (``1`` one batch, ``1.0`` all of them; Lightning's
+    ``float | int`` would read ``1`` as ``1.0``), and counts Lightning would divide by or
+    silently accept are refused while parsing."""
+
+    def __init__(
+        self,
+        *,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        overfit_batches: int | float = 0.0,
+        accumulate_grad_batches: PositiveInt = 1,  # type: ignore[assignment]
+        check_val_every_n_epoch: PositiveInt | None = 1,  # type: ignore[assignment]
+        gradient_clip_val: NonNegativeFloat | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            limit_train_batches=limit_train_batches,
+            limit_val_batches=limit_val_batches,
+            limit_test_batches=limit_test_batches,
+            limit_predict_batches=limit_predict_batches,
+            overfit_batches=overfit_batches,
+            accumulate_grad_batches=int(accumulate_grad_batches),
+            check_val_every_n_epoch=check_val_every_n_epoch,
+            gradient_clip_val=gradient_clip_val,
+            **kwargs,
+        )
+
+
+SYNC_BATCHNORM_DEVICES = ("cuda", "xpu", "hpu")  # where torch's SyncBatchNorm runs
+
+
+def check_sync_batchnorm(trainer: Trainer, sync_batchnorm: bool) -> None:
+    """A ``trainer.sync_batchnorm`` run with several processes needs a device torch's
+    ``SyncBatchNorm`` runs on (it raises in the first training step otherwise).
+
+    Raises:
+        ConfigError: ``sync_batchnorm`` with several processes on another device type.
+    """
+    device = trainer.strategy.root_device.type
+    if not sync_batchnorm or trainer.world_size < 2 or device in SYNC_BATCHNORM_DEVICES:
+        return
+    raise ConfigError(
+        f"trainer.sync_batchnorm: SyncBatchNorm runs on GPUs only (torch supports "
+        f"{', '.join(SYNC_BATCHNORM_DEVICES)}), and this run trains {trainer.world_size} "
+        f"processes on {device}; set --trainer.sync_batchnorm false (each process then "
+        "normalises by its own batch)",
+        key="trainer.sync_batchnorm",
+    )
+
+
 def cli_main(args: list[str] | None = None) -> NCLCLI:
     """Run the CLI and return it (trainer, model and datamodule stay inspectable).
 
@@ -352,7 +417,8 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
         PreemptedError: A ``SystemExit`` with status ``128 + signum`` when SIGTERM,
             SIGUSR1 or SIGINT stopped training (``last.ckpt`` saved).
     """
-    import_public_classes()  # short class names: --model NCL, --data DigitsDataModule
+    for package in PUBLIC_PACKAGES:  # short class names: --model NCL, --data DigitsDataModule
+        importlib.import_module(package)
     preemption = Preemption()
     try:
         with library_notices_off():  # Lightning's tips and a torch notice about its code
@@ -362,11 +428,11 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
                 subclass_mode_model=True,
                 subclass_mode_data=True,
                 save_config_callback=RunConfig,
-                parser_class=NCLArgumentParser,
-                parser_kwargs=parser_kwargs(NCLCLI.subcommands()),
+                trainer_class=TypedTrainer,
+                parser_kwargs=parser_kwargs(),
                 args=args,
                 auto_configure_optimizers=False,
-                trainer_defaults={"callbacks": [preemption, *default_callbacks(), FitSummary()]},
+                trainer_defaults={"callbacks": [preemption, FitSummary()]},
             )
     except (SystemExit, KeyboardInterrupt):
         if preemption.stop is not None:
@@ -374,23 +440,11 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
         raise
 
 
-def error_message(err: BaseException) -> str | None:
-    """The one-line message ``ncl-cli`` prints for ``err``, or ``None`` for a bug (whose
-    traceback is shown)."""
-    return user_error_message(err)
-
-
 def main(args: list[str] | None = None) -> None:
-    """Console entry point ``ncl-cli``: errors of input are one line, exit status 2
-    (1 for faults during training); ``NCL_TRACEBACK=1`` shows the traceback instead."""
-    try:
-        cli_main(args)
-    except Exception as err:
-        message = None if os.environ.get(TRACEBACK_ENV) else error_message(err)
-        if message is None:
-            raise
-        sys.stderr.write(f"ncl-cli: error: {message}\n")
-        raise SystemExit(1 if isinstance(err, RuntimeError) else 2) from None
+    """Console entry point ``ncl-cli``: an error of ours is one line, exit status 2 (1 for
+    faults during training) ([`errors`][ncl_lightning.runtime.errors]); jsonargparse prints
+    its own parse errors (exit status 2)."""
+    run_main("ncl-cli", lambda: cli_main(args))
 
 
 if __name__ == "__main__":

@@ -1,47 +1,47 @@
-"""What ``ncl-cli`` writes to a console that is not a terminal (a SLURM ``.out`` file, a
-pipe, a CI log): [`LineProgress`][] instead of Lightning's per-batch progress bar, and a
-default logger chosen so that Lightning has nothing to suggest.
+"""What ``ncl-cli`` adds to Lightning's console output.
 
-Lightning redraws its progress bar for every batch (``\\r`` updates): in a terminal that
-is one line, in a file it is thousands. When standard error is not a terminal,
-``ncl-cli`` installs [`LineProgress`][] instead: one line per training epoch (batches,
-time, the progress-bar metrics such as ``objective`` and ``val/online_acc``), and a line
-every ``interval_s`` seconds inside a long epoch. In a terminal nothing changes.
+* [`LineProgress`][]: Lightning redraws its bar for every batch (``\\r`` updates), one line
+  in a terminal, thousands in a file. When standard error is not a terminal (a SLURM
+  ``.out`` file, a pipe, a CI log), ``ncl-cli`` installs this bar instead: one line per
+  training epoch. ``--trainer.enable_progress_bar false`` turns progress off; a progress
+  bar the config lists is kept (``--trainer.callbacks+=TQDMProgressBar`` forces
+  Lightning's bar into a file, ``--trainer.callbacks+=LineProgress`` the lines into a
+  terminal).
+* [`FitSummary`][]: when a fit ends, once on rank 0 (Lightning's INFO logger)::
 
-* ``--trainer.enable_progress_bar false`` turns progress off, as ever;
-* a progress bar the config lists is kept: ``--trainer.callbacks+=TQDMProgressBar``
-  forces Lightning's per-batch bar into a file, ``--trainer.callbacks+=LineProgress``
-  forces the lines in a terminal.
+      Fit done: epoch 2/2, step 22, 14s
+        run folder: runs/digits_ncl/version_0
+        checkpoint: runs/digits_ncl/version_0/checkpoints/last.ckpt
+        last metrics: train/loss=4.78 val/online_acc=0.525 val/z/sparsity=0.91 ...
 
-Lightning's default logger (``trainer.logger`` left unset) is a TensorBoard logger when
-``tensorboard`` is installed and otherwise a ``CSVLogger`` after a note suggesting
-``tensorboardX``; without TensorBoard, ``ncl-cli`` configures that same ``CSVLogger``
-(``save_dir`` the ``default_root_dir``) itself ([`default_logger`][]).
+* [`default_logger`][]: without TensorBoard, Lightning's default logger is a ``CSVLogger``
+  announced by a note suggesting ``tensorboardX``; ``ncl-cli`` configures that logger itself.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
-import time
-from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from collections.abc import Sequence
+from time import monotonic
+from typing import Any
 
 from jsonargparse import Namespace
 from lightning.pytorch.callbacks import Callback, ProgressBar
+from lightning.pytorch.utilities import rank_zero_info
 
-from ncl_lightning.foundation.validation import check_at_least
-from ncl_lightning.runtime.progress import format_duration
+from ncl_lightning.foundation.progress import format_duration
+from ncl_lightning.runtime.runs import run_folder
 
-CSV_LOGGER = "lightning.pytorch.loggers.CSVLogger"
-
-
-def is_terminal(stream: TextIO | None) -> bool:
-    """Whether ``stream`` (default ``sys.stderr``, where progress goes) is a terminal."""
-    stream = sys.stderr if stream is None else stream
-    isatty = getattr(stream, "isatty", None)
-    return bool(isatty is not None and isatty())
+# The metrics of the summary (full matches), when logged: the losses, the probes'
+# accuracies and the interpretability numbers of z (FeatureStatistics), BayesNCL's gate.
+SUMMARY_KEYS = (
+    r"train/loss", r"train/[^/]+/loss", r"val/online_acc", r"val/knn_acc",
+    r"val/[^/]+/acc_top1", r"val/z/sparsity", r"val/z/active_dims",
+    r"val/z/semantic_consistency", r"val/gate/open_rate",
+)  # fmt: skip
 
 
 def epoch_text(trainer: Any, n: int) -> str:
@@ -61,99 +61,76 @@ def format_metrics(metrics: dict[str, Any]) -> str:
 
 
 class LineProgress(ProgressBar):
-    """Lightning progress for a log file: one line per training epoch (rank 0).
-
-    Lines go to ``stderr`` (as Lightning's bar), flushed at once::
+    """Lightning progress for a log file: one line per training epoch on ``stderr``
+    (rank 0), flushed at once::
 
         Epoch 3/30: 11 batches in 1.2s | objective=5.3 val/online_acc=0.525
 
     Args:
-        interval_s: Inside an epoch, also a line when this many seconds passed since the
-            last one (``batch k/N``, batches per second); epochs shorter than that write
-            one line.
-        stream: Where lines go (``sys.stderr`` at the time of each line by default).
-        clock: Seconds from a monotonic clock (injected by tests).
+        interval_s: Inside an epoch, also a line (``batch k/N``, batches per second)
+            when this many seconds passed since the last one.
     """
 
-    def __init__(
-        self,
-        interval_s: float = 120.0,
-        stream: TextIO | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, interval_s: float = 120.0) -> None:
         super().__init__()
-        check_at_least("interval_s", interval_s, 1)
         self.interval_s = interval_s
-        self.stream = stream
-        self.clock = clock
         self.enabled = True
-        self._epoch_start = self._last_line = clock()
+        self._epoch_start = self._last_line = monotonic()
         self._batches = 0
 
     def disable(self) -> None:
-        """No lines (Lightning disables the bar on ranks other than 0)."""
         self.enabled = False
 
     def enable(self) -> None:
-        """Lines again."""
         self.enabled = True
 
-    def _write(self, line: str) -> None:
-        if self.enabled:
-            print(line, file=self.stream or sys.stderr, flush=True)
-
-    def _line(self, trainer: Any, pl_module: Any, head: str) -> str:
+    def _write(self, trainer: Any, pl_module: Any, head: str) -> None:
+        if not self.enabled:
+            return
         metrics = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
-        epoch = epoch_text(trainer, trainer.current_epoch + 1).capitalize()
         shown = format_metrics(metrics)
-        return f"{epoch}: {head}" + (f" | {shown}" if shown else "")
+        epoch = epoch_text(trainer, trainer.current_epoch + 1).capitalize()
+        line = f"{epoch}: {head}" + (f" | {shown}" if shown else "")
+        print(line, file=sys.stderr, flush=True)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._epoch_start = self._last_line = self.clock()
+        self._epoch_start = self._last_line = monotonic()
         self._batches = 0
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._batches += 1
-        now = self.clock()
-        if now - self._last_line < self.interval_s:
-            return
-        self._last_line = now
-        total = self.total_train_batches
-        of = f"/{total}" if isinstance(total, int) else ""
-        rate = self._batches / max(now - self._epoch_start, 1e-9)
-        self._write(self._line(trainer, pl_module, f"batch {batch_idx + 1}{of}, {rate:.3g} it/s"))
+        now = monotonic()
+        if now - self._last_line >= self.interval_s:
+            self._last_line = now
+            total = self.total_train_batches
+            of = f"/{total}" if isinstance(total, int) else ""
+            rate = self._batches / max(now - self._epoch_start, 1e-9)
+            self._write(trainer, pl_module, f"batch {batch_idx + 1}{of}, {rate:.3g} it/s")
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        took = format_duration(self.clock() - self._epoch_start)
-        self._write(self._line(trainer, pl_module, f"{self._batches} batches in {took}"))
+        took = format_duration(monotonic() - self._epoch_start)
+        self._write(trainer, pl_module, f"{self._batches} batches in {took}")
 
 
-def progress_callbacks(
-    trainer_config: dict[str, Any], stream: TextIO | None = None
-) -> list[Callback]:
-    """``[LineProgress()]`` when Lightning would draw its per-batch bar into a stream that
-    is not a terminal, else ``[]``.
+def progress_callbacks(trainer_config: dict[str, Any]) -> list[Callback]:
+    """``[LineProgress()]`` when Lightning would draw its per-batch bar into a standard
+    error that is not a terminal, else ``[]``.
 
     Args:
         trainer_config: The instantiated ``trainer`` section (``enable_progress_bar``,
             ``callbacks``).
-        stream: Where the bar would go (default ``sys.stderr``).
     """
-    if trainer_config.get("enable_progress_bar") is False or is_terminal(stream):
-        return []
     listed = trainer_config.get("callbacks") or []
     listed = listed if isinstance(listed, Sequence) else [listed]
-    if any(isinstance(c, ProgressBar) for c in listed):
-        return []  # the user's own bar
+    if (
+        trainer_config.get("enable_progress_bar") is False
+        or sys.stderr.isatty()
+        or any(isinstance(c, ProgressBar) for c in listed)  # the user's own bar
+    ):
+        return []
     return [LineProgress()]
-
-
-def tensorboard_installed() -> bool:
-    """Whether Lightning's default logger would be TensorBoard (``tensorboard`` or
-    ``tensorboardX`` importable)."""
-    return any(importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX"))
 
 
 def default_logger(trainer_config: Any) -> None:
@@ -163,8 +140,42 @@ def default_logger(trainer_config: Any) -> None:
     Args:
         trainer_config: The parsed ``trainer`` section (a jsonargparse namespace).
     """
-    if trainer_config.get("logger") not in (None, True) or tensorboard_installed():
+    if trainer_config.get("logger") not in (None, True) or any(
+        importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX")
+    ):
         return
-    root = trainer_config.get("default_root_dir") or os.getcwd()
-    csv = Namespace(class_path=CSV_LOGGER, init_args=Namespace(save_dir=str(root)))
-    trainer_config["logger"] = csv
+    root = str(trainer_config.get("default_root_dir") or os.getcwd())
+    trainer_config["logger"] = Namespace(
+        class_path="lightning.pytorch.loggers.CSVLogger", init_args=Namespace(save_dir=root)
+    )
+
+
+def summary_metrics(logged: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``logged`` that ``SUMMARY_KEYS`` name, in that order."""
+    keys = [k for pattern in SUMMARY_KEYS for k in sorted(logged) if re.fullmatch(pattern, k)]
+    return {key: logged[key] for key in dict.fromkeys(keys)}
+
+
+class FitSummary(Callback):
+    """Log a short summary when a fit ends (rank 0, Lightning's INFO logger): epoch and
+    step, the run folder, the checkpoint written and the last logged values of the
+    metrics ``SUMMARY_KEYS`` names."""
+
+    def __init__(self) -> None:
+        self._start: float | None = None
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        self._start = monotonic()
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        took = "" if self._start is None else f", {format_duration(monotonic() - self._start)}"
+        epoch = epoch_text(trainer, trainer.current_epoch)
+        lines = [f"Fit done: {epoch}, step {trainer.global_step}{took}"]
+        if folder := run_folder(trainer):
+            lines.append(f"  run folder: {folder}")
+        checkpoint = trainer.checkpoint_callback
+        path = checkpoint and (checkpoint.last_model_path or checkpoint.best_model_path)
+        lines.append(f"  checkpoint: {path or 'none written'}")
+        if shown := format_metrics(summary_metrics(dict(trainer.callback_metrics))):
+            lines.append(f"  last metrics: {shown}")
+        rank_zero_info("\n".join(lines))

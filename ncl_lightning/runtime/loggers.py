@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import netrc
 import numbers
 import os
 import shutil
@@ -13,7 +14,7 @@ import uuid
 from argparse import Namespace
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
@@ -22,8 +23,7 @@ from lightning.pytorch.loggers.logger import DummyExperiment, rank_zero_experime
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.internals import wandb_settings_and_key
-from ncl_lightning.runtime.wandb_tables import dimension_table, metric_definition
+from ncl_lightning.callbacks.wandb_tables import dimension_table, metric_definition
 
 PROBE_TIMEOUT_S = 3.0
 ONLINE_MODES = ("online", "run", "shared")  # the others: offline, dryrun, disabled
@@ -52,6 +52,20 @@ def _unreachable(url: str) -> str | None:
     return None if problem is None else f"cannot reach {url}: {problem}"
 
 
+def _has_credentials(url: str) -> bool:
+    """Whether wandb will find credentials for ``url``: ``WANDB_API_KEY``,
+    ``WANDB_IDENTITY_TOKEN_FILE`` or a ``.netrc`` entry (``$NETRC`` or ``~/.netrc``)."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    try:
+        return (
+            netrc.netrc(path).authenticators(urllib.parse.urlsplit(url).hostname or "") is not None
+        )
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
 def save_run_file(logger: _LightningWandbLogger, path: str | Path, name: str) -> None:
     """Copy ``path`` into the W&B run's folder as ``name`` (a copy, not wandb's symlink: the
     run keeps it if the source moves) and upload it with the run."""
@@ -75,6 +89,10 @@ def log_site(
     run.log_artifact(site)
 
 
+def _scalar(value: Any) -> bool:
+    return isinstance(value, numbers.Number) or (isinstance(value, Tensor) and value.numel() == 1)
+
+
 def _short(path: str) -> str:
     """``path`` relative to the working directory when it lies below it."""
     relative = os.path.relpath(path)
@@ -82,76 +100,40 @@ def _short(path: str) -> str:
 
 
 class WandbLogger(_LightningWandbLogger):
-    """Lightning's ``WandbLogger`` (same arguments) that lets no W&B fault stop training.
+    """Lightning's ``WandbLogger`` (same arguments, and ``folder``) that lets no W&B fault
+    stop training.
 
-    1. An online run first checks for an API key (wandb's own lookup: environment, ``.netrc``,
-       settings files) and probes the W&B host (or proxy) by TCP for 3 s. Without a valid key
-       or host, or if ``wandb.init`` raises, the run starts offline in the same ``save_dir``.
+    1. An online run first looks for credentials (``WANDB_API_KEY``,
+       ``WANDB_IDENTITY_TOKEN_FILE``, ``.netrc``) and probes the W&B host
+       (``WANDB_BASE_URL`` or wandb's default, or its proxy) by TCP for 3 s. Without either,
+       or if ``wandb.init`` raises (a malformed key), the run starts offline in the same
+       ``save_dir``.
     2. An offline run (``offline=True``, ``mode="offline"``, ``WANDB_MODE=offline`` or 1.) gives
-       one warning *at the start* (so it is there even if the process is killed) naming the
-       cause, the run folder and ``wandb sync <save_dir>/wandb/offline-run-...`` to upload it.
-       wandb ignores the API key offline: a malformed ``WANDB_API_KEY`` changes nothing.
-    3. If offline W&B fails too, or a W&B call fails mid-run (metrics, media, tables,
-       hyperparameters, ``watch``, checkpoint artifacts), one warning, and from then on numbers
-       and hyperparameters go to a ``CSVLogger`` in ``<save_dir>/<project>/<version>/`` (media
-       and tables are dropped; ``experiment`` becomes a no-op). Bad arguments still raise.
-    4. For the dashboard, each key is declared to W&B (``define_metric``) when first logged:
-       ``train/…`` and ``lr-…`` on ``trainer/global_step``, ``val/…`` and ``test/…`` on
-       ``epoch``, the best value kept in the summary
-       ([`metric_definition`][ncl_lightning.runtime.wandb_tables.metric_definition]); and
+       one warning *at the start* naming the cause, the run folder and
+       ``wandb sync <save_dir>/wandb/offline-run-...`` to upload it.
+    3. If offline W&B fails too, or a W&B call fails mid-run, one warning, and from then on
+       numbers and hyperparameters go to a ``CSVLogger`` in ``<save_dir>/<project>/<version>/``
+       (media and tables are dropped; ``experiment`` becomes a no-op). Bad arguments raise.
+    4. Each key is declared to W&B when first logged
+       ([`metric_definition`][ncl_lightning.callbacks.wandb_tables.metric_definition]);
        [`log_dimensions`][ncl_lightning.runtime.loggers.WandbLogger.log_dimensions] logs
        FeatureStatistics' per-dimension table.
 
-    Resuming with ``version=<run id>`` (``wandb.init(id=..., resume="allow")``): online, the run
-    continues. Offline, each session writes its own ``offline-run-<time>-<id>`` folder and the
-    hint names them all: ``wandb sync <save_dir>/wandb/offline-run-*-<id>``. Synced in one
-    command, wandb 0.31 uploads them in order of start time into the one run; synced one at a
-    time, a later folder may replace the history of an earlier one. Steps logged between the
-    last checkpoint and a crash are logged twice (once by each session).
+    Resuming with ``version=<run id>``: online, the run continues; offline, each session
+    writes its own ``offline-run-<time>-<id>`` folder and the hint names them all
+    (``wandb sync <save_dir>/wandb/offline-run-*-<id>``: synced in one command they become
+    one run).
 
     Args:
-        name: Display name of the run.
-        save_dir: Folder of the W&B files (``<save_dir>/wandb``) and of the CSV fallback.
-        version: Run id (sets ``id``): a run with this id resumes.
-        offline: Log offline from the start.
-        dir: Used when ``save_dir`` is None.
-        id: Same as ``version``.
-        anonymous: ``anonymous="allow"`` for wandb when true.
-        project: W&B project (default: ``$WANDB_PROJECT`` or ``lightning_logs``).
-        log_model: Upload checkpoints as artifacts: ``True`` at the end, ``"all"`` as saved.
-        experiment: An existing wandb run to log to.
-        prefix: Prefix of every metric key.
-        checkpoint_name: Name of the model artifact (default ``model-<run id>``).
-        add_file_policy: ``"mutable"`` copies checkpoints before upload, ``"immutable"`` not.
         folder: Name of the run's local folder, ``<save_dir>/<folder>/<run id>`` (its
             checkpoints, ``config.yaml``, pictures); default: ``name``, else the project.
-        **kwargs: Further ``wandb.init`` arguments (``group``, ``job_type``, ``mode``, ...).
+        **kwargs: Lightning's ``WandbLogger`` arguments (``name``, ``save_dir``, ``project``,
+            ``version``, ``offline``, ``log_model``, ...) and further ``wandb.init`` ones
+            (``group``, ``job_type``, ``mode``, ...).
     """
 
-    def __init__(
-        self,
-        name: str | None = None,
-        save_dir: str | Path = ".",
-        version: str | None = None,
-        offline: bool = False,
-        dir: str | Path | None = None,
-        id: str | None = None,
-        anonymous: bool | None = None,
-        project: str | None = None,
-        log_model: Literal["all"] | bool = False,
-        experiment: Any = None,
-        prefix: str = "",
-        checkpoint_name: str | None = None,
-        add_file_policy: Literal["mutable", "immutable"] = "mutable",
-        folder: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(
-            name=name, save_dir=save_dir, version=version, offline=offline, dir=dir, id=id,
-            anonymous=anonymous, project=project, log_model=log_model, experiment=experiment,
-            prefix=prefix, checkpoint_name=checkpoint_name, add_file_policy=add_file_policy,
-            **kwargs,
-        )  # fmt: skip
+    def __init__(self, *, folder: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self._folder = folder
         self._csv: CSVLogger | None = None
         self._hparams: dict[str, Any] | Namespace = {}
@@ -173,18 +155,17 @@ class WandbLogger(_LightningWandbLogger):
         return DummyExperiment() if self._csv is not None else self._experiment
 
     def _online_problem(self) -> str | None:
-        """Why an online run cannot start (no or malformed API key, unreachable host), or None."""
+        """Why an online run cannot start (no credentials, unreachable host), or None."""
+        import wandb
+
         mode = "offline" if self._offline else self._wandb_init.get("mode")
-        try:  # wandb's own settings (environment, settings files) and key lookup: no network
-            found = wandb_settings_and_key(mode, ONLINE_MODES, os.environ)
-        except (ImportError, AttributeError):  # another wandb version: wandb.init decides
-            return None
-        except Exception as err:  # wandb's AuthenticationError: a malformed key
-            return str(err)
-        if found is None:
-            return None
-        url, key = found
-        return _unreachable(url) if key else "no API key"
+        if (
+            wandb.run is not None
+            or (mode or os.environ.get("WANDB_MODE", "online")) not in ONLINE_MODES
+        ):
+            return None  # Lightning reuses the run; offline: nothing to check
+        url = os.environ.get("WANDB_BASE_URL") or wandb.Settings().base_url
+        return _unreachable(url) if _has_credentials(url) else "no API key"
 
     def _start(self) -> None:
         reason = self._online_problem()
@@ -236,49 +217,31 @@ class WandbLogger(_LightningWandbLogger):
         return True
 
     def _define_and_log(self, metrics: Mapping[str, Any], step: int | None) -> None:
-        """``define_metric`` for each key seen the first time (axis and summary:
-        [`metric_definition`][ncl_lightning.runtime.wandb_tables.metric_definition]), then
-        Lightning's ``log_metrics``."""
+        """``define_metric`` for each key seen the first time, then Lightning's
+        ``log_metrics``."""
         join = f"{self._prefix}{self.LOGGER_JOIN_CHAR}" if self._prefix else ""
-        for key in metrics:
-            name = join + key
-            if name not in self._defined:
-                definition = metric_definition(name)
-                if definition is not None:
-                    self.experiment.define_metric(name, **definition)
-                self._defined.add(name)
+        for name in (join + key for key in metrics if join + key not in self._defined):
+            if (definition := metric_definition(name)) is not None:
+                self.experiment.define_metric(name, **definition)
+            self._defined.add(name)
         super().log_metrics(metrics, step)
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Lightning's ``log_metrics``; a key's first row also declares its x-axis and
         summary to W&B
-        ([`metric_definition`][ncl_lightning.runtime.wandb_tables.metric_definition])."""
-        if not self._wandb("log_metrics", self._define_and_log, metrics, step):
-            assert self._csv is not None
-            numeric = {
-                key: value
-                for key, value in metrics.items()
-                if isinstance(value, numbers.Number)
-                or (isinstance(value, Tensor) and value.numel() == 1)
-            }
-            self._csv.log_metrics(numeric, step)
+        ([`metric_definition`][ncl_lightning.callbacks.wandb_tables.metric_definition])."""
+        if not self._wandb("log_metrics", self._define_and_log, metrics, step) and self._csv:
+            self._csv.log_metrics({k: v for k, v in metrics.items() if _scalar(v)}, step)
 
     @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
         self._hparams = params
-        if not self._wandb("log_hyperparams", super().log_hyperparams, params):
-            assert self._csv is not None
+        if not self._wandb("log_hyperparams", super().log_hyperparams, params) and self._csv:
             self._csv.log_hyperparams(params)
 
-    def watch(
-        self,
-        model: nn.Module,
-        log: str | None = "gradients",
-        log_freq: int = 100,
-        log_graph: bool = True,
-    ) -> None:
-        self._wandb("watch", super().watch, model, log=log, log_freq=log_freq, log_graph=log_graph)
+    def watch(self, model: nn.Module, **kwargs: Any) -> None:
+        self._wandb("watch", super().watch, model, **kwargs)
 
     @rank_zero_only
     def save_file(self, path: str | Path, name: str) -> None:
@@ -299,11 +262,10 @@ class WandbLogger(_LightningWandbLogger):
         images: Mapping[int, Any] | None = None,
         step: int | None = None,
     ) -> None:
-        """Log the per-dimension statistics ``columns`` (``name -> [d]``; pictures
-        ``images``: ``dim -> [H, W, 3]`` uint8) as a ``wandb.Table`` under ``key``
-        ([`dimension_table`][ncl_lightning.runtime.wandb_tables.dimension_table]); skipped once
-        logging went to CSV. [`FeatureStatistics`][ncl_lightning.callbacks.FeatureStatistics]
-        calls it at the end of ``fit`` and ``test``."""
+        """Log FeatureStatistics' per-dimension ``columns`` (and ``images``) as a
+        ``wandb.Table`` under ``key``
+        ([`dimension_table`][ncl_lightning.callbacks.wandb_tables.dimension_table]); skipped
+        once logging went to CSV."""
         self._wandb(
             "log_dimensions",
             lambda: self._define_and_log({key: dimension_table(columns, images)}, step),

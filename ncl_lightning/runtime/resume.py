@@ -1,78 +1,250 @@
-"""Resuming a killed run: its last checkpoint, and its loggers continued, not duplicated.
+"""Resuming a run: which checkpoint ``last`` means, its loggers continued, and the command
+line's values over its hyper-parameters.
 
-Checkpoints of the package record the version of every logger of the run (the CSV
-``version_N``, the W&B run id; see [`ncl_lightning.checkpoints.load`][]). On resume
-``ncl-cli`` gives those versions back to the configured loggers, so checkpoints and logs
-go on in the same folders and the W&B run is resumed (``id`` + ``resume="allow"``). The
-CSV logger deletes its ``metrics.csv`` when it starts; the rows written before the
-checkpoint are read first and written back, so the file reads as if the run had never
-stopped (rows after the checkpoint, which the resumed run logs again, are dropped).
+``--ckpt_path last`` and ``--auto_resume true`` look for ``last.ckpt`` / ``last-vN.ckpt``
+under the run's roots (``default_root_dir``, the loggers' ``save_dir``, the configured
+``ModelCheckpoint`` ``dirpath``), one per run folder ([`run_checkpoints`][]: at most
+``SEARCH_DEPTH`` folders deep, no link to a folder followed, nothing opened, at most
+``SEARCH_ENTRIES`` entries), and take *this* run's ([`select_checkpoint`][]): the run the
+id names, else the only run of this experiment, never the newest of several.
+
+Checkpoints record every logger's version
+([`logger_versions`][ncl_lightning.methods.record.logger_versions]); a resumed fit gives
+them back to the configured loggers ([`continue_loggers`][]: same CSV folder, same W&B
+run) and writes back the ``metrics.csv`` rows logged before the checkpoint
+([`restore_csv_rows`][]). Only what the user **types on the command line** wins over the
+checkpoint's hyper-parameters ([`typed_model_keys`][], [`split_explicit`][],
+[`overlay_explicit`][]): the config file of a resumed run is usually the one it started
+with. [`ResumeOverrides`][] puts typed optimiser values back after Lightning restores
+the optimiser state;
+[`OptimizerGroupsCheck`][ncl_lightning.checkpoints.optimizer_groups.OptimizerGroupsCheck]
+refuses a state that no longer fits.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
+import os
+import re
+import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import lightning as L
+import torch
+from jsonargparse import Namespace
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger, Logger
+from lightning.pytorch.utilities import rank_zero_info
 
-from ncl_lightning.checkpoints.optimizer_groups import check_optimizer_groups, saved_group_sizes
+from ncl_lightning.checkpoints.io import is_partial
 from ncl_lightning.checkpoints.record import same_class
-from ncl_lightning.runtime.run_search import run_checkpoints
-from ncl_lightning.runtime.runs import config_entries
+from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.runtime.runs import config_entries, is_folder_logger, run_folder, short_path
+
+SEARCH_DEPTH = 4  # <root>/<name>/<version>/checkpoints/last.ckpt
+SEARCH_ENTRIES = 200_000
+SHOWN_RUNS = 5
+DEFAULT_LOGGER_NAME = "lightning_logs"
+LAST_NAME = re.compile(r"^last(-v\d+)?\.ckpt$")
+
+Change = tuple[str, Any, Any]  # (dotted key, checkpoint's value, this run's value)
 
 
-def find_last_checkpoint(roots: Iterable[str | Path | None]) -> Path | None:
-    """The newest ``last.ckpt`` (or ``last-vN.ckpt``) of any run under ``roots``.
+# -- which checkpoint ------------------------------------------------------------------------
+def _last_files(root: Path, budget: list[int]) -> Iterator[Path]:
+    """Last checkpoints at most ``SEARCH_DEPTH`` levels below ``root``."""
+    stack = [(root, 1)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:  # unreadable or vanished: not a run of ours
+            continue
+        budget[0] -= len(entries)
+        if budget[0] < 0:
+            raise ConfigError(
+                f"ckpt_path: searching {short_path(root)} for last.ckpt gave up after "
+                f"{SEARCH_ENTRIES} entries (it holds more than runs); point "
+                "trainer.default_root_dir and the logger's save_dir at the runs' folder, or "
+                "give --ckpt_path <file>",
+                key="ckpt_path",
+            )
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth < SEARCH_DEPTH:
+                        stack.append((Path(entry.path), depth + 1))
+                elif LAST_NAME.match(entry.name) and not is_partial(entry.name) and entry.is_file():
+                    yield Path(entry.path)
+            except OSError:
+                continue
 
-    Resuming picks among runs with
-    [`select_checkpoint`][ncl_lightning.runtime.run_search.select_checkpoint] (never the newest of
-    several runs); this is for callers that know the roots hold one.
+
+def run_checkpoints(roots: Iterable[str | Path | None]) -> dict[Path, Path]:
+    """``{run folder: its newest last checkpoint}`` of every run under ``roots`` (missing
+    roots skipped, partial writes never returned).
+
+    Raises:
+        ConfigError: The roots hold more than ``SEARCH_ENTRIES`` entries in reach.
+    """
+    found: dict[Path, Path] = {}
+    budget = [SEARCH_ENTRIES]
+    for root in dict.fromkeys(Path(r).expanduser() for r in roots if r is not None):
+        if root.is_dir():
+            for path in _last_files(root, budget):
+                folder = run_folder(path.resolve())
+                best = found.get(folder)
+                if best is None or path.stat().st_mtime > best.stat().st_mtime:
+                    found[folder] = path
+    return found
+
+
+def _describe_runs(candidates: Mapping[Path, Path]) -> str:
+    """``id (checkpoint, time); ...`` of at most ``SHOWN_RUNS`` runs, then a count."""
+
+    def when(path: Path) -> str:
+        return dt.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M")
+
+    ordered = sorted(candidates.items(), key=lambda item: str(item[0]))
+    shown = "; ".join(f"{f.name} ({short_path(p)}, {when(p)})" for f, p in ordered[:SHOWN_RUNS])
+    more = len(ordered) - SHOWN_RUNS
+    return f"{shown}; and {more} more" if more > 0 else shown
+
+
+def select_checkpoint(
+    candidates: Mapping[Path, Path],
+    run_id: str | None,
+    required: bool,
+    where: str,
+    homes: Iterable[Path] = (),
+    fixed: Iterable[Path] = (),
+) -> Path | None:
+    """The last checkpoint to resume among [`run_checkpoints`][]'s, or ``None`` (new run).
 
     Args:
-        roots: Folders of the run (``default_root_dir``, logger ``save_dir`` s, the
-            ``ModelCheckpoint`` ``dirpath``); missing ones are skipped.
+        candidates: ``{run folder: newest last checkpoint}``.
+        run_id: The run to resume (its folder's name), or ``None``: the only run there is.
+        required: ``--ckpt_path last`` (none is an error), not ``--auto_resume``.
+        where: The searched roots, for the messages.
+        homes: ``<save_dir>/<name>`` of the configured loggers, where known: runs of other
+            experiments sharing the root are never candidates.
+        fixed: Run folders that stay candidates (a configured ``ModelCheckpoint`` ``dirpath``).
 
-    Returns:
-        The most recently written last checkpoint, or ``None``. Temporary files of an
-        interrupted atomic write are never returned.
+    Raises:
+        ConfigError: Several runs and no id to choose one (each named), or ``required`` and
+            nothing to resume.
     """
-    lasts = run_checkpoints(roots).values()
-    return max(lasts, key=lambda p: p.stat().st_mtime, default=None)
+    homes = {Path(h).expanduser().resolve() for h in homes}
+    fixed = {Path(f).expanduser().resolve() for f in fixed}
+    if homes:
+        candidates = {f: c for f, c in candidates.items() if f.parent in homes or f in fixed}
+    if run_id is not None:
+        mine = {folder: last for folder, last in candidates.items() if folder.name == run_id}
+        if len(mine) > 1:
+            raise ConfigError(
+                f"ckpt_path: {len(mine)} runs named {run_id} under {where} have a last.ckpt: "
+                f"{_describe_runs(mine)}; give the logger's name, or --ckpt_path <file>",
+                key="ckpt_path",
+            )
+        if not mine and required:
+            others = f"; runs with one: {_describe_runs(candidates)}" if candidates else ""
+            raise ConfigError(
+                f"ckpt_path: 'last' but run {run_id} has no last.ckpt under {where}{others}",
+                key="ckpt_path",
+            )
+        return next(iter(mine.values()), None)
+    if len(candidates) > 1:
+        raise ConfigError(
+            f"ckpt_path: {len(candidates)} runs under {where} have a last.ckpt, so 'last' is "
+            f"ambiguous: {_describe_runs(candidates)}; choose one with --run_id <id> or "
+            "--ckpt_path <file>",
+            key="ckpt_path",
+        )
+    if not candidates and required:
+        raise ConfigError(
+            f"ckpt_path: 'last' but no last.ckpt under {where}; drop --ckpt_path to start a "
+            "new run, or use --auto_resume true",
+            key="ckpt_path",
+        )
+    return next(iter(candidates.values()), None)
 
 
-def logger_versions(loggers: Iterable[Logger]) -> list[dict[str, Any]]:
-    """``[{"class": qualified class name, "version": version}]`` of a run's loggers,
-    written into checkpoints (plain strings and ints: tensor-only loading reads them)."""
-    out = []
-    for logger in loggers:
-        version = logger.version
-        if isinstance(version, str | int):
-            cls = type(logger)
-            out.append({"class": f"{cls.__module__}.{cls.__qualname__}", "version": version})
-    return out
+def run_roots(cfg: Any, run_id: str | None) -> tuple[list[Any], list[Path], list[Path]]:
+    """``(roots, homes, fixed)`` of [`select_checkpoint`][] for a parsed subcommand config:
+    the folders to search; ``<save_dir>/<name>`` of the first logger when it writes one;
+    the configured ``ModelCheckpoint`` ``dirpath`` s."""
+    trainer = cfg.get("trainer") or {}
+    root = trainer.get("default_root_dir")
+    # Without a root Lightning writes under the working directory: search only its run
+    # folders there, never the whole tree (it may hold datasets).
+    cwd = Path.cwd()
+    own = [cwd / run_id] if run_id else sorted(cwd.glob("run-*"))
+    roots = [root] if root else [cwd / DEFAULT_LOGGER_NAME, cwd / "checkpoints", *own]
+    loggers = config_entries(trainer.get("logger"))
+    roots += [entry["init_args"].get("save_dir") for entry in loggers]
+    homes = []
+    if loggers and is_folder_logger(loggers[0]):
+        init_args = loggers[0]["init_args"]
+        save_dir = init_args.get("save_dir") or root or cwd
+        name = init_args.get("name", DEFAULT_LOGGER_NAME)
+        if str(loggers[0]["class_path"]).endswith("WandbLogger"):  # run name, else project
+            project = init_args.get("project") or os.environ.get("WANDB_PROJECT")
+            name = name or project or DEFAULT_LOGGER_NAME
+        homes.append(Path(save_dir) / name if name else Path(save_dir))
+    fixed = []
+    for callback in config_entries(trainer.get("callbacks") or []):
+        if dirpath := callback["init_args"].get("dirpath"):
+            roots.append(dirpath)
+            fixed.append(Path(dirpath))
+    return roots, homes, fixed
 
 
+def resolve_ckpt_path(cfg: Any, sub: str, run_id: str | None) -> Path | None:
+    """The checkpoint ``--ckpt_path`` (or ``--auto_resume``) names, checked to exist;
+    ``None`` to start afresh, or for ``best``/``hpc``/``registry`` (Lightning's own).
+
+    Raises:
+        ConfigError: An empty path, a missing file, or ``last`` that finds none or several runs.
+    """
+    given = cfg.get("ckpt_path")
+    auto = sub == "fit" and cfg.get("auto_resume")
+    if given is not None and not str(given).strip():
+        raise ConfigError(
+            "ckpt_path: empty path; give a checkpoint file or 'last', or drop --ckpt_path "
+            "to start a new run",
+            key="ckpt_path",
+        )
+    if given is None and not auto:
+        return None
+    if given in (None, "last"):
+        roots, homes, fixed = run_roots(cfg, run_id)
+        where = ", ".join(dict.fromkeys(short_path(r) for r in roots if r))
+        candidates = run_checkpoints(roots)
+        last = select_checkpoint(candidates, run_id, given == "last", where, homes, fixed)
+        if last is None:
+            run = f" of run {run_id}" if run_id else ""
+            rank_zero_info(f"auto_resume: no last checkpoint{run} found; starting a new run")
+        elif sub == "fit" and not cfg.get("new_run"):
+            rank_zero_info(f"Resuming from {last}")
+        return last
+    if given in ("best", "hpc", "registry"):
+        return None
+    path = Path(given).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"ckpt_path: checkpoint not found: {path}", key="ckpt_path")
+    return path
+
+
+# -- the loggers continue ----------------------------------------------------------------------
 def continue_loggers(logger_config: Any, recorded: list[dict[str, Any]]) -> list[str]:
-    """Give the recorded versions back to the configured loggers (in place).
-
-    Loggers are matched by class in order; a logger whose ``version`` the config sets is
-    left alone.
-
-    Args:
-        logger_config: ``trainer.logger`` of the parsed config: one ``{class_path,
-            init_args}`` namespace, a list of them, or a bool.
-        recorded: [`logger_versions`][] of the checkpoint.
-
-    Returns:
-        ``"<class> version <v>"`` for each logger continued.
-    """
-    pending = list(recorded)
-    done = []
+    """Give the recorded versions back to the configured loggers (in place), matched by
+    class in order; a logger whose ``version`` the config sets is left alone. Returns
+    ``"<class> version <v>"`` for each logger continued."""
+    pending, done = list(recorded), []
     for entry in config_entries(logger_config):
         class_path, init_args = entry.get("class_path"), entry["init_args"]
         match = next((r for r in pending if same_class(class_path, r["class"])), None)
@@ -85,18 +257,9 @@ def continue_loggers(logger_config: Any, recorded: list[dict[str, Any]]) -> list
 
 
 def restore_csv_rows(logger: Logger, before_step: int) -> int:
-    """Keep the rows a ``CSVLogger`` wrote before ``before_step`` across a resume.
-
-    Call before the logger's experiment is created (it deletes ``metrics.csv``).
-
-    Args:
-        logger: The run's logger; anything but a ``CSVLogger`` is left alone.
-        before_step: The checkpoint's ``global_step``: rows logged at earlier steps are
-            kept, later ones (the interrupted epoch, logged again) dropped.
-
-    Returns:
-        The number of rows kept.
-    """
+    """Keep the rows a ``CSVLogger`` wrote before ``before_step`` (the checkpoint's
+    ``global_step``) across a resume: its experiment deletes ``metrics.csv`` when created;
+    they are written back. Call before the experiment exists. Returns the rows kept."""
     if not isinstance(logger, CSVLogger):
         return 0
     path = Path(logger.log_dir) / "metrics.csv"
@@ -108,37 +271,137 @@ def restore_csv_rows(logger: Logger, before_step: int) -> int:
         ]
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*exists and is not empty.*")
-        experiment = logger.experiment  # deletes the file; the rows are written back
+        experiment = logger.experiment
     if isinstance(getattr(experiment, "metrics", None), list):  # rank zero's writer
         experiment.metrics[:0] = rows
     return len(rows)
 
 
-class OptimizerGroupsCheck(Callback):
-    """Refuse, in one line, a resumed fit whose optimizer state does not fit the optimizers
-    the module builds now (its parameter groups changed since the checkpoint was written).
+# -- the command line wins -------------------------------------------------------------------
+def typed_model_keys(args: Sequence[str] | dict[str, Any] | None) -> list[str] | None:
+    """The model keys typed on the command line (``sys.argv[1:]`` when ``None``), relative
+    to ``model`` (``init_args.temperature``); ``None`` when the whole model was given
+    (``--model NCL``, or a dict from Python: everything in it counts as typed)."""
+    if args is None or isinstance(args, dict):
+        return None if isinstance(args, dict) else typed_model_keys(sys.argv[1:])
+    keys = []
+    for token in args:
+        if token == "--model" or token.startswith("--model="):
+            return None
+        if token.startswith("--model."):
+            key = token[len("--model.") :].split("=", 1)[0].rstrip("+")
+            if key == "class_path":
+                return None
+            keys.append(key)
+    return keys
 
-    Runs at ``on_fit_start``: the optimizers are built, and Lightning has not yet loaded
-    the checkpoint's state into them (it would fail with torch's raw ``ValueError``).
 
-    Args:
-        ckpt: The checkpoint resumed (only its groups' sizes are kept).
-        path: Its file, named in the refusal.
-    """
+def split_explicit(explicit: Namespace, typed: Iterable[str] | None) -> tuple[Namespace, Namespace]:
+    """``(typed on the command line, from the config files)`` parts of the model arguments
+    the user gave (``parse_args(..., defaults=False)``); ``typed``: [`typed_model_keys`][]."""
+    if typed is None:
+        return explicit, Namespace()
+    cli, files = Namespace(), explicit.clone()
+    for typed_key in typed:
+        key = _resolve_key(explicit, typed_key)
+        if key is not None:
+            cli[key] = explicit[key]
+            if key in files:  # a key typed twice, or under a class typed whole
+                del files[key]
+    return cli, files
 
-    def __init__(self, ckpt: dict[str, Any], path: str | Path) -> None:
-        self.saved = saved_group_sizes(ckpt)
-        self.path = str(path)
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.saved is not None:
-            check_optimizer_groups(self.saved, list(trainer.optimizers), pl_module, self.path)
+def _resolve_key(namespace: Namespace, key: str) -> str | None:
+    """``key`` as stored: jsonargparse takes ``--model.checkpoint`` for
+    ``--model.init_args.checkpoint`` (and likewise at every nested class)."""
+    parts: list[str] = []
+    node: Any = namespace
+    for part in key.split("."):
+        if not isinstance(node, Namespace):
+            return None
+        if part not in node and isinstance(node.get("init_args"), Namespace):
+            parts.append("init_args")
+            node = node["init_args"]
+        if part not in node:
+            return None
+        parts.append(part)
+        node = node[part]
+    return ".".join(parts)
+
+
+def overlay_explicit(target: Namespace, explicit: Namespace, prefix: str = "") -> list[Change]:
+    """Put every value of ``explicit`` into ``target`` (in place; a nested object whose
+    ``class_path`` differs is replaced whole). Returns the values that differed:
+    ``(dotted key, target's value, explicit's value)``."""
+    changes: list[Change] = []
+    for key, value in vars(explicit).items():
+        current = target.get(key) if isinstance(target, Namespace) else None
+        name = f"{prefix}{key}"
+        same = not isinstance(value, Namespace) or value.get("class_path") in (
+            None,
+            current.get("class_path") if isinstance(current, Namespace) else None,
+        )
+        if isinstance(value, Namespace) and isinstance(current, Namespace) and same:
+            changes += overlay_explicit(current, value, f"{name}.")
+            continue
+        if _plain(current) != _plain(value):
+            changes.append((name, _plain(current), _plain(value)))
+        target[key] = value
+    return changes
+
+
+def _plain(value: Any) -> Any:
+    return value.as_dict() if isinstance(value, Namespace) else value
+
+
+def describe(changes: Sequence[Change], kept: bool = False) -> str:
+    """``key=value (checkpoint: value), ...``; ``kept``: the checkpoint's values kept over
+    the config file's, ``key=value (config file: value), ...``."""
+    if kept:
+        return ", ".join(f"{key}={old!r} (config file: {new!r})" for key, old, new in changes)
+    return ", ".join(f"{key}={new!r} (checkpoint: {old!r})" for key, old, new in changes)
+
+
+class ResumeOverrides(Callback):
+    """After Lightning restores a checkpoint's optimiser state, put back this run's
+    optimiser hyper-parameters (a fresh ``configure_optimizers()``'s); the learning rate
+    keeps its place in the schedule (``lr × new base / checkpoint base``). Installed by
+    ``ncl-cli`` only when typed values differ, so a plain resume stays exact."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        fresh = _optimizers(pl_module.configure_optimizers())
+        for live, new in zip(trainer.optimizers, fresh, strict=False):
+            for group, configured in zip(live.param_groups, new.param_groups, strict=False):
+                old_base = group.get("initial_lr", group["lr"])
+                new_base = configured.get("initial_lr", configured["lr"])
+                for key, value in configured.items():
+                    if key not in ("params", "lr", "initial_lr"):
+                        group[key] = value
+                if old_base:
+                    group["lr"] = group["lr"] * new_base / old_base
+                if "initial_lr" in group:
+                    group["initial_lr"] = new_base
+        for config in trainer.lr_scheduler_configs:
+            if hasattr(config.scheduler, "base_lrs"):
+                groups = config.scheduler.optimizer.param_groups
+                config.scheduler.base_lrs = [g.get("initial_lr", g["lr"]) for g in groups]
+
+
+def _optimizers(configured: Any) -> list[torch.optim.Optimizer]:
+    """The optimisers in whatever ``configure_optimizers`` returned."""
+    if isinstance(configured, torch.optim.Optimizer):
+        return [configured]
+    if isinstance(configured, dict):
+        return [configured["optimizer"]]
+    if isinstance(configured, list | tuple):
+        if len(configured) == 2 and isinstance(configured[0], list | tuple):
+            return _optimizers(list(configured[0]))
+        return [o for item in configured for o in _optimizers(item)]
+    return []
 
 
 __all__ = [
-    "OptimizerGroupsCheck",
-    "continue_loggers",
-    "find_last_checkpoint",
-    "logger_versions",
-    "restore_csv_rows",
-]
+    "ResumeOverrides", "continue_loggers", "describe",
+    "overlay_explicit", "resolve_ckpt_path", "restore_csv_rows",
+    "run_checkpoints", "run_roots", "select_checkpoint", "split_explicit", "typed_model_keys",
+]  # fmt: skip

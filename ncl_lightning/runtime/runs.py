@@ -1,104 +1,67 @@
-"""Run identity: every training run has its own id and folder, and a resume finds *its* run.
+"""Where a run lives: its id, its folder, its lock and the record of its set-up.
 
-A run's folder is where Lightning puts its checkpoints: ``<save_dir>/<name>/<version>``
-of the first logger (CSV: ``version_N``; W&B: the run id), else
-``<default_root_dir>/<run id>``. Its **id** is the folder's name.
+A run's **folder** is where Lightning puts its checkpoints: ``<save_dir>/<name>/<version>``
+of the first logger (CSV: ``version_N``; W&B: the run id), else the folder holding its
+``ModelCheckpoint`` folder ([`run_folder`][ncl_lightning.methods.record.run_folder]). Every
+CSV, TensorBoard and W&B logger writes under ``trainer.default_root_dir``
+([`lay_out_run`][]), and an evaluation of a checkpoint writes into ``<run>/<stage>/``. Its
+**id** is the folder's name: ``--run_id``, ``$NCL_RUN_ID`` or the SLURM job ([`run_id`][])
+give it to every logger as its version; a new run may not take the id of a run that exists
+([`check_new_run`][]), and a resume continues the checkpoint's run only
+([`check_same_run`][]).
 
-Several runs may share a root (two seeds, two ablations, the tasks of a SLURM array in
-``runs/cifar10_ncl``). ``--ckpt_path last`` and ``--auto_resume true`` therefore never
-take "the newest ``last.ckpt`` anywhere under the root":
-
-* with a run id (``--run_id``, ``$NCL_RUN_ID``, or under SLURM ``slurm-<job>`` /
-  ``slurm-<array job>_<task>``, which a requeued job keeps) they take that run's last
-  checkpoint, and a new run with that id is started when it has none (``auto_resume``);
-* without one they take the only run of the root that has a last checkpoint, and refuse,
-  naming every candidate, when there are several.
-
-A run id also names the run's folders (each logger's ``version``, so the CSV folder and
-the W&B run id are the run id), and a new run is refused when a folder of its id already
-holds a run: nothing of an earlier run is overwritten.
-
-Every checkpoint records its run ([`run_identity`][]: id and folder), and a resume
-continues that run only ([`check_same_run`][]): into the recorded folder, or the run
-folder holding the file; ``--new_run true`` starts a new run from its state instead. The
-search for ``last`` is in [`run_search`][ncl_lightning.runtime.run_search].
+While a fit runs, [`RunLock`][] holds a ``filelock`` on ``.<folder>.ncl-run.lock`` beside
+each of its folders (a killed holder's lock is free again, a live one is refused in one
+line) and removes what the run created when it fails before its first batch.
+[`RunConfig`][] writes ``config.yaml`` and ``run.yaml`` into the folder, never
+overwriting (a resumed run writes ``config.1.yaml``, ``run.1.yaml``, ...), and gives both
+to every W&B logger.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import importlib.metadata
 import os
+import platform
 import re
 import secrets
-from collections.abc import Iterable, Mapping
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ncl_lightning.foundation.errors import ConfigError
+import lightning as L
+import yaml
+from filelock import FileLock, Timeout
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
+
+from ncl_lightning.foundation.errors import ConfigError, NCLError
+from ncl_lightning.foundation.internals import batches_completed_total
+from ncl_lightning.methods.record import CHECKPOINT_FOLDER as CHECKPOINTS
+from ncl_lightning.methods.record import run_folder, run_identity
+from ncl_lightning.runtime.loggers import save_run_file
 
 RUN_ID_ENV = "NCL_RUN_ID"
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-LAST_NAME = re.compile(r"^last(-v\d+)?\.ckpt$")
-CHECKPOINT_FOLDER = "checkpoints"
-# Loggers that write to ``<save_dir>/<name>/<version>``, the folder Lightning puts
-# checkpoints in.
-FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger", "WandbLogger")
+FOLDER_LOGGERS = ("CSVLogger", "TensorBoardLogger", "WandbLogger")  # <save_dir>/<name>/<version>
 INTERACTIVE_SLURM_JOBS = ("bash", "interactive")  # as Lightning's SLURMEnvironment.detect
-
-
-def check_run_id(run_id: str) -> str:
-    """``run_id`` if it can name a folder and a W&B run: letters, digits, ``.``, ``_``,
-    ``-``, at most 64 characters, starting with a letter or digit.
-
-    Raises:
-        ConfigError: Naming ``run_id`` and the rule.
-    """
-    if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id):
-        raise ConfigError(
-            f"run_id: {run_id!r} cannot name a run folder and a W&B run; use letters, digits, "
-            "'.', '_' and '-' (at most 64, starting with a letter or digit)",
-            key="run_id",
-        )
-    return run_id
-
-
-def slurm_job(env: Mapping[str, str] = os.environ) -> str | None:
-    """The id ``scontrol requeue`` takes for this SLURM batch job (``<array job>_<task>``
-    for an array task), or ``None`` outside one (an interactive allocation runs many
-    things: it is no job of its own here)."""
-    if not env.get("SLURM_NTASKS") or env.get("SLURM_JOB_NAME") in INTERACTIVE_SLURM_JOBS:
-        return None
-    array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
-    return f"{array_job}_{task}" if array_job and task else env.get("SLURM_JOB_ID") or None
-
-
-def slurm_run_id(env: Mapping[str, str] = os.environ) -> str | None:
-    """``slurm-<job id>`` (``slurm-<array job>_<task>`` for an array task) of a SLURM batch
-    job, or ``None`` outside one (an interactive allocation runs many things: no id).
-
-    With ``SLURM_CLUSTER_NAME`` set the cluster is part of it (``slurm-<cluster>-<job>``):
-    job ids are unique on one cluster only, and a W&B run with the id of an existing run
-    of the project would continue that run.
-    """
-    job = slurm_job(env)
-    if not job:
-        return None
-    cluster = re.sub(r"[^A-Za-z0-9._-]", "-", env.get("SLURM_CLUSTER_NAME", ""))[:24]
-    return f"slurm-{cluster}-{job}" if cluster else f"slurm-{job}"
-
-
-def default_run_id(env: Mapping[str, str] = os.environ) -> tuple[str, str] | None:
-    """``(run id, where it came from)`` named by the environment: ``$NCL_RUN_ID``, else the
-    SLURM job ([`slurm_run_id`][]); ``None`` when neither names one."""
-    if env.get(RUN_ID_ENV):
-        return check_run_id(env[RUN_ID_ENV]), f"${RUN_ID_ENV}"
-    slurm = slurm_run_id(env)
-    return (slurm, "the SLURM job") if slurm else None
-
-
-def new_run_id() -> str:
-    """A fresh id: the start time and 6 random hex digits, e.g. ``run-20261124-053012-3fa9c1``."""
-    return f"run-{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+EVALUATION_STAGES = ("test", "validate", "predict")
+OUR_WANDB = "ncl_lightning.runtime.loggers.WandbLogger"
+LOCK_SUFFIX = ".ncl-run.lock"
+PACKAGES = ("ncl-lightning", "torch", "torchvision", "lightning", "torchmetrics", "jsonargparse",
+            "wandb", "numpy")  # fmt: skip
+SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NAME",
+              "SLURM_NTASKS", "SLURM_JOB_NUM_NODES", "SLURM_RESTART_COUNT")  # fmt: skip
+WANDB_CONFIG_FILE = "ncl_config.yaml"  # W&B's own run config is files/config.yaml
 
 
 def short_path(path: Path | str) -> str:
@@ -107,68 +70,58 @@ def short_path(path: Path | str) -> str:
     return str(path) if relative.startswith("..") else relative
 
 
-def run_folder_of(checkpoint: Path) -> Path:
-    """The run folder of a checkpoint file: the parent of its ``checkpoints`` folder, else
-    the folder holding it."""
-    parent = checkpoint.parent
-    return parent.parent if parent.name == CHECKPOINT_FOLDER else parent
-
-
-def checkpoint_folder(root: Path, run_id: str | None, resumed: str | Path | None) -> Path:
-    """Where a run without a logger keeps its checkpoints: ``<root>/<run id>/checkpoints``.
-
-    Args:
-        root: ``trainer.default_root_dir``.
-        run_id: The run's id, if it has one.
-        resumed: The checkpoint the run resumes from: a run of ``root`` keeps its folder.
-
-    Returns:
-        The folder; a new id ([`new_run_id`][]) names it when nothing else does.
-    """
-    if run_id is None and resumed is not None:
-        folder = run_folder_of(Path(resumed).resolve())
-        run_id = folder.name if folder.parent == root.resolve() else None
-    return root / (run_id or new_run_id()) / CHECKPOINT_FOLDER
-
-
-def logger_folder(logger: Any, default_root_dir: str | Path) -> Path | None:
-    """The folder of ``logger``'s run where Lightning puts its checkpoints:
-    ``<save_dir>/<name>/<version>`` (``version_N`` for an int version); ``None`` while a
-    W&B run has no id yet."""
-    log_dir = getattr(logger, "log_dir", None)  # CSV, TensorBoard: nothing is created
-    if isinstance(log_dir, str | Path):
-        return Path(log_dir)
-    version = logger.version
-    if not isinstance(version, str | int):
+# -- the run id ------------------------------------------------------------------------
+def slurm_job(env: Mapping[str, str] = os.environ) -> str | None:
+    """The id ``scontrol requeue`` takes for this SLURM batch job (``<array job>_<task>``
+    for an array task); ``None`` outside one or in an interactive allocation."""
+    if not env.get("SLURM_NTASKS") or env.get("SLURM_JOB_NAME") in INTERACTIVE_SLURM_JOBS:
         return None
-    version = version if isinstance(version, str) else f"version_{version}"
-    return Path(logger.save_dir or default_root_dir) / str(logger.name or "") / version
+    array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    return f"{array_job}_{task}" if array_job and task else env.get("SLURM_JOB_ID") or None
+
+
+def run_id(given: str | None, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """``(run id, where it came from)``: ``given`` (``--run_id``), else ``$NCL_RUN_ID``,
+    else ``slurm-<job>`` of a SLURM batch job (``slurm-<cluster>-<job>`` with
+    ``SLURM_CLUSTER_NAME``: job ids are unique per cluster only) of ``env`` (``None``: the
+    process's environment); ``None`` when none names one.
+
+    Raises:
+        ConfigError: The id cannot name a folder and a W&B run (letters, digits, ``.``,
+            ``_``, ``-``, at most 64, starting with a letter or digit).
+    """
+    env = os.environ if env is None else env
+    if given is not None or env.get(RUN_ID_ENV):
+        found = (given, "--run_id") if given is not None else (env[RUN_ID_ENV], f"${RUN_ID_ENV}")
+    elif (job := slurm_job(env)) is not None:
+        cluster = re.sub(r"[^A-Za-z0-9._-]", "-", env.get("SLURM_CLUSTER_NAME", ""))[:24]
+        found = (f"slurm-{cluster}-{job}" if cluster else f"slurm-{job}", "the SLURM job")
+    else:
+        return None
+    if not isinstance(found[0], str) or not RUN_ID_PATTERN.match(found[0]):
+        raise ConfigError(
+            f"run_id: {found[0]!r} cannot name a run folder and a W&B run; use letters, digits, "
+            "'.', '_' and '-' (at most 64, starting with a letter or digit)",
+            key="run_id",
+        )
+    return found
 
 
 def config_entries(value: Any) -> list[Any]:
-    """The ``{class_path, init_args}`` entries of a parsed ``trainer.logger`` or
-    ``trainer.callbacks`` value (one entry, a list of them, a bool or ``None``) that have
-    ``init_args``."""
+    """The ``{class_path, init_args}`` entries with ``init_args`` of a parsed
+    ``trainer.logger`` or ``trainer.callbacks`` value (one, a list, a bool or ``None``)."""
     items = value if isinstance(value, list | tuple) else [value]
     return [e for e in items if hasattr(e, "get") and e.get("init_args") is not None]
 
 
 def is_folder_logger(entry: Any) -> bool:
-    """Whether a logger entry's class writes ``<save_dir>/<name>/<version>``
-    (``FOLDER_LOGGERS``)."""
+    """Whether a logger entry's class writes ``<save_dir>/<name>/<version>``."""
     return str(entry.get("class_path", "")).rsplit(".", 1)[-1] in FOLDER_LOGGERS
 
 
 def set_logger_versions(logger_config: Any, run_id: str) -> list[str]:
-    """Give ``run_id`` as ``version`` to every configured logger that sets none (in place).
-
-    Args:
-        logger_config: ``trainer.logger`` of the parsed config (one ``{class_path,
-            init_args}`` namespace, a list of them, or a bool).
-        run_id: The run's id.
-
-    Returns:
-        The class names of the loggers given the id.
+    """Give ``run_id`` as ``version`` to every configured logger (in place); the class
+    names of those loggers.
 
     Raises:
         ConfigError: A logger's configured ``version``/``id`` differs from ``run_id``.
@@ -189,13 +142,36 @@ def set_logger_versions(logger_config: Any, run_id: str) -> list[str]:
     return named
 
 
-def check_new_run_folders(folders: Iterable[Path], run_id: str) -> None:
+# -- the run folder ([`run_folder`][ncl_lightning.methods.record.run_folder]) ---------------
+def place_checkpoints(trainer: Any, run_id: str | None, resumed: str | Path | None) -> None:
+    """A run without a logger keeps its checkpoints in ``<root>/<run id>/checkpoints``:
+    the id given, else the folder of the resumed checkpoint when it is a run of the root,
+    else a new ``run-<date>-<time>-<6 hex digits>``."""
+    root = Path(trainer.default_root_dir)
+    if run_id is None and resumed is not None:
+        folder = run_folder(Path(resumed).resolve())
+        run_id = folder.name if folder.parent == root.resolve() else None
+    run_id = run_id or f"run-{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    for callback in trainer.checkpoint_callbacks:
+        callback.dirpath = callback.dirpath or str(root / run_id / CHECKPOINTS)
+
+
+def _folders(trainer: Any) -> list[Path]:
+    """Every folder a fit writes: the run folder, each ``ModelCheckpoint`` ``dirpath``
+    given, else ``default_root_dir``."""
+    found = [run_folder(trainer)]
+    found += [Path(c.dirpath) for c in trainer.checkpoint_callbacks if c.dirpath]
+    found = [f for f in found if f is not None] or [Path(trainer.default_root_dir)]
+    return list(dict.fromkeys(p.expanduser().resolve() for p in found))
+
+
+def check_new_run(trainer: Any, run_id: str) -> None:
     """Refuse a new run whose folders already hold a run (nothing is overwritten).
 
     Raises:
         ConfigError: Naming the folder and the two ways on.
     """
-    for folder in folders:
+    for folder in _folders(trainer):
         if folder.is_dir() and any(folder.iterdir()):
             raise ConfigError(
                 f"run_id: run {run_id} already exists ({short_path(folder)}); resume it with "
@@ -204,80 +180,291 @@ def check_new_run_folders(folders: Iterable[Path], run_id: str) -> None:
             )
 
 
-def run_folder(trainer: Any) -> Path | None:
-    """The folder of ``trainer``'s run (module docstring): its first logger's folder, else
-    the one holding its ``ModelCheckpoint`` folder; ``None`` when it has neither (a W&B
-    run's id must be known: start its experiment first)."""
-    for logger in trainer.loggers:
-        folder = logger_folder(logger, trainer.default_root_dir)
-        if folder is not None:
-            return Path(folder)
-    for callback in trainer.checkpoint_callbacks:
-        if getattr(callback, "dirpath", None):
-            return run_folder_of(Path(callback.dirpath) / "last.ckpt")
-    return None
-
-
-def run_identity(trainer: Any) -> dict[str, str]:
-    """``{"id", "folder"}`` of ``trainer``'s run, written into every checkpoint's record
-    (plain strings: tensor-only loading reads them)."""
-    folder = (run_folder(trainer) or Path(trainer.default_root_dir)).expanduser().resolve()
-    return {"id": folder.name, "folder": str(folder)}
-
-
 def check_same_run(
     recorded: Mapping[str, str] | None, checkpoint: str | Path, folder: Path
 ) -> None:
-    """Refuse to continue a run from a checkpoint of another run.
-
-    A checkpoint belongs to the run its record names (``{"id", "folder"}``, see
-    [`run_identity`][]) and to the run folder holding the file (a run folder moved or
-    copied whole stays one run). A resume that would write into any other folder would
-    mix two runs: the loggers would continue the checkpoint's versions there.
-
-    Args:
-        recorded: The checkpoint's run record, ``None`` for checkpoints written before it.
-        checkpoint: The checkpoint file.
-        folder: The folder this run would write to ([`run_identity`][]'s).
+    """Refuse to continue a run from a checkpoint of another run: this run's ``folder``
+    must be the one the checkpoint's record names (``{"id", "folder"}``, ``None`` for old
+    checkpoints) or the run folder holding the file (a run moved whole stays one run).
 
     Raises:
-        ConfigError: Naming the checkpoint's run, its folder, this run's folder and the
-            two ways on.
+        ConfigError: Naming the checkpoint's run, both folders and the two ways on.
     """
-    file_run = run_folder_of(Path(checkpoint).expanduser().resolve())
+    file_run = run_folder(Path(checkpoint).expanduser().resolve())
     own = {file_run}
     if recorded is not None:
         own.add(Path(recorded["folder"]).expanduser().resolve())
     if folder.resolve() in own:
         return
-    run_id = recorded["id"] if recorded is not None else file_run.name
+    run = recorded["id"] if recorded is not None else file_run.name
     home = Path(recorded["folder"]) if recorded is not None else file_run
     raise ConfigError(
-        f"ckpt_path: {short_path(checkpoint)} belongs to run {run_id} ({short_path(home)}), "
+        f"ckpt_path: {short_path(checkpoint)} belongs to run {run} ({short_path(home)}), "
         f"but this run would write to {short_path(folder)}; resume it with that run's "
         "trainer.default_root_dir and logger save_dir, or pass --new_run true to start a new "
-        f"run from its state (nothing of run {run_id} is touched)",
+        f"run from its state (nothing of run {run} is touched)",
         key="ckpt_path",
     )
 
 
+# -- the layout ------------------------------------------------------------------------
+def follow_root(trainer_config: Any) -> list[str]:
+    """Make every folder logger write under ``trainer.default_root_dir`` (in place; when
+    only loggers' ``save_dir`` is given, the first becomes the root). Returns
+    ``"<old> -> <root>"`` for each ``save_dir`` moved (said once)."""
+    entries = [e for e in config_entries(trainer_config.get("logger")) if is_folder_logger(e)]
+    root = trainer_config.get("default_root_dir")
+    if root is None:
+        given = [e["init_args"].get("save_dir") for e in entries]
+        root = next((str(d) for d in given if d not in (None, ".")), None)
+        if root is None:
+            return []
+        trainer_config["default_root_dir"] = root
+    moved = []
+    for entry in entries:
+        save_dir = entry["init_args"].get("save_dir")
+        if save_dir is not None and Path(save_dir) == Path(root):
+            continue
+        if save_dir is not None and str(save_dir) != ".":
+            moved.append(f"{short_path(save_dir)} -> {short_path(root)}")
+        entry["init_args"]["save_dir"] = str(root)
+    if moved:
+        rank_zero_info(
+            "trainer.logger save_dir follows trainer.default_root_dir (one folder per run): "
+            + ", ".join(moved)
+        )
+    return moved
+
+
+def evaluation_folders(stage: str, trainer_config: Any, checkpoint: str | Path) -> Path | None:
+    """Point an evaluation's loggers into the checkpoint's run (in place): ``<run>/<stage>/
+    version_N`` (a W&B evaluation is a run of its own, local folder ``<run>/<stage>/<id>``).
+    Returns ``<run>/<stage>``, or ``None`` (config's folders kept) for a checkpoint outside a
+    ``checkpoints`` folder or an evaluation without a logger."""
+    file = Path(checkpoint).expanduser().resolve()
+    if stage not in EVALUATION_STAGES or file.parent.name != CHECKPOINTS:
+        return None
+    run = run_folder(file)
+    entries = [e for e in config_entries(trainer_config.get("logger")) if is_folder_logger(e)]
+    for entry in entries:
+        init_args = entry["init_args"]
+        init_args["save_dir"], init_args["version"] = str(run), None
+        if entry["class_path"] == OUR_WANDB:  # a W&B run of its own; its name is kept
+            init_args["folder"], init_args["id"] = stage, None
+        else:
+            init_args["name"] = stage
+    return run / stage if entries else None
+
+
+def lay_out_run(subcommand: str | None, config: Any) -> None:
+    """Apply the layout to a parsed subcommand's config (in place): loggers under the
+    root ([`follow_root`][]), an evaluation in its run's folder ([`evaluation_folders`][])."""
+    if subcommand is None:
+        return
+    follow_root(config["trainer"])
+    if subcommand in EVALUATION_STAGES and config.get("ckpt_path"):
+        evaluation_folders(subcommand, config["trainer"], config["ckpt_path"])
+
+
+def keep_checkpoint_folders(callbacks: list[Any], checkpoint: Mapping[str, Any]) -> None:
+    """Give each ``ModelCheckpoint`` of an evaluation the folder its state in
+    ``checkpoint`` names (else Lightning warns that its ``dirpath`` changed)."""
+    states = checkpoint.get("callbacks") or {}
+    for callback in callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
+            state = states.get(callback.state_key)
+            if isinstance(state, Mapping) and isinstance(state.get("dirpath"), str):
+                callback.dirpath = state["dirpath"]
+
+
+# -- one process per folder --------------------------------------------------------------
+class RunFolderInUseError(NCLError, OSError):
+    """Another process is training in this run folder (refused before anything is
+    written, like a bad input: ``ncl-cli`` exits with status 2)."""
+
+
+def lock_path(folder: Path) -> Path:
+    """The lock file of ``folder``: ``<parent>/.<name>.ncl-run.lock``."""
+    return folder.parent / f".{folder.name}{LOCK_SUFFIX}"
+
+
+class RunLock(Callback):
+    """Locks on a run's folders, held until the fit ends or the process exits; on a fit
+    that fails before its first training batch ended with no checkpoint written, it
+    removes the folders, lock files and empty parents it saw created and the config
+    files [`RunConfig`][] wrote (nothing that existed before the run).
+
+    Args:
+        folders: The run's folders ([`RunLock.of`][] a trainer's).
+    """
+
+    def __init__(self, folders: list[Path]) -> None:
+        self.folders = folders
+        self.new = [f for f in folders if not f.exists()]
+        self.parents: list[Path] = []
+        for folder in self.new:
+            parent = folder.parent
+            while not parent.exists() and parent not in self.parents:
+                self.parents.append(parent)
+                parent = parent.parent
+        self._locks: list[tuple[Path, FileLock]] = []
+
+    @classmethod
+    def of(cls, trainer: Any) -> RunLock:
+        """The lock of every folder ``trainer``'s fit writes (not yet acquired)."""
+        return cls(_folders(trainer))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_locks": []}  # a spawned process holds no lock of its own
+
+    def acquire(self) -> RunLock:
+        """Lock every folder (creating its parent), or none.
+
+        Raises:
+            RunFolderInUseError: A live process holds one (named, with its pid, host and
+                start time); a killed holder's lock is taken over.
+        """
+        for folder in self.folders:
+            path = lock_path(folder)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(path, blocking=False)
+            try:
+                lock.acquire()
+            except Timeout:
+                holder = (path.read_text().strip() if path.is_file() else "") or "another process"
+                self.release()
+                raise RunFolderInUseError(
+                    f"{folder}: another run is training in this folder ({holder}); wait for "
+                    "it to end, or give this run its own folder (trainer.default_root_dir, "
+                    "the logger's save_dir/version)"
+                ) from None
+            started = dt.datetime.now().isoformat(timespec="seconds")
+            path.write_text(f"pid {os.getpid()} on {socket.gethostname()} since {started}\n")
+            self._locks.append((path, lock))
+        return self
+
+    def release(self) -> None:
+        """Remove the lock files and unlock."""
+        for path, lock in self._locks:
+            path.unlink(missing_ok=True)  # filelock retries a removed file's lock
+            lock.release()
+        self._locks.clear()
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self.release()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.release()
+        if batches_completed_total(trainer) or any(
+            any(f.rglob("*.ckpt")) for f in self.new if f.is_dir()
+        ):
+            return
+        for folder in self.new:
+            if folder.exists():
+                rank_zero_info(f"Removed {folder}: the run failed before its first batch")
+            shutil.rmtree(folder, ignore_errors=True)
+        for callback in trainer.callbacks:
+            if isinstance(callback, RunConfig):
+                for path in callback.written:
+                    path.unlink(missing_ok=True)
+        for parent in sorted(self.parents, key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only when empty: another run may have started there
+
+
+# -- the record of the run's set-up ---------------------------------------------------------
+def git_state(path: str | Path) -> dict[str, Any] | None:
+    """``{"commit", "dirty"}`` of the git checkout holding ``path`` (``dirty``: tracked
+    files differ), or ``None`` outside one or without git."""
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(path), *args], capture_output=True,
+                                 text=True, timeout=5, check=False)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def run_environment(trainer: L.Trainer, folder: Path) -> dict[str, Any]:
+    """What ``run.yaml`` records: id, folder, command, host, processes, SLURM job, the
+    libraries' versions and the git commit of the package (and of the working directory)."""
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[name] = importlib.metadata.version(name)
+    code = {"ncl_lightning": git_state(Path(__file__).parent.parent)}
+    cwd_state = git_state(Path.cwd())
+    if cwd_state is not None and cwd_state != code["ncl_lightning"]:
+        code["working_directory"] = cwd_state
+    return {
+        "id": folder.name, "folder": str(folder),
+        "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": shlex.join(sys.argv), "cwd": str(Path.cwd()), "host": socket.gethostname(),
+        "processes": {
+            "world_size": trainer.world_size, "num_nodes": trainer.num_nodes,
+            "devices_per_node": trainer.num_devices,
+            "accelerator": type(trainer.accelerator).__name__,
+            "strategy": type(trainer.strategy).__name__,
+        },
+        "slurm": {key: os.environ[key] for key in SLURM_KEYS if key in os.environ} or None,
+        "versions": versions,
+        "git": code,
+    }  # fmt: skip
+
+
+class RunConfig(SaveConfigCallback):
+    """LightningCLI's ``SaveConfigCallback`` writing into the run's folder (not the shared
+    ``save_dir`` of a W&B logger): ``config.yaml`` and ``run.yaml``, else ``config.<k>.yaml``
+    and ``run.<k>.yaml``, never overwriting; both go to every W&B logger (run config, and
+    ``config.yaml`` as its file ``ncl_config.yaml``). Installed by ``ncl-cli``."""
+
+    def __init__(self, parser: Any, config: Any, **kwargs: Any) -> None:
+        kwargs.update(save_to_log_dir=False, overwrite=False)
+        super().__init__(parser, config, **kwargs)
+        self.written: list[Path] = []
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Rank zero only (Lightning calls it there)."""
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                _ = logger.experiment  # its run id names the folder
+        folder = run_folder(trainer)
+        if folder is None:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        k = 0
+        while (folder / ("config.yaml" if k == 0 else f"config.{k}.yaml")).exists():
+            k += 1
+        suffix = "" if k == 0 else f".{k}"
+        config_path, run_path = folder / f"config{suffix}.yaml", folder / f"run{suffix}.yaml"
+        self.parser.save(self.config, config_path, skip_none=False, multifile=False)
+        environment = run_environment(trainer, folder)
+        run_path.write_text(yaml.safe_dump(environment, sort_keys=False))
+        self.written = [config_path, run_path]
+        rank_zero_info(f"Run {folder.name}: {folder} (config: {config_path.name})")
+        resolved = yaml.safe_load(self.parser.dump(self.config, skip_none=False)) or {}
+        resolved.pop("config", None)  # the --config file names, not settings
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_hyperparams({**resolved, "run": environment})
+                save_file = getattr(logger, "save_file", None)  # ours: never stops a run
+                if callable(save_file):
+                    save_file(config_path, WANDB_CONFIG_FILE)
+                else:
+                    save_run_file(logger, config_path, WANDB_CONFIG_FILE)
+
+
 __all__ = [
-    "FOLDER_LOGGERS",
-    "RUN_ID_ENV",
-    "check_new_run_folders",
-    "check_run_id",
-    "check_same_run",
-    "checkpoint_folder",
-    "config_entries",
-    "default_run_id",
-    "is_folder_logger",
-    "logger_folder",
-    "new_run_id",
-    "run_folder",
-    "run_folder_of",
-    "run_identity",
-    "set_logger_versions",
-    "short_path",
-    "slurm_job",
-    "slurm_run_id",
-]
+    "RUN_ID_ENV", "RunConfig", "RunFolderInUseError", "RunLock", "check_new_run",
+    "check_same_run", "config_entries", "evaluation_folders", "follow_root", "git_state",
+    "is_folder_logger", "keep_checkpoint_folders", "lay_out_run", "lock_path",
+    "place_checkpoints", "run_environment", "run_folder", "run_id", "run_identity",
+    "set_logger_versions", "short_path", "slurm_job",
+]  # fmt: skip

@@ -44,9 +44,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.progress import Progress
 from ncl_lightning.foundation.validation import check_choice
 from ncl_lightning.plot.pictures import accuracy_vs_k
-from ncl_lightning.runtime.progress import Progress
 from ncl_lightning.studies.chain_seeds import write_combined
 from ncl_lightning.studies.chain_table import markdown, selection_curves, table_row
 from ncl_lightning.studies.jobs import cli_here, folder_args, run_jobs

@@ -13,9 +13,10 @@ from pathlib import Path
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.resources import config_file
 from ncl_lightning.foundation.validation import check_int, check_output_dir, check_range
-from ncl_lightning.runtime.config_files import check_config_file
-from ncl_lightning.runtime.trainer_checks import SEED_MAX
 from ncl_lightning.studies.study_defs import Study
+from ncl_lightning.studies.study_file import check_config_file
+
+SEED_MAX = 2**32 - 1  # numpy's seeds, which seed_everything sets
 
 RUN_ARG = "--run-arg"
 CONFIG_FLAGS = ("--config", "-c")

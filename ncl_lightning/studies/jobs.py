@@ -5,7 +5,7 @@ A study ([`seeds`][ncl_lightning.studies.seeds], [`landscape`][ncl_lightning.stu
 chain of them) whose record is kept on disk. [`run_jobs`][] reports the jobs done
 before (``[run k/N] reused: <job>``, their records read back) so that an interrupted
 study resumes, runs the rest one after another or ``workers`` at a time in a pool, and
-says each run on a [`Progress`][ncl_lightning.runtime.progress.Progress] line. The arguments
+says each run on a [`Progress`][ncl_lightning.foundation.progress.Progress] line. The arguments
 every run shares are here too: its folder ([`folder_args`][]), the ``ncl-cli`` run in
 this process with Lightning's banners off ([`cli_here`][]), and a record read back from
 its ``result.json`` ([`earlier_record`][]).
@@ -21,7 +21,7 @@ from concurrent.futures import Executor, as_completed
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ncl_lightning.runtime.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
+from ncl_lightning.foundation.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
 
 J = TypeVar("J")  # a job
 R = TypeVar("R")  # its record

@@ -31,9 +31,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.resources import config_file
-from ncl_lightning.runtime.config_files import check_config_file, load_mapping
+from ncl_lightning.runtime.errors import one_line
 from ncl_lightning.studies.jobs import slug
 from ncl_lightning.studies.study_defs import CLASS_METRICS, COLUMNS, Row, Study
 
@@ -42,6 +44,43 @@ STUDY_KEYS = ("title", "rows", "columns", "baseline", "seed_keys", "curves", "pa
 ROW_KEYS = ("name", "config", "overlays", "args", "pretrain")
 SUFFIXES = (".yaml", ".yml")
 MAPPING = "a mapping with rows: (and title:, columns:, ...)"
+
+
+def load_mapping(
+    path: str | Path,
+    what: str = "config",
+    key: str = "config",
+    expected: str = "a mapping of keys such as trainer:, model:, data:",
+) -> dict[str, Any]:
+    """The top-level mapping of a YAML file, or one ConfigError naming the file."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ConfigError(f"{path}: {what} path is a folder, not a file", key=key)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} file not found", key=key) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read {what} file: {err}", key=key) from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = err.problem or err.context or "invalid YAML"
+        raise ConfigError(f"{where}: YAML syntax error: {problem}", key=key) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: YAML error: {one_line(err)}", key=key) from None
+    if data is None:
+        raise ConfigError(f"{path}: {what} file is empty; expected {expected}", key=key)
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: {what} file holds a {type(data).__name__} at the top level; expected "
+            f"{expected}",
+            key=key,
+        )
+    return data
+
+
+check_config_file = load_mapping  # a run's config: readable YAML with a mapping on top
 
 
 def _fail(path: Path, where: str, problem: str) -> ConfigError:

@@ -12,6 +12,7 @@ from PIL import Image
 
 from ncl_lightning.atlas import FeatureAtlas, build_atlas, read_atlas
 from ncl_lightning.atlas.collect import SplitProfile
+from ncl_lightning.atlas.data_config import load_datamodule
 from ncl_lightning.atlas.model import model_entry, strip_indices
 from ncl_lightning.atlas.site import write_page
 from ncl_lightning.callbacks import FeatureStatistics
@@ -20,7 +21,6 @@ from ncl_lightning.evaluation import LinearProbe
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional import l2_normalize_rows
 from ncl_lightning.metrics.functional.profile import dimension_profile
-from ncl_lightning.runtime.data_config import load_datamodule
 from tests.conftest import ROOT
 
 DATA = ROOT / "configs" / "demo" / "digits_cl.yaml"
@@ -133,7 +133,7 @@ def test_a_model_with_every_dimension_dead_says_so(tmp_path: Path) -> None:
     ("text", "match"),
     [
         ("trainer: {max_epochs: 1}\n", r"bad\.yaml: no data section"),
-        ("data: {class_path: DigitsDataModul}\n", r"bad\.yaml: data\.class_path: unknown "),
+        ("data: {class_path: DigitsDataModul}\n", r"bad\.yaml: .*DigitsDataModul"),
         ("data: {class_path: SparseCodingDataModule}\n", "has no class labels"),
     ],
 )

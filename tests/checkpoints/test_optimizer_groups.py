@@ -11,10 +11,13 @@ import torch
 from torch import nn
 
 from ncl_lightning import CheckpointError, load_method
-from ncl_lightning.checkpoints.optimizer_groups import check_optimizer_groups, saved_group_sizes
+from ncl_lightning.checkpoints.optimizer_groups import (
+    OptimizerGroupsCheck,
+    check_optimizer_groups,
+    saved_group_sizes,
+)
 from ncl_lightning.methods import BayesNCL
 from ncl_lightning.runtime.cli import cli_main, main
-from ncl_lightning.runtime.resume import OptimizerGroupsCheck
 
 ROOT = Path(__file__).resolve().parents[2]
 BAYESNCL = str(ROOT / "configs" / "demo" / "digits_bayesncl.yaml")

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torchvision.transforms.v2.functional as TF
 
-from ncl_lightning.bench.counting import OpCounter
+from benchmarks.counting import OpCounter
 from ncl_lightning.data.batch_augmentation import (
     BatchAugmentation,
     adjust_hue,

@@ -24,13 +24,13 @@ import yaml
 from lightning.pytorch import Callback
 from PIL import Image
 
+from ncl_lightning.checkpoints.io import AtomicCheckpointIO, atomic_save, tensor_bytes
 from ncl_lightning.data.folder import ImageListDataset, scan_class_folders
 from ncl_lightning.data.memory import decode_images
 from ncl_lightning.foundation.disk import format_bytes, host_tag
 from ncl_lightning.foundation.errors import DiskFullError
-from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO, atomic_save, tensor_bytes
 from ncl_lightning.runtime.cli import main
-from ncl_lightning.runtime.cli_errors import user_error_message
+from ncl_lightning.runtime.errors import error_message as user_error_message
 from tests.conftest import ROOT
 from tests.resume_helpers import digits_run_config
 from tests.runtime.test_signals import digits_config, digits_steps_per_epoch, start, wait_for
@@ -142,7 +142,7 @@ def test_stale_temporary_files_of_dead_writers_are_removed(tmp_path: Path) -> No
 LIMITED = textwrap.dedent(
     """
     import resource, sys, torch
-    from ncl_lightning.runtime.checkpoint_io import atomic_save
+    from ncl_lightning.checkpoints.io import atomic_save
     atomic_save({"version": 1}, sys.argv[1])
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))
     atomic_save({"version": 2, "w": torch.zeros(1 << 16)}, sys.argv[1])
@@ -298,7 +298,7 @@ ON_TMPFS = textwrap.dedent(
     from collections import namedtuple
     from pathlib import Path
     from ncl_lightning.data.memory import decode_images
-    from ncl_lightning.runtime.checkpoint_io import atomic_save
+    from ncl_lightning.checkpoints.io import atomic_save
     from ncl_lightning.foundation.errors import DiskFullError
     from tests.foundation.test_disk_full import image_folder
     fs, work = Path(sys.argv[1]), Path(sys.argv[2])

@@ -24,9 +24,6 @@ from ncl_lightning.metrics.retrieval import RetrievalPrecision
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.optim.schedulers import warmup_cosine
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.cli_errors import parser_error
-from ncl_lightning.runtime.config_files import check_config_file
-from ncl_lightning.runtime.trainer_checks import check_seed, check_trainer
 from tests.helpers.cli import DEMO, refused_fit
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ncl_lightning"
@@ -135,14 +132,9 @@ def test_representative_errors_carry_their_key(tmp_path: Path) -> None:
         "width": _raised(SmallCNN, 1, 0, 8),
         "total_steps": _raised(warmup_cosine, sgd, 0, 0),
         "model.init_args.nonneg": _raised(Registry("map").get, "relu", "model.init_args.nonneg"),
-        "trainer.max_epochs": _raised(check_trainer, {"max_epochs": -5}),
-        "trainer.val_check_interval": _raised(check_trainer, {"val_check_interval": 2.5}),
-        "trainer.accelerator": _raised(check_trainer, {"accelerator": "gpux"}),
-        "seed_everything": _raised(check_seed, -1),
         "trainer.default_root_dir": _raised(
             check_output_dir, "trainer.default_root_dir", tmp_path / "afile" / "run"
         ),
-        "config": _raised(check_config_file, tmp_path / "missing.yaml"),
     }
     for key, err in cases.items():
         assert err.key == key, (key, err.key, str(err))
@@ -153,20 +145,6 @@ def test_compute_before_update_is_one_error_both_ways() -> None:
     err = _raised(RetrievalPrecision().compute)
     assert isinstance(err, EmptyMetricError)
     assert isinstance(err, ValueError) and isinstance(err, RuntimeError)
-
-
-@pytest.mark.parametrize(
-    ("message", "key"),
-    [
-        ("unrecognized arguments: --trainer.max_epohcs 3", "trainer.max_epohcs"),
-        ("Parser key \"trainer.precision\":\n  Expected a typing.Literal[64, 32]. Got value: 7",
-         "trainer.precision"),
-    ],
-    ids=["unknown-key", "bad-choice"],
-)  # fmt: skip
-def test_parser_errors_carry_the_key_they_name(message: str, key: str) -> None:
-    err = parser_error(message, ["trainer.max_epochs"])
-    assert err.key == key and str(err).startswith(f"{key}: ")
 
 
 def test_a_bad_value_through_the_real_cli_names_its_key(

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from lightning.pytorch import LightningDataModule, LightningModule
 
-from ncl_lightning.runtime.cli import NCLCLI, NCLArgumentParser
+from ncl_lightning.runtime.cli import NCLCLI, TypedTrainer
 from tests.conftest import ROOT
 
 CONFIGS = ROOT / "configs"
@@ -85,7 +85,7 @@ class Resolver:
             datamodule_class=LightningDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
-            parser_class=NCLArgumentParser,
+            trainer_class=TypedTrainer,
             args=["fit", "--config", str(first)],
             auto_configure_optimizers=False,
         )

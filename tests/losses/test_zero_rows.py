@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ncl_lightning.losses import info_nce, spectral_contrastive, supcon
-from ncl_lightning.losses.normalize import normalize_rows
+from ncl_lightning.losses.pairs import normalize_rows
 from tests.losses.test_losses import reference_info_nce
 
 

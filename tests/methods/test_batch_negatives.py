@@ -13,8 +13,8 @@ import pytest
 
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import BYOL, CL, NCL, SupConCL
+from ncl_lightning.methods.preflight import check_batch_negatives
 from ncl_lightning.nn import SmallCNN
-from ncl_lightning.runtime.preflight import check_batch_negatives
 from tests.helpers.cli import refused_fit
 
 

@@ -23,7 +23,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch._dynamo.utils import counters
 
-from ncl_lightning.bench.step_parts import TinyNet
+from benchmarks.step_parts import TinyNet
 from ncl_lightning.data import ImageFolderDataModule
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import CL, NCL, BayesNCL

@@ -12,13 +12,13 @@ import yaml
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.losses import InfoNCELoss, SpectralContrastiveLoss
 from ncl_lightning.methods import CL, NCL
-from ncl_lightning.nn import SmallCNN
-from ncl_lightning.runtime.cli import cli_main, main
-from ncl_lightning.runtime.subclass_defaults import (
+from ncl_lightning.methods.subclass_defaults import (
     check_declared_defaults,
     check_model_defaults,
     undeclared_defaults,
 )
+from ncl_lightning.nn import SmallCNN
+from ncl_lightning.runtime.cli import cli_main, main
 from tests.conftest import ROOT
 from tests.methods import loss_subclasses as subs
 

@@ -1,5 +1,5 @@
 """Bad model settings fail before any training with one line naming the key and the value:
-``__init__`` arguments, registry names (with a suggestion), and ``runtime.preflight.preflight`` (the
+``__init__`` arguments, registry names (with a suggestion), and ``methods.preflight.preflight`` (the
 optimiser's learning rates, a model that does not fit the data)."""
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from ncl_lightning.methods import (
     SimSiam,
     SupConCL,
 )
+from ncl_lightning.methods.preflight import preflight
 from ncl_lightning.nn import SmallCNN, SparseCodingEncoder
 from ncl_lightning.nn.nonneg import NONNEG
 from ncl_lightning.optim import LARS
-from ncl_lightning.runtime.preflight import preflight
 
 HEADS = {"proj_hidden_dim": 32, "proj_output_dim": 12}
 
@@ -220,27 +220,31 @@ def _gate_lr_negative() -> nn.Module:
 
 _lr_cases = {
     "lars-negative": (
-        lambda: _ssl(optimizer=lambda p: LARS(p, lr=-0.1)),
+        lambda: _ssl(optimizer=partial(LARS, lr=-0.1)),
         "model.init_args.optimizer.init_args.lr must be > 0, got -0.1",
     ),
     "sgd-negative": (
-        lambda: _ssl(optimizer=lambda p: torch.optim.SGD(p, lr=-0.1)),
+        lambda: _ssl(optimizer=partial(torch.optim.SGD, lr=-0.1)),
         "model.init_args.optimizer.init_args.lr must be > 0, got -0.1",
     ),
     "sgd-zero": (
-        lambda: _nce(optimizer=lambda p: torch.optim.SGD(p, lr=0.0)),
+        lambda: _nce(optimizer=partial(torch.optim.SGD, lr=0.0)),
         "model.init_args.optimizer.init_args.lr must be > 0, got 0.0",
     ),
     "adamw-zero": (
-        lambda: _ssl(BayesNCL, optimizer=lambda p: torch.optim.AdamW(p, lr=0.0)),
+        lambda: _ssl(BayesNCL, optimizer=partial(torch.optim.AdamW, lr=0.0)),
         "model.init_args.optimizer.init_args.lr must be > 0, got 0.0",
     ),
     "probe_lr": (_probe_lr_zero, "probe_lr must be > 0, got 0.0"),
     "sgd-inf": (
-        lambda: _ssl(optimizer=lambda p: torch.optim.SGD(p, lr=float("inf"))),
+        lambda: _ssl(optimizer=partial(torch.optim.SGD, lr=float("inf"))),
         "model.init_args.optimizer.init_args.lr must be a finite number, got inf",
     ),
     "gate_lr": (_gate_lr_negative, "gate_lr must be > 0, got -0.2"),
+    "python-sgd-negative": (  # a factory that is not a partial: torch's own line, keyed
+        lambda: _ssl(optimizer=lambda p: torch.optim.SGD(p, lr=-0.1)),
+        "model.init_args.optimizer: Invalid learning rate: -0.1",
+    ),
     "other-optimizer-error": (
         lambda: _ssl(optimizer=lambda p: LARS(p, lr=0.1, momentum=1.0)),
         "model.init_args.optimizer: LARS momentum must be in [0, 1), got 1.0",

@@ -11,9 +11,8 @@ import lightning as L
 import pytest
 import torch
 
-from ncl_lightning.methods import skips
-from ncl_lightning.methods.finite_checks import GRAD_NONFINITE, describe_gradients
-from ncl_lightning.methods.skips import CONSECUTIVE_SKIP_LIMIT
+from ncl_lightning.methods import guard
+from ncl_lightning.methods.guard import CONSECUTIVE_SKIP_LIMIT, GRAD_NONFINITE, describe_gradients
 from ncl_lightning.runtime.cli import main
 from tests.helpers.cli import DEMO
 
@@ -89,7 +88,7 @@ def test_skips_in_a_row_stop_a_long_epoch(
 ) -> None:
     """An epoch longer than the limit stops at the limit, not at its end."""
     assert CONSECUTIVE_SKIP_LIMIT == 100  # the documented value
-    monkeypatch.setattr(skips, "CONSECUTIVE_SKIP_LIMIT", 3)
+    monkeypatch.setattr(guard, "CONSECUTIVE_SKIP_LIMIT", 3)
     code, line = _fit(
         tmp_path, capsys, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "8"
     )

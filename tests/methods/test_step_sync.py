@@ -19,7 +19,7 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-from ncl_lightning.bench.counting import OpCounter
+from benchmarks.counting import OpCounter
 from ncl_lightning.data import ImageFolderDataModule
 from ncl_lightning.methods import CL, NCL, BayesNCL
 from ncl_lightning.nn import SmallCNN

@@ -1,7 +1,6 @@
 """One training base: SSLMethod and Classifier sit directly on TrainableModule, no hook
-depends on base order, and the run-time components (guard, speed switches, checkpoint
-record, preflight) reach a plain ``Trainer`` through ``configure_callbacks`` and ``ncl-cli``
-through its defaults, without replacing a callback the user configured."""
+depends on base order, and the default callbacks (guard, final validation) reach every
+trainer through ``configure_callbacks``, without replacing a callback the user configured."""
 
 from __future__ import annotations
 
@@ -16,24 +15,18 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import ncl_lightning
 from ncl_lightning import methods
-from ncl_lightning.callbacks import FeatureStatistics
+from ncl_lightning.callbacks import FeatureStatistics, FinalValidation
 from ncl_lightning.checkpoints.load import read_checkpoint
 from ncl_lightning.data import DigitsDataModule
-from ncl_lightning.foundation import components
-from ncl_lightning.foundation.components import missing_defaults
 from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.methods import NCL, Classifier, NCEClassifier, SSLMethod, TrainableModule
 from ncl_lightning.methods.guard import CHECKPOINT_KEY, NonFiniteGuard
 from ncl_lightning.methods.trainable import common_arguments
 from ncl_lightning.nn import SmallCNN
-from ncl_lightning.runtime.checkpoint_record import CheckpointRecord
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.fit_end import FinalValidation
-from ncl_lightning.runtime.preflight import Preflight
-from ncl_lightning.runtime.speed_switches import SpeedSwitches
 from tests.conftest import ROOT
 
-DEFAULT_TYPES = (Preflight, SpeedSwitches, NonFiniteGuard, CheckpointRecord, FinalValidation)
+DEFAULT_TYPES = (NonFiniteGuard, FinalValidation)
 HOOK_PREFIXES = ("on_", "configure_", "setup", "teardown", "state_dict", "load_state_dict")
 
 
@@ -144,7 +137,7 @@ def test_ncl_cli_installs_each_default_once(tmp_path: Path) -> None:
     cli = _one_step_fit(tmp_path)
     for kind in DEFAULT_TYPES:
         assert len(_of_type(cli.trainer, kind)) == 1, kind.__name__
-    assert _of_type(cli.trainer, Preflight)[0].done  # ran by the CLI, before fit
+    assert cli.model.checked  # the model's checks ran by the CLI, before fit
 
 
 def test_a_default_the_config_lists_is_the_users_only(tmp_path: Path) -> None:
@@ -153,20 +146,6 @@ def test_a_default_the_config_lists_is_the_users_only(tmp_path: Path) -> None:
         assert len(_of_type(cli.trainer, kind)) == 1, kind.__name__
     (guard,) = _of_type(cli.trainer, NonFiniteGuard)
     assert guard not in cli.trainer_defaults["callbacks"]  # the configured one, not ours
-
-
-def test_the_defaults_come_from_the_foundation_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The modules get the run-time callbacks by injection: a subset by key, one clear
-    error for an unknown key or when nothing registered them."""
-    assert [type(c) for c in missing_defaults(None)] == [*DEFAULT_TYPES, FeatureStatistics]
-    (record,) = missing_defaults(None, only=("checkpoint_record",))
-    assert isinstance(record, CheckpointRecord)
-    with pytest.raises(UsageError, match="no default component 'guard'; registered: preflight"):
-        missing_defaults(None, only=("guard",))
-    monkeypatch.setattr(components, "_FACTORIES", {})
-    monkeypatch.setattr(components, "_PROVIDERS", [])
-    with pytest.raises(UsageError, match="no default run-time components are registered"):
-        missing_defaults(None)
 
 
 def test_the_guard_attaches_itself_and_a_trainer_without_one_is_refused(tmp_path: Path) -> None:

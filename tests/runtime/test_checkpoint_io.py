@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ncl_lightning.runtime.checkpoint_io import AtomicCheckpointIO, atomic_save, is_partial
+from ncl_lightning.checkpoints.io import AtomicCheckpointIO, atomic_save, is_partial
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.resume import find_last_checkpoint
+from ncl_lightning.runtime.resume import run_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WRITER = textwrap.dedent(
     """
     import io, sys, time, torch
-    import ncl_lightning.runtime.checkpoint_io as io_module
+    import ncl_lightning.checkpoints.io as io_module
     path, marker = sys.argv[1], sys.argv[2]
     io_module.atomic_save({"version": 1, "w": torch.ones(1000)}, path)
     real = torch.save
@@ -52,7 +52,7 @@ def test_kill_during_save_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
     assert ckpt["version"] == 1 and torch.equal(ckpt["w"], torch.ones(1000))
     (partial,) = [p for p in tmp_path.iterdir() if is_partial(p)]
     assert partial.stat().st_size > 0
-    assert find_last_checkpoint([tmp_path]) == path  # the partial file is never picked
+    assert list(run_checkpoints([tmp_path]).values()) == [path]  # never the partial file
 
 
 def test_failed_save_leaves_no_temporary_file(tmp_path: Path, monkeypatch) -> None:
@@ -63,7 +63,7 @@ def test_failed_save_leaves_no_temporary_file(tmp_path: Path, monkeypatch) -> No
         f.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr("ncl_lightning.runtime.checkpoint_io.torch.save", broken)
+    monkeypatch.setattr("ncl_lightning.checkpoints.io.torch.save", broken)
     with pytest.raises(OSError, match="disk full"):
         AtomicCheckpointIO().save_checkpoint({"version": 2}, path)
     assert torch.load(path, weights_only=True) == {"version": 1}
@@ -77,4 +77,4 @@ def test_cli_trainers_write_atomically(tmp_path: Path) -> None:
                     "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
                     "--trainer.enable_progress_bar", "false"])  # fmt: skip
     assert type(cli.trainer.strategy.checkpoint_io) is AtomicCheckpointIO
-    assert find_last_checkpoint([tmp_path]) is not None
+    assert run_checkpoints([tmp_path])

@@ -156,7 +156,7 @@ def test_version_and_subcommands_go_through(capsys: pytest.CaptureFixture) -> No
 
 
 def test_startup_benchmark_times_the_top_level_help(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ncl_lightning.bench import startup
+    from benchmarks import startup
 
     monkeypatch.setattr(startup, "COMMANDS", (("--help",),))
     (row,) = startup.run(1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,32 +15,23 @@ from types import SimpleNamespace
 import pytest
 from lightning.pytorch.callbacks import TQDMProgressBar
 
-from ncl_lightning.callbacks import FeatureStatistics
+from ncl_lightning.callbacks import FeatureStatistics, FinalValidation, default_feature_statistics
+from ncl_lightning.foundation.progress import TIP_PREFIX, library_notices_off
 from ncl_lightning.runtime import console
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.components import default_feature_statistics
 from ncl_lightning.runtime.console import (
+    FitSummary,
     LineProgress,
     format_metrics,
-    is_terminal,
     progress_callbacks,
+    summary_metrics,
 )
-from ncl_lightning.runtime.fit_end import FinalValidation, FitSummary, summary_metrics
-from ncl_lightning.runtime.progress import TIP_PREFIX, library_notices_off
 from tests.conftest import ROOT
 
 DEMO = ROOT / "configs" / "demo" / "digits_ncl.yaml"
 # Notices every run repeated before: LightningCLI's `args` caution, the tensorboardX note,
 # torch's LeafSpec deprecation inside Lightning and Lightning's advertisements.
 NOTICES = ("args parameter is intended", "tensorboardX", "LeafSpec", "Tip:")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Terminal(io.StringIO):
@@ -54,47 +46,41 @@ def _fake_trainer(epoch: int = 0) -> SimpleNamespace:
     )  # fmt: skip
 
 
-def test_is_terminal_reads_isatty() -> None:
-    assert not is_terminal(io.StringIO())
-    assert is_terminal(Terminal())
-    assert not is_terminal(object())  # type: ignore[arg-type]  # no isatty at all
-
-
-def test_line_progress_writes_one_line_per_epoch_and_one_per_interval() -> None:
-    out, clock = io.StringIO(), Clock()
-    bar = LineProgress(interval_s=60, stream=out, clock=clock)
+def test_line_progress_writes_one_line_per_epoch_and_one_per_interval(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = [0.0]
+    monkeypatch.setattr(console, "monotonic", lambda: now[0])
+    bar = LineProgress(interval_s=60)
     trainer = _fake_trainer()
     bar.setup(trainer, None, "fit")  # type: ignore[arg-type]
     for epoch in range(2):
         trainer.current_epoch = epoch
         bar.on_train_epoch_start(trainer, None)
         for batch in range(1000):  # 1/16 s a batch: 62.5 s an epoch, one interval line
-            clock.now += 0.0625
+            now[0] += 0.0625
             bar.on_train_batch_end(trainer, None, None, None, batch)
         bar.on_train_epoch_end(trainer, None)
-    lines = out.getvalue().splitlines()
+    lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 4, lines
     assert lines[0] == "Epoch 1/3: batch 960/1000, 16 it/s | objective=5.296 val/online_acc=0.5"
     assert lines[1] == "Epoch 1/3: 1000 batches in 1m02s | objective=5.296 val/online_acc=0.5"
     assert lines[3].startswith("Epoch 2/3: 1000 batches in 1m02s")
     bar.disable()
     bar.on_train_epoch_end(trainer, None)
-    assert len(out.getvalue().splitlines()) == 4  # other ranks: nothing
+    assert capsys.readouterr().err == ""  # other ranks: nothing
 
 
-def test_line_progress_refuses_a_tiny_interval() -> None:
-    with pytest.raises(ValueError, match="interval_s"):
-        LineProgress(interval_s=0.5)
-
-
-def test_line_progress_only_where_the_bar_would_flood_a_file() -> None:
-    file, terminal = io.StringIO(), Terminal()
-    (bar,) = progress_callbacks({"enable_progress_bar": None, "callbacks": None}, file)
+def test_line_progress_only_where_the_bar_would_flood_a_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    (bar,) = progress_callbacks({"enable_progress_bar": None, "callbacks": None})
     assert isinstance(bar, LineProgress)
-    assert progress_callbacks({}, terminal) == []  # a terminal keeps Lightning's bar
-    assert progress_callbacks({"enable_progress_bar": False}, file) == []
-    mine = TQDMProgressBar()
-    assert progress_callbacks({"callbacks": [mine]}, file) == []  # the user's bar wins
+    assert progress_callbacks({"enable_progress_bar": False}) == []
+    assert progress_callbacks({"callbacks": [TQDMProgressBar()]}) == []  # the user's bar wins
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert progress_callbacks({}) == []  # a terminal keeps Lightning's bar
 
 
 def test_format_and_choose_the_summary_metrics() -> None:
@@ -156,11 +142,10 @@ def _fit(root: Path, *extra: str, config: Path | None = None):
 
 @pytest.mark.slow
 def test_a_fit_without_statistics_gets_them_and_validates_its_last_epoch(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """``ncl-cli fit --model NCL --data DigitsDataModule``, 2 epochs, validation every 5:
     a validation row with z's statistics, progress lines bounded by the epochs, a summary."""
-    monkeypatch.setattr(console, "is_terminal", lambda stream=None: False)  # also under -s
     caplog_lines: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: caplog_lines.append(record.getMessage())  # type: ignore[method-assign]

@@ -14,31 +14,28 @@ import pytest
 import yaml
 
 from ncl_lightning.runtime import RunFolderInUseError, RunLock
-from ncl_lightning.runtime.lock import lock_path
+from ncl_lightning.runtime.runs import lock_path
 from tests.conftest import ROOT
 from tests.runtime.test_signals import digits_config, start, wait_for
 
 
 def test_second_lock_on_a_folder_is_refused_and_released_with_the_first(tmp_path: Path) -> None:
-    first, second = RunLock(), RunLock()
-    first.acquire([tmp_path / "a", tmp_path / "b"])
+    first = RunLock([tmp_path / "a", tmp_path / "b"]).acquire()
     assert (tmp_path / ".a.ncl-run.lock").is_file() and not (tmp_path / "a").exists()
     with pytest.raises(
-        RunFolderInUseError, match=rf"{tmp_path / 'b'}: another run .*pid {os.getpid()}"
+        RunFolderInUseError, match=rf"^{tmp_path / 'b'}: another run .*pid {os.getpid()}"
     ):
-        second.acquire([tmp_path / "c", tmp_path / "b"])
-    third = RunLock()
-    third.acquire([tmp_path / "c"])  # the refused acquire let go of the folders it had
-    third.release()
+        RunLock([tmp_path / "c", tmp_path / "b"]).acquire()
+    RunLock([tmp_path / "c"]).acquire().release()  # the refused one let go of what it had
     first.release()
-    second.acquire([tmp_path / "a", tmp_path / "b"])
-    second.release()
+    RunLock([tmp_path / "a", tmp_path / "b"]).acquire().release()
+    assert not any(tmp_path.glob(".*.ncl-run.lock"))  # a run that ends removes its files
 
 
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     code = (
         "import sys, time; from pathlib import Path; from ncl_lightning.runtime import RunLock;"
-        "lock = RunLock(); lock.acquire([Path(sys.argv[1])]);"
+        "lock = RunLock([Path(sys.argv[1])]).acquire();"
         "print('locked', flush=True); time.sleep(60)"
     )
     proc = subprocess.Popen(
@@ -46,30 +43,12 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     )
     assert proc.stdout.readline().strip() == "locked"
     with pytest.raises(RunFolderInUseError, match=f"pid {proc.pid}"):
-        RunLock().acquire([tmp_path / "run"])
+        RunLock([tmp_path / "run"]).acquire()
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert lock_path(tmp_path / "run").is_file()  # the killed holder's file stays, unlocked
-    lock = RunLock()
-    lock.acquire([tmp_path / "run"])  # taken over
-    lock.release()
+    RunLock([tmp_path / "run"]).acquire().release()  # taken over
     assert not lock_path(tmp_path / "run").exists()  # a run that ends removes its lock file
-
-
-def test_a_starting_run_removes_stale_locks_beside_it_but_not_held_ones(tmp_path: Path) -> None:
-    stale = lock_path(tmp_path / "killed")
-    stale.write_text("pid 1 on gone since 2026-01-01T00:00:00\n")  # nobody holds it
-    held = RunLock()
-    held.acquire([tmp_path / "busy"])
-    mine = RunLock()
-    mine.acquire([tmp_path / "new"])
-    assert not stale.exists()
-    assert lock_path(tmp_path / "busy").is_file() and lock_path(tmp_path / "new").is_file()
-    with pytest.raises(RunFolderInUseError):
-        RunLock().acquire([tmp_path / "busy"])  # still held after the sweep
-    mine.release()
-    held.release()
-    assert not any(tmp_path.glob(".*.ncl-run.lock"))
 
 
 def test_a_process_holding_the_removed_lock_file_tries_the_new_one(tmp_path: Path) -> None:
@@ -77,17 +56,15 @@ def test_a_process_holding_the_removed_lock_file_tries_the_new_one(tmp_path: Pat
     the removed file; a third process C would then lock a new file beside B. B must see
     that its file was removed and lock the file at the path instead."""
     path = lock_path(tmp_path / "run")
-    first = RunLock()
-    first.acquire([tmp_path / "run"])
+    first = RunLock([tmp_path / "run"]).acquire()
     stale = open(path, "a+")  # B's open, before A ends  # noqa: SIM115
     first.release()
     assert not path.exists()
     fcntl.flock(stale.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # B gets the removed file's lock
-    second = RunLock()
-    second.acquire([tmp_path / "run"])  # the path's file, not the stale one
+    second = RunLock([tmp_path / "run"]).acquire()  # the path's file, not the stale one
     assert os.stat(path).st_ino != os.fstat(stale.fileno()).st_ino
     with pytest.raises(RunFolderInUseError, match=f"pid {os.getpid()}"):
-        RunLock().acquire([tmp_path / "run"])
+        RunLock([tmp_path / "run"]).acquire()
     second.release()
     stale.close()
 

@@ -135,6 +135,37 @@ def test_online_with_unreachable_host_falls_back_offline(
     assert "sync later with: wandb sync " in hint
 
 
+def test_credentials_in_netrc_count(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    recwarn: pytest.WarningsRecorder,
+    no_credentials: None,
+) -> None:
+    """A key only in ``$NETRC`` (for the host of ``WANDB_BASE_URL``) is found: the probe runs."""
+    (tmp_path / "netrc").write_text(f"machine 127.0.0.1 login user password {VALID_FORMAT_KEY}\n")
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr(wandb, "init", _forbidden_online_init(wandb.init))
+    assert WandbLogger(save_dir=tmp_path, project="p").experiment.offline
+    (hint,) = _messages(recwarn.list, "W&B")
+    assert hint.startswith("W&B unavailable (cannot reach http://127.0.0.1:9: ")
+
+
+def test_online_with_malformed_key_falls_back_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
+) -> None:
+    """wandb refuses a malformed key before any network; the run goes offline."""
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "bogus")
+    monkeypatch.setattr(loggers, "_unreachable", lambda url: None)  # a reachable host
+    assert WandbLogger(save_dir=tmp_path, project="p").experiment.offline
+    (hint,) = _messages(recwarn.list, "W&B")
+    assert hint.startswith(
+        "W&B unavailable (wandb.init failed: AuthenticationError: WANDB_API_KEY invalid: "
+    )
+    assert "sync later with: wandb sync " in hint
+
+
 def test_probe_gives_up_after_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host that never answers (DNS hanging included) costs the probe's timeout, no more."""
     monkeypatch.setattr(loggers, "PROBE_TIMEOUT_S", 0.1)

@@ -14,7 +14,7 @@ from jsonargparse import Namespace
 
 from ncl_lightning.runtime import overlay_explicit
 from ncl_lightning.runtime.cli import cli_main, main
-from ncl_lightning.runtime.cli_resume import split_explicit, typed_model_keys
+from ncl_lightning.runtime.resume import split_explicit, typed_model_keys
 from tests.runtime.test_signals import digits_config
 
 

@@ -3,7 +3,7 @@
 What can be checked before the run writes anything is checked there (an image folder's
 first image of every class is decoded, a disk ``cache_dir`` must be a writable folder);
 what only the first batch finds (an unreadable image further down) makes the run remove
-the folders, lock files and config files it created (``NewRunFolders``), so the next run
+the folders, lock files and config files it created (``RunLock``), so the next run
 gets the same ``version_N``. What existed before is never touched."""
 
 from __future__ import annotations

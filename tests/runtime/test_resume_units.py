@@ -1,28 +1,15 @@
-"""The pieces of resume: finding the last checkpoint and continuing the loggers."""
+"""The pieces of resume: continuing the loggers."""
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 from jsonargparse import Namespace
 from lightning.pytorch.loggers import CSVLogger
 
+from ncl_lightning.methods.record import logger_versions
 from ncl_lightning.runtime.loggers import WandbLogger
-from ncl_lightning.runtime.resume import continue_loggers, find_last_checkpoint, logger_versions
-
-
-def test_newest_last_checkpoint_wins_and_partial_files_are_ignored(tmp_path: Path) -> None:
-    old = tmp_path / "a/version_0/checkpoints/last.ckpt"
-    new = tmp_path / "b/run-id/checkpoints/last-v1.ckpt"
-    for path in (old, new, tmp_path / "c/.last.ckpt.tmp-123", tmp_path / "c/epoch=3.ckpt"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"x")
-    past = time.time() - 100
-    os.utime(old, (past, past))
-    assert find_last_checkpoint([tmp_path / "missing", tmp_path]) == new
-    assert find_last_checkpoint([tmp_path / "c"]) is None
+from ncl_lightning.runtime.resume import continue_loggers
 
 
 def test_recorded_versions_go_back_to_matching_loggers(tmp_path: Path) -> None:

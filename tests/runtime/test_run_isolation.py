@@ -14,9 +14,9 @@ import torch
 import yaml
 
 from ncl_lightning.checkpoints.load import RECORD_KEY
-from ncl_lightning.runtime import run_search
+from ncl_lightning.runtime import resume
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.run_search import run_checkpoints, select_checkpoint
+from ncl_lightning.runtime.resume import run_checkpoints, select_checkpoint
 from tests.runtime.test_run_identity import _config, _refused
 
 
@@ -136,7 +136,7 @@ def test_the_search_is_bounded_and_says_so_in_one_short_line(
     with pytest.raises(ValueError, match="40 runs") as info:
         select_checkpoint(found, None, True, str(tmp_path))
     assert "and 35 more" in str(info.value) and len(str(info.value)) < 1000
-    monkeypatch.setattr(run_search, "SEARCH_ENTRIES", 50)
+    monkeypatch.setattr(resume, "SEARCH_ENTRIES", 50)
     with pytest.raises(ValueError, match=r"gave up after 50 entries"):
         run_checkpoints([tmp_path])
 

@@ -13,9 +13,7 @@ import pytest
 import yaml
 
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.lock import LOCK_SUFFIX
-from ncl_lightning.runtime.run_layout import evaluation_folders, follow_root
-from ncl_lightning.runtime.runs import run_identity
+from ncl_lightning.runtime.runs import LOCK_SUFFIX, evaluation_folders, follow_root, run_identity
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "configs" / "demo" / "digits_ncl.yaml"

@@ -8,27 +8,32 @@ import stat
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.runtime.run_config import free_name, git_state
-from ncl_lightning.runtime.run_search import run_checkpoints, select_checkpoint
+from ncl_lightning.runtime.resume import run_checkpoints, select_checkpoint
 from ncl_lightning.runtime.runs import (
-    check_new_run_folders,
-    check_run_id,
-    checkpoint_folder,
-    default_run_id,
-    logger_folder,
-    run_folder_of,
+    check_new_run,
+    git_state,
+    place_checkpoints,
+    run_folder,
+    run_id,
     set_logger_versions,
     slurm_job,
-    slurm_run_id,
 )
 from ncl_lightning.runtime.signals import requeue, resume_command
 
 SLURM = {"SLURM_NTASKS": "2", "SLURM_JOB_ID": "812", "SLURM_JOB_NAME": "ncl"}
+
+
+def _trainer(root: Path, loggers=(), dirpath: str | None = None) -> SimpleNamespace:
+    checkpoint = SimpleNamespace(dirpath=dirpath)
+    return SimpleNamespace(
+        default_root_dir=root, loggers=list(loggers), checkpoint_callbacks=[checkpoint]
+    )
 
 
 def _ckpt(path: Path, age_s: float = 0.0) -> Path:
@@ -41,31 +46,30 @@ def _ckpt(path: Path, age_s: float = 0.0) -> Path:
 
 @pytest.mark.parametrize("good", ["version_0", "slurm-812_3", "a", "run.2026-11-24", "x" * 64])
 def test_run_ids_that_name_a_folder_and_a_wandb_run(good: str) -> None:
-    assert check_run_id(good) == good
+    assert run_id(good, {}) == (good, "--run_id")
 
 
 @pytest.mark.parametrize("bad", ["", "-x", "a/b", "a b", "x" * 65, "ü", "a:b"])
 def test_other_run_ids_are_refused_naming_the_key(bad: str) -> None:
     with pytest.raises(ConfigError, match=r"^run_id: ") as err:
-        check_run_id(bad)
+        run_id(bad, {})
     assert err.value.key == "run_id"
 
 
 def test_the_slurm_job_names_the_run() -> None:
-    assert slurm_run_id(SLURM) == "slurm-812"
+    assert run_id(None, SLURM) == ("slurm-812", "the SLURM job")
     array = {**SLURM, "SLURM_ARRAY_JOB_ID": "800", "SLURM_ARRAY_TASK_ID": "3"}
-    assert slurm_run_id(array) == "slurm-800_3"
+    assert run_id(None, array)[0] == "slurm-800_3"
     assert slurm_job(array) == "800_3" and slurm_job(SLURM) == "812"
     cluster = {**array, "SLURM_CLUSTER_NAME": "jean zay"}  # ids are unique per cluster
-    assert slurm_run_id(cluster) == "slurm-jean-zay-800_3" and slurm_job(cluster) == "800_3"
+    assert run_id(None, cluster)[0] == "slurm-jean-zay-800_3" and slurm_job(cluster) == "800_3"
     # An interactive allocation runs many things; outside SLURM there is no job.
-    assert slurm_run_id({**SLURM, "SLURM_JOB_NAME": "bash"}) is None
-    assert slurm_run_id({}) is None and slurm_job({}) is None
-    assert default_run_id(SLURM) == ("slurm-812", "the SLURM job")
-    assert default_run_id({**SLURM, "NCL_RUN_ID": "mine"}) == ("mine", "$NCL_RUN_ID")
-    assert default_run_id({}) is None
+    assert run_id(None, {**SLURM, "SLURM_JOB_NAME": "bash"}) is None
+    assert run_id(None, {}) is None and slurm_job({}) is None
+    assert run_id(None, {**SLURM, "NCL_RUN_ID": "mine"}) == ("mine", "$NCL_RUN_ID")
+    assert run_id("given", {**SLURM, "NCL_RUN_ID": "mine"}) == ("given", "--run_id")
     with pytest.raises(ConfigError, match="run_id"):
-        default_run_id({"NCL_RUN_ID": "a/b"})
+        run_id(None, {"NCL_RUN_ID": "a/b"})
 
 
 def test_candidates_are_runs_with_their_newest_last_checkpoint(tmp_path: Path) -> None:
@@ -79,8 +83,8 @@ def test_candidates_are_runs_with_their_newest_last_checkpoint(tmp_path: Path) -
         "version_0": a_new.resolve(),
         "slurm-7": b.resolve(),
     }
-    assert run_folder_of(a) == a.parent.parent
-    assert run_folder_of(tmp_path / "flat/last.ckpt") == tmp_path / "flat"
+    assert run_folder(a) == a.parent.parent
+    assert run_folder(tmp_path / "flat/last.ckpt") == tmp_path / "flat"
 
 
 def test_two_runs_in_one_root_are_never_guessed(tmp_path: Path) -> None:
@@ -113,12 +117,17 @@ def test_a_run_id_without_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_a_run_without_a_logger_keeps_its_checkpoints_in_its_own_folder(tmp_path: Path) -> None:
-    assert checkpoint_folder(tmp_path, "a", None) == tmp_path / "a/checkpoints"
-    fresh = checkpoint_folder(tmp_path, None, None)
+    def placed(given: str | None, resumed: Path | None) -> Path:
+        trainer = _trainer(tmp_path)
+        place_checkpoints(trainer, given, resumed)
+        return Path(trainer.checkpoint_callbacks[0].dirpath)
+
+    assert placed("a", None) == tmp_path / "a/checkpoints"
+    fresh = placed(None, None)
     assert fresh.parent.parent == tmp_path and fresh.parent.name.startswith("run-")
     mine = tmp_path / "run-1/checkpoints/last.ckpt"  # a run of this root resumed: its folder
-    assert checkpoint_folder(tmp_path, None, mine) == tmp_path / "run-1/checkpoints"
-    elsewhere = checkpoint_folder(tmp_path, None, tmp_path.parent / "x/last.ckpt")
+    assert placed(None, mine) == tmp_path / "run-1/checkpoints"
+    elsewhere = placed(None, tmp_path.parent / "x/last.ckpt")
     assert elsewhere.parent.name.startswith("run-")  # a file from elsewhere: a new run
 
 
@@ -135,24 +144,21 @@ def test_the_run_id_becomes_every_loggers_version() -> None:
 
 
 def test_the_folder_of_a_logger_is_where_lightning_puts_its_checkpoints(tmp_path: Path) -> None:
-    assert logger_folder(CSVLogger(tmp_path, "digits"), tmp_path) == tmp_path / "digits/version_0"
-    assert logger_folder(CSVLogger(tmp_path, "d", "slurm-1"), tmp_path) == tmp_path / "d/slurm-1"
+    csv = CSVLogger(tmp_path, "digits")
+    assert run_folder(_trainer(tmp_path, [csv])) == tmp_path / "digits/version_0"
+    csv = CSVLogger(tmp_path, "d", "slurm-1")
+    assert run_folder(_trainer(tmp_path, [csv])) == tmp_path / "d/slurm-1"
+    assert run_folder(_trainer(tmp_path, [], str(tmp_path / "r/checkpoints"))) == tmp_path / "r"
 
 
 def test_a_new_run_never_writes_into_an_existing_run(tmp_path: Path) -> None:
     empty, used = tmp_path / "a", tmp_path / "b"
     empty.mkdir()
     _ckpt(used / "config.yaml")
-    check_new_run_folders([empty, tmp_path / "missing"], "a")
+    check_new_run(_trainer(tmp_path, [], str(empty)), "a")
+    check_new_run(_trainer(tmp_path, [], str(tmp_path / "missing")), "a")
     with pytest.raises(ConfigError, match=r"^run_id: run b already exists .*--auto_resume true"):
-        check_new_run_folders([empty, used], "b")
-
-
-def test_record_files_are_numbered_never_overwritten(tmp_path: Path) -> None:
-    assert free_name(tmp_path, "config") == (tmp_path / "config.yaml", 0)
-    (tmp_path / "config.yaml").write_text("a")
-    (tmp_path / "config.1.yaml").write_text("b")
-    assert free_name(tmp_path, "config") == (tmp_path / "config.2.yaml", 2)
+        check_new_run(_trainer(tmp_path, [], str(used)), "b")
 
 
 def test_git_state_of_a_checkout_and_of_a_plain_folder(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ncl_lightning.data import DigitsDataModule
-from ncl_lightning.runtime.watchdog import StopWatchdog, grace_from_env
+from ncl_lightning.runtime.signals import StopWatchdog, grace_from_env
 from tests.runtime.test_signals import digits_config, digits_steps_per_epoch, start, wait_for
 
 GRACE_S = 3

@@ -9,11 +9,9 @@ import torch
 from lightning.pytorch.plugins import TorchSyncBatchNorm
 
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.internals import layer_sync
 from ncl_lightning.methods import NCL
-from ncl_lightning.nn import ResNet, SmallCNN
-from ncl_lightning.runtime.preflight import Preflight, check_fit
-from ncl_lightning.runtime.trainer_checks import check_sync_batchnorm
+from ncl_lightning.nn import ResNet
+from ncl_lightning.runtime.cli import check_sync_batchnorm
 from tests.helpers.cli import refused_fit
 
 
@@ -21,31 +19,17 @@ def _trainer(**kw) -> L.Trainer:
     return L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, **kw)
 
 
-def test_layer_sync_is_found_only_when_asked_for() -> None:
-    assert isinstance(layer_sync(_trainer(devices=2, strategy="ddp", sync_batchnorm=True)),
-                      TorchSyncBatchNorm)  # fmt: skip
-    assert layer_sync(_trainer(devices=2, strategy="ddp")) is None
-    assert layer_sync(_trainer(devices=1)) is None
-
-
 def test_cpu_ddp_with_sync_batchnorm_is_refused_before_fit() -> None:
     trainer = _trainer(devices=2, strategy="ddp", sync_batchnorm=True, max_epochs=1)
     with pytest.raises(ConfigError) as info:
-        check_sync_batchnorm(trainer)
+        check_sync_batchnorm(trainer, True)
     assert info.value.key == "trainer.sync_batchnorm"
     assert "2 processes on cpu" in str(info.value) and "\n" not in str(info.value)
-    # the fit checks (what ncl-cli and the Preflight callback run) run it for every module
-    model = NCL(SmallCNN(in_channels=1), proj_hidden_dim=16, proj_output_dim=8, batch_size=8)
-    for module in (model, L.LightningModule()):
-        with pytest.raises(ConfigError, match=r"trainer\.sync_batchnorm"):
-            check_fit(module, trainer, None)
-    with pytest.raises(ConfigError, match=r"trainer\.sync_batchnorm"):
-        Preflight().setup(trainer, model, "fit")
 
 
 def test_single_process_and_plain_ddp_pass() -> None:
-    check_sync_batchnorm(_trainer(devices=1, sync_batchnorm=True))  # nothing to synchronise
-    check_sync_batchnorm(_trainer(devices=2, strategy="ddp"))
+    check_sync_batchnorm(_trainer(devices=1, sync_batchnorm=True), True)  # nothing to synchronise
+    check_sync_batchnorm(_trainer(devices=2, strategy="ddp"), False)
 
 
 def test_the_conversion_reaches_every_batchnorm_of_the_model() -> None:

@@ -24,6 +24,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.callbacks import FeatureStatistics, TopActivations
 from ncl_lightning.callbacks.feature_statistics import FeatureMetricSet
+from ncl_lightning.callbacks.wandb_tables import dimension_rows, metric_definition
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.foundation.errors import DataError
 from ncl_lightning.methods import NCL
@@ -31,7 +32,6 @@ from ncl_lightning.nn import SmallCNN
 from ncl_lightning.plot import load_runs, plot_curves, read_history
 from ncl_lightning.plot.__main__ import main as plot_main
 from ncl_lightning.runtime.loggers import WandbLogger
-from ncl_lightning.runtime.wandb_tables import dimension_rows, metric_definition
 from tests.helpers.wandb_run import OfflineRun, offline_runs, read_records, read_run
 
 D = 16  # width of z
@@ -51,7 +51,7 @@ TOP_DIMS = 4  # rows TopActivations draws
         ("val/z/semantic_consistency_top100", "epoch", "max,last"),
         ("val/z/retrieval_p@10", "epoch", "max,last"),
         ("test/z/sepin@all", "epoch", "max,last"),
-        ("val/z/sparsity", "epoch", None),
+        ("val/z/sparsity", "epoch", "max,last"),
         ("test/selection/ea/k8/linear_acc", "epoch", "max,last"),
         ("val/z/top_activations", "epoch", None),
     ],

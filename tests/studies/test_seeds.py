@@ -271,7 +271,7 @@ def test_a_failing_cell_names_its_row_seed_and_log(tmp_path: Path, capsys) -> No
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].endswith("fit.log"), err
     assert err[0].startswith(f"{seeds.PROG}: error: CL seed 0 failed (exit 2): ncl-cli: error: ")
-    assert "trainer.max_epochs must be an integer >= -1, got -5" in err[0]
+    assert "max_epochs" in err[0] and "-5" in err[0]  # Lightning's refusal
 
 
 def test_means_equal_at_the_shown_precision_are_not_a_difference() -> None:
