@@ -7,13 +7,13 @@ import warnings
 
 import pytest
 
+from ncl_lightning.foundation import progress as progress_module
 from ncl_lightning.foundation.progress import (
     LIGHTNING_LOGGERS,
     Progress,
     format_duration,
     quiet_lightning,
 )
-from ncl_lightning.foundation import progress as progress_module
 
 
 class Clock:
