@@ -24,6 +24,7 @@ from ncl_lightning.atlas.collect import check_encoder, num_classes_of
 from ncl_lightning.atlas.data_config import load_datamodule, run_config_of
 from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.foundation.errors import ConfigError, NCLError
+from ncl_lightning.foundation.progress import quiet_lightning
 from ncl_lightning.foundation.protocols import ChecksInputs, CleanData, PictureData, require_extra
 from ncl_lightning.foundation.validation import check_output_dir
 from ncl_lightning.methods.preflight import example_batch, preflight
@@ -60,7 +61,8 @@ def check_accelerator(accelerator: str) -> None:
     from lightning.pytorch import Trainer
 
     try:  # Lightning's own check of the accelerator, as ncl-cli's Trainer makes it
-        Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False)
+        with quiet_lightning():  # not its "GPU available" banner
+            Trainer(accelerator=accelerator, devices=1, logger=False, enable_checkpointing=False)
     except (MisconfigurationException, ValueError, ImportError) as err:
         raise ConfigError(f"--accelerator: {err}", key="accelerator") from None
 

@@ -10,7 +10,7 @@ says so in one line, naming the file, the group counts and sizes and what to do 
 Only a fit restores optimizer state (``test``/``validate``/``predict`` read the weights):
 ``ncl-cli`` runs the check when a resumed fit starts, once the optimizers are built and
 before Lightning loads their state
-([`OptimizerGroupsCheck`][ncl_lightning.runtime.resume.OptimizerGroupsCheck]).
+([`OptimizerGroupsCheck`][]).
 """
 
 from __future__ import annotations

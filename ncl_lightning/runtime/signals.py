@@ -156,9 +156,9 @@ class StopWatchdog:
     """Calls ``on_expiry(signum)`` when ``grace_s`` seconds pass after a stop signal and
     [`stop`][] is not called first (only the first signal counts).
 
-    [`start`][] (main thread) has the C-level handler write signal numbers into a pipe a
+    ``start`` (main thread) has the C-level handler write signal numbers into a pipe a
     thread reads, so the signal is seen while the main thread is stuck in C;
-    [`signal`][] arms it from a Python-level handler too.
+    ``signal`` arms it from a Python-level handler too.
     """
 
     def __init__(self, grace_s: float, on_expiry: Callable[[int], None]) -> None:

@@ -56,11 +56,12 @@ def _data_root(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 # bf16-mixed autocast is slow on the CPU (imagenet100_cl: 33 s against 13 s in 32-true,
 # cifar100_cl: 9 s against 2.4 s). One config per method and data path keeps the shipped
-# bf16-mixed (cifar10_ncl, cifar10_bayesncl, cifar10_supcon_ncl, imagenet100_ncl); these
-# variants of them (CL: another non-negative map; CIFAR-100: more classes) run in 32-true.
+# bf16-mixed (cifar10_ncl, cifar10_bayesncl, cifar10_supcon_ncl, imagenet100_ncl and
+# imagenet100_ncl_vit); these variants of them (CL: another non-negative map; CIFAR-100:
+# more classes) run in 32-true.
 FP32_ON_CPU = {
     "cifar10_cl", "cifar10_supcon_cl", "cifar100_cl", "cifar100_ncl", "cifar100_bayesncl",
-    "imagenet100_cl", "imagenet100_bayesncl",
+    "imagenet100_cl", "imagenet100_bayesncl", "imagenet100_cl_vit", "imagenet100_bayesncl_vit",
 }  # fmt: skip
 
 

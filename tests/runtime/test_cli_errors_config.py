@@ -338,13 +338,20 @@ def test_our_error_wrapped_or_re_raised_from_a_worker_is_its_own_line() -> None:
 @pytest.mark.slow
 def test_process_exit_status_and_traceback_on_request(tmp_path: Path) -> None:
     """Through a real process: a YAML error names its line, exit 2 (jsonargparse's report);
-    ``NCL_TRACEBACK=1`` shows the traceback instead."""
+    an error of ours is one line, and ``NCL_TRACEBACK=1`` shows its traceback instead."""
     bad = _file(tmp_path, "bad.yaml", "model:\n  init_args: {a: 1\n")
     cmd = [sys.executable, "-m", "ncl_lightning.runtime.cli", "fit", "--config", str(bad)]
     env = {k: v for k, v in os.environ.items() if k != "NCL_TRACEBACK"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2
     assert "line 3, column 1" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    demo = Path(__file__).resolve().parents[2] / "configs" / "demo" / "digits_ncl.yaml"
+    cmd = [sys.executable, "-m", "ncl_lightning.runtime.cli", "fit", "--config", str(demo),
+           "--model.init_args.temperature", "-1",
+           "--trainer.default_root_dir", str(tmp_path / "runs")]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "model.init_args.temperature must be > 0" in done.stderr.strip().splitlines()[-1]
     traced = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                             env={**env, "NCL_TRACEBACK": "1"})  # fmt: skip
     assert traced.returncode != 0 and "Traceback" in traced.stderr
