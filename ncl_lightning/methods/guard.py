@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import lightning as L
@@ -47,31 +46,33 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.errors import NonFiniteLossError, UsageError
+from ncl_lightning.foundation.errors import NonFiniteLossError
 from ncl_lightning.foundation.internals import attached_trainer, batch_index
 from ncl_lightning.foundation.options import NonFiniteLoss
-from ncl_lightning.foundation.protocols import FiniteCheck, FiniteCheckHost
+from ncl_lightning.foundation.protocols import FiniteCheckHost
+from ncl_lightning.methods.faults import (
+    BUFFER,
+    GRAD_ABOVE_LIMIT,
+    GRAD_NONFINITE,
+    LOSS_INF,
+    LOSS_NAN,
+    LOSS_SCALE,
+    PARAMETER,
+    describe_gradients,
+    describe_loss,
+    last_finite_path,
+    nonfinite_parameter_error,
+    where,
+)
 from ncl_lightning.methods.rollback import StepSnapshot
 
 CHECKPOINT_KEY = "nonfinite_skipped"
-LAST_FINITE_NAME = "last-finite.ckpt"
 HINT = "set model.init_args.nonfinite_loss: skip to skip such batches"
 CONSECUTIVE_SKIP_LIMIT = 100
 """Skipped batches in a row that stop a ``skip`` run: no rare bad batch any more."""
 MAX_PENDING = 2
 """Captured steps whose verdict may still be on its way to the host: the guard judges a
 verdict once it is ready, and waits for the oldest only past this many."""
-SMALL_TEMPERATURE = 1e-3
-"""Below it the fault message names the temperature (the loss and its gradients scale as
-1 / temperature; the papers train at 0.05 to 0.5)."""
-
-# Codes of the loss check (max-reduced over ranks: the highest wins; a NaN loss often comes
-# with NaN running statistics, and the loss is what the user sees) ...
-BUFFER, LOSS_INF, LOSS_NAN, PARAMETER = 1.0, 2.0, 3.0, 4.0
-# ... and of the gradient check. A deferred step's one code is LOSS_SCALE x the loss code,
-# else the gradient code.
-GRAD_ABOVE_LIMIT, GRAD_NONFINITE = 1.0, 2.0
-LOSS_SCALE = 10.0
 
 
 # -- the codes, computed on the device ------------------------------------------------
@@ -111,105 +112,12 @@ def grad_code(grads: list[Tensor], limit: float | None, scaled: bool = False) ->
     return code
 
 
-# -- what a fault is called (read on the host, once a fault is known) -------------------
-def first_nonfinite(named: list[tuple[str, Tensor]]) -> tuple[str, str] | None:
-    """``(name, "nan" | "inf")`` of the first tensor with a non-finite element, else None."""
-    for name, t in named:
-        if not torch.isfinite(t).all():
-            return name, "nan" if t.isnan().any() else "inf"
-    return None
-
-
-def checked_tensors(
-    module: nn.Module,
-) -> tuple[list[tuple[str, Tensor]], list[tuple[str, Tensor]]]:
-    """Floating, non-empty ``(parameters, buffers)`` by name: what must stay finite."""
-
-    def keep(named: Any) -> list[tuple[str, Tensor]]:
-        return [(n, t.detach()) for n, t in named if t.is_floating_point() and t.numel()]
-
-    return keep(module.named_parameters()), keep(module.named_buffers())
-
-
-def scale_hint(module: nn.Module) -> str:
-    """``; the loss scales as 1/temperature = ...`` for a method whose temperature is
-    small enough to be the cause of an overflow, else ``""``."""
-    hparams = getattr(module, "hparams", None)
-    temperature = hparams.get("temperature") if hasattr(hparams, "get") else None
-    if isinstance(temperature, int | float) and 0 < temperature < SMALL_TEMPERATURE:
-        return (
-            f"; the loss and its gradients scale as 1/temperature = {1 / temperature:.3g}: "
-            "raise model.init_args.temperature (typical: 0.05 to 0.5)"
-        )
-    return ""
-
-
-def describe_loss(flag: float, value: Tensor | None, module: nn.Module) -> str:
-    """``non-finite loss (nan)`` or ``non-finite buffer <name> (inf)`` for code ``flag``,
-    then the [`scale_hint`][]."""
-    if flag == BUFFER:
-        culprit = first_nonfinite(checked_tensors(module)[1])
-        what = f"buffer {culprit[0]} ({culprit[1]})" if culprit else "buffer on another rank"
-    elif value is not None and value.numel() == 1 and not value.isfinite().all():
-        what = f"loss ({value.float().item()})"  # "nan", "inf" or "-inf" of this rank
-    else:  # this rank's loss is fine; another's is not
-        what = f"loss ({'nan' if flag == LOSS_NAN else 'inf'})"
-    return f"non-finite {what}{scale_hint(module)}"
-
-
-def describe_gradients(flag: float, module: nn.Module) -> str:
-    """What was wrong with the gradients."""
-    named = [(n, p.grad) for n, p in module.named_parameters() if p.grad is not None]
-    if not named:  # a captured step: its gradients are gone by the time it is judged
-        if flag == GRAD_NONFINITE:
-            return f"non-finite gradient norm{scale_hint(module)}"
-        return f"gradient norm above grad_norm_limit {module.grad_norm_limit}"  # type: ignore[attr-defined]
-    culprit = first_nonfinite(named)
-    if culprit is not None:
-        return f"non-finite gradient of {culprit[0]} ({culprit[1]})"
-    grads = [g for _, g in named]
-    if flag == GRAD_NONFINITE:  # finite elements whose squared sum overflows
-        peaks = torch.stack(torch._foreach_norm(grads, float("inf"))).float()
-        top = int(peaks.argmax())
-        return (
-            f"gradient norm overflows float32 (largest element: {named[top][0]} "
-            f"{float(peaks[top]):.3g}){scale_hint(module)}"
-        )
-    norms = torch.stack(torch._foreach_norm(grads)).float()
-    largest = int(norms.nan_to_num(posinf=0.0).argmax())
-    name = f"largest: {named[largest][0]} {float(norms[largest]):.3g}"
-    total, limit = float(torch.linalg.vector_norm(norms)), module.grad_norm_limit  # type: ignore[attr-defined]
-    return f"gradient norm {total:.3g} above grad_norm_limit {limit} ({name})"
-
-
-def nonfinite_parameter_error(module: nn.Module, where: str) -> NonFiniteLossError:
-    """The error for a parameter an optimiser step made non-finite from finite gradients:
-    no finite state is left to save."""
-    culprit = first_nonfinite(checked_tensors(module)[0])
-    what = f"parameter {culprit[0]} ({culprit[1]})" if culprit else "parameter on another rank"
-    return NonFiniteLossError(
-        f"non-finite {what} at {where}, from an optimiser step with finite gradients; "
-        "training stopped; no finite state left to save: resume from an earlier "
-        "checkpoint with a lower learning rate or set model.init_args.grad_norm_limit"
-    )
-
-
-def where(trainer: L.Trainer | None) -> str:
-    """``step S (epoch E, batch B)`` of the batch being trained."""
+def position(trainer: L.Trainer | None) -> tuple[int, int, int] | None:
+    """``(step, epoch, batch)`` of the batch being trained (named only on a fault:
+    [`where`][ncl_lightning.methods.faults.where])."""
     if trainer is None:
-        return "training_step"
-    step, epoch = trainer.global_step, trainer.current_epoch
-    return f"step {step} (epoch {epoch}, batch {batch_index(trainer)})"
-
-
-def last_finite_path(trainer: L.Trainer) -> Path:
-    """``<ModelCheckpoint dirpath>/last-finite.ckpt``, else under
-    ``<default_root_dir>/checkpoints``."""
-    callback = trainer.checkpoint_callback
-    folder = getattr(callback, "dirpath", None) if callback is not None else None
-    if not folder:
-        folder = Path(trainer.default_root_dir) / "checkpoints"
-    return Path(folder) / LAST_FINITE_NAME
+        return None
+    return trainer.global_step, trainer.current_epoch, batch_index(trainer)
 
 
 # -- the verdict on its way to the host -------------------------------------------------
@@ -218,19 +126,24 @@ class Verdict:
     """The code of one step on its way to the host, and what waits on it.
 
     Attributes:
-        where: ``"step S (epoch E, batch B)"`` of the step, for the messages.
+        at: ``(step, epoch, batch)`` of the step ([`position`][]), named in the messages.
         stepped: Whether the optimiser stepped in that batch (a snapshot to restore).
         effects: Callables to run once the step is known to be finite (adding the batch
             to the kNN bank, updating the online probe's training accuracy).
         loss: The step's loss, to name its value in a message.
     """
 
-    where: str
+    at: tuple[int, int, int] | None
     stepped: bool
     effects: list[Callable[[], None]] = field(default_factory=list)
     loss: Tensor | None = None
     _host: Tensor | None = None
     _event: Any = None
+
+    @property
+    def where(self) -> str:
+        """``step S (epoch E, batch B)``."""
+        return where(self.at)
 
     def publish(self, code: Tensor) -> None:
         """Start the copy of ``code`` (a 0-d device tensor) to pinned host memory."""
@@ -374,7 +287,7 @@ class NonFiniteGuard(Callback):
             self._finite_since_step += 1
             return True
         if flag == PARAMETER:
-            raise nonfinite_parameter_error(module, where(trainer))
+            raise nonfinite_parameter_error(module, where(position(trainer)))
         self._snapshot.restore_buffers()
         return self._skip_or_stop(module, describe_loss(flag, value, module))
 
@@ -408,7 +321,7 @@ class NonFiniteGuard(Callback):
         the device to leave the weights, optimiser state and buffers as they were if it is
         not 0), on its way to the host; ``effect`` runs once it is read as finite. Judged
         when ready ([`resolve`][]): no host wait in the step."""
-        verdict = Verdict(where(module.trainer), False, [effect] if effect else [], None)
+        verdict = Verdict(position(module.trainer), False, [effect] if effect else [], None)
         verdict.publish(code)
         self._queue.append(verdict)
 
@@ -451,7 +364,7 @@ class NonFiniteGuard(Callback):
 
     def _publish(self, trainer: L.Trainer, code: Tensor, stepped: bool) -> None:
         """Agree on ``code`` over the ranks (on the device) and send it to the host."""
-        verdict = Verdict(where(trainer), stepped, self._effects, self._loss)
+        verdict = Verdict(position(trainer), stepped, self._effects, self._loss)
         verdict.publish(self._agree(trainer, code))
         self._pending, self._code, self._loss, self._effects = verdict, None, None, []
 
@@ -538,7 +451,8 @@ class NonFiniteGuard(Callback):
         finite state and raise ``NonFiniteLossError("<what> at step ...")``."""
         trainer = attached_trainer(module)
         located = at is not None or trainer is not None
-        fault = f"{what} at {at or where(trainer)}" if located else f"{what} in training_step"
+        place = f"at {at or where(position(trainer))}" if located else "in training_step"
+        fault = f"{what} {place}"
         if module.nonfinite_loss != "skip":  # type: ignore[attr-defined]
             self._stop(module, fault, HINT)
         self._skipped_since_step += 1
@@ -641,64 +555,13 @@ class NonFiniteGuard(Callback):
         self.skipped_total = int(checkpoint.get(CHECKPOINT_KEY, 0))
 
 
-# -- the module's side --------------------------------------------------------------------
-class FiniteSlot:
-    """The finite check a module's training steps use: the guard the trainer attached, or,
-    without a trainer (a step called by hand), one the slot owns. A
-    [`TrainableModule`][ncl_lightning.methods.TrainableModule] keeps one and delegates to
-    it (a component, not a mixin). The attached guard belongs to the trainer: like the
-    trainer, it is not pickled.
-    """
-
-    def __init__(self) -> None:
-        self.attached: FiniteCheck | None = None
-        self.own: FiniteCheck | None = None  # built on first use without a trainer
-
-    def check_for(self, module: nn.Module) -> FiniteCheck:
-        """The check for ``module``'s current step.
-
-        Raises:
-            UsageError: ``module`` has a trainer but no guard among its callbacks
-                attached itself.
-        """
-        trainer = attached_trainer(module)
-        if trainer is None:
-            if self.own is None:
-                self.own = NonFiniteGuard()
-            return self.own
-        check = self.attached
-        if check is None or check not in trainer.callbacks:  # identity: no Python calls
-            raise UsageError(
-                f"{type(module).__name__}: no NonFiniteGuard among trainer.callbacks; train "
-                "with trainer.fit (configure_callbacks adds it) or add "
-                "ncl_lightning.default_callbacks() to the Trainer"
-            )
-        return check
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "attached": None}  # the trainer's callback
-
-
-def zero_loss(module: nn.Module, device: torch.device) -> Tensor:
-    """A zero loss connected to every trainable parameter of ``module``: zero gradients,
-    the same backward and all-reduce on every rank."""
-    params = [p for p in module.parameters() if p.requires_grad]
-    if not params:
-        return torch.zeros((), device=device)
-    return sum(p.sum() for p in params) * 0.0  # type: ignore[return-value]
-
-
 __all__ = [
     "CHECKPOINT_KEY",
     "CONSECUTIVE_SKIP_LIMIT",
     "HINT",
-    "LAST_FINITE_NAME",
-    "FiniteSlot",
     "GuardedModule",
     "NonFiniteGuard",
     "Verdict",
     "grad_code",
-    "last_finite_path",
     "loss_code",
-    "zero_loss",
 ]

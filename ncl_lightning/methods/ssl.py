@@ -39,7 +39,8 @@ from ncl_lightning.foundation.protocols import CapturableViews
 from ncl_lightning.foundation.validation import check_at_least, check_positive
 from ncl_lightning.methods.captured import CapturedStep, capture_mode, check_capturable
 from ncl_lightning.methods.checks import check_backbone
-from ncl_lightning.methods.guard import LOSS_SCALE, loss_code
+from ncl_lightning.methods.faults import LOSS_SCALE
+from ncl_lightning.methods.guard import loss_code
 from ncl_lightning.methods.online import OnlineEvaluator
 from ncl_lightning.methods.preflight import check_batch_negatives, check_views
 from ncl_lightning.methods.trainable import TrainableModule, common_arguments, missing

@@ -19,15 +19,16 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import OptimizerCallable
-from torch import Tensor
+from torch import Tensor, nn
 
 from ncl_lightning.callbacks.final_validation import FinalValidation
 from ncl_lightning.checkpoints.record import spec_of
+from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.foundation.internals import attached_trainer, built_by_cli, record_hparams
 from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss
 from ncl_lightning.foundation.protocols import FiniteCheck
 from ncl_lightning.methods.checks import check_common_arguments
-from ncl_lightning.methods.guard import FiniteSlot, NonFiniteGuard, zero_loss
+from ncl_lightning.methods.guard import NonFiniteGuard
 from ncl_lightning.methods.preflight import example_batch, preflight
 from ncl_lightning.methods.record import write_record
 from ncl_lightning.methods.speed_switches import apply_speed_switches
@@ -58,6 +59,53 @@ def missing(trainer: Any | None, callbacks: list[Callback]) -> list[Callback]:
     Lightning replaces the trainer's callbacks of a type ``configure_callbacks`` returns."""
     present = list(trainer.callbacks) if trainer is not None else []
     return [c for c in callbacks if not any(isinstance(p, type(c)) for p in present)]
+
+
+
+class FiniteSlot:
+    """The finite check a module's training steps use: the guard the trainer attached, or,
+    without a trainer (a step called by hand), one the slot owns. A
+    [`TrainableModule`][ncl_lightning.methods.TrainableModule] keeps one and delegates to
+    it (a component, not a mixin). The attached guard belongs to the trainer: like the
+    trainer, it is not pickled.
+    """
+
+    def __init__(self) -> None:
+        self.attached: FiniteCheck | None = None
+        self.own: FiniteCheck | None = None  # built on first use without a trainer
+
+    def check_for(self, module: nn.Module) -> FiniteCheck:
+        """The check for ``module``'s current step.
+
+        Raises:
+            UsageError: ``module`` has a trainer but no guard among its callbacks
+                attached itself.
+        """
+        trainer = attached_trainer(module)
+        if trainer is None:
+            if self.own is None:
+                self.own = NonFiniteGuard()
+            return self.own
+        check = self.attached
+        if check is None or check not in trainer.callbacks:  # identity: no Python calls
+            raise UsageError(
+                f"{type(module).__name__}: no NonFiniteGuard among trainer.callbacks; train "
+                "with trainer.fit (configure_callbacks adds it) or add "
+                "ncl_lightning.default_callbacks() to the Trainer"
+            )
+        return check
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "attached": None}  # the trainer's callback
+
+
+def zero_loss(module: nn.Module, device: torch.device) -> Tensor:
+    """A zero loss connected to every trainable parameter of ``module``: zero gradients,
+    the same backward and all-reduce on every rank."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return torch.zeros((), device=device)
+    return sum(p.sum() for p in params) * 0.0  # type: ignore[return-value]
 
 
 class TrainableModule(L.LightningModule):
@@ -214,7 +262,7 @@ class TrainableModule(L.LightningModule):
         ([`write_record`][ncl_lightning.methods.record.write_record])."""
         write_record(self, checkpoint)
 
-    # -- finiteness: the FiniteSlot component (methods.guard) ---------------------------
+    # -- finiteness: the FiniteSlot component (above) -----------------------------------
     def attach_finite_check(self, check: FiniteCheck) -> None:
         """Called by the non-finite guard at ``setup``: the training steps use ``check``."""
         self._finite.attached = check

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from ncl_lightning.methods import guard
-from ncl_lightning.methods.guard import CONSECUTIVE_SKIP_LIMIT, GRAD_NONFINITE, describe_gradients
+from ncl_lightning.methods.faults import GRAD_NONFINITE, describe_gradients
+from ncl_lightning.methods.guard import CONSECUTIVE_SKIP_LIMIT
 from ncl_lightning.runtime.cli import main
 from tests.helpers.cli import DEMO
 

@@ -78,10 +78,10 @@ def test_snapshot_restores_weights_and_optimiser_state_exactly(make, steps_befor
 
 
 def test_verdict_reads_what_was_published() -> None:
-    verdict = Verdict("step 3 (epoch 0, batch 3)", stepped=True)
+    verdict = Verdict((3, 0, 3), stepped=True)
     verdict.publish(torch.tensor(30.0))
     assert verdict.read() == 30.0
-    assert Verdict("x", stepped=False).read() == 0.0  # nothing published: finite
+    assert Verdict(None, stepped=False).read() == 0.0  # nothing published: finite
 
 
 @pytest.mark.slow
