@@ -6,6 +6,7 @@ import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     warnings = [line for line in done.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
     assert done.returncode == 0, "mkdocs build --strict failed:\n" + "\n".join(warnings[:30])
     return out
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_run_left_open() -> Iterator[None]:
+    """One process is one run in real use; a W&B run a test left open is finished after it
+    so that the next test on the same pytest-xdist worker starts its own."""
+    yield
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()

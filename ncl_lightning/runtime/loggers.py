@@ -119,6 +119,9 @@ class WandbLogger(_LightningWandbLogger):
        [`log_dimensions`][ncl_lightning.runtime.loggers.WandbLogger.log_dimensions] logs
        FeatureStatistics' per-dimension table.
 
+    A W&B run of another id still open in this process (an earlier fit run in-process, as
+    the study chain does) is finished first, not continued as Lightning's logger would.
+
     Resuming with ``version=<run id>``: online, the run continues; offline, each session
     writes its own ``offline-run-<time>-<id>`` folder and the hint names them all
     (``wandb sync <save_dir>/wandb/offline-run-*-<id>``: synced in one command they become
@@ -168,6 +171,12 @@ class WandbLogger(_LightningWandbLogger):
         return _unreachable(url) if _has_credentials(url) else "no API key"
 
     def _start(self) -> None:
+        import wandb
+
+        if wandb.run is not None and self._id and wandb.run.id != self._id:
+            # Lightning would log into it; an earlier fit in this process left it open
+            rank_zero_warn(f"W&B run {wandb.run.id} still open; finished to start {self._id}")
+            wandb.finish()
         reason = self._online_problem()
         if reason is None:
             try:

@@ -143,10 +143,14 @@ def test_a_wandb_run_has_the_same_layout(
     path = tmp_path / "digits_wandb.yaml"
     path.write_text(yaml.safe_dump(config))
     root = tmp_path / "runs"
+    import wandb
+
+    wandb.init(mode="offline", id="earlier", dir=tmp_path)  # an earlier fit in this process
     with caplog.at_level(logging.INFO):
         cli = cli_main(["fit", "--config", str(path), "--trainer.default_root_dir", str(root),
                         "--run_id", "w1", *SHORT])  # fmt: skip
     run = root / "digits_ncl" / "w1"
+    assert cli.trainer.logger.experiment.id == "w1"
     assert (run / "checkpoints" / "last.ckpt").is_file()
     assert (run / "config.yaml").is_file() and (run / "run.yaml").is_file()
     assert Path(run_identity(cli.trainer)["folder"]) == run.resolve()
