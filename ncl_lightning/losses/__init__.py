@@ -1,11 +1,11 @@
 """Contrastive objectives: pure functions, thin module wrappers and a name registry.
 
-``OBJECTIVES`` maps a config name (a method's ``loss`` argument) to a factory called with
-the method's ``temperature`` and ``gather_distributed``; register a new objective with
-``OBJECTIVES.register("name")`` on such a factory. The supervised contrastive loss
-(``supcon``) also takes labels, so it is used by the SupCon methods directly.
-[`view_pairs`][] gives a new contrastive loss the layout every one of them shares
-(queries, keys gathered across ranks, positive and self columns).
+``OBJECTIVES`` maps a config name (a method's ``loss`` argument) to a loss class, or a
+factory, called with the method's ``temperature`` and ``gather_distributed`` as keywords;
+register a new objective with ``OBJECTIVES.register("name")`` on such a class or factory.
+The supervised contrastive loss (``supcon``) also takes labels, so it is used by the SupCon
+methods directly. [`view_pairs`][] gives a new contrastive loss the layout every one of them
+shares (queries, keys gathered across ranks, positive and self columns).
 """
 
 from __future__ import annotations
@@ -21,20 +21,12 @@ from ncl_lightning.losses.spectral import SpectralContrastiveLoss, spectral_cont
 from ncl_lightning.losses.supcon import SupConLoss, supcon
 
 OBJECTIVES: Registry[nn.Module] = Registry("objective")
-"""Loss factories ``(temperature, gather_distributed) -> nn.Module`` by config name
+"""Losses ``(*, temperature, gather_distributed) -> nn.Module`` by config name
 (``model.init_args.loss``): ``"info_nce"``, ``"info_nce_l1"`` (InfoNCE + λ·mean ‖ẑ‖₁ at
 the default λ; give [`InfoNCEL1Loss`][ncl_lightning.losses.InfoNCEL1Loss] by ``class_path``
 to set it), ``"spectral"``."""
-
-
-@OBJECTIVES.register("info_nce")
-def _info_nce(temperature: float, gather_distributed: bool) -> nn.Module:
-    return InfoNCELoss(temperature, gather_distributed)
-
-
-@OBJECTIVES.register("info_nce_l1")
-def _info_nce_l1(temperature: float, gather_distributed: bool) -> nn.Module:
-    return InfoNCEL1Loss(temperature, gather_distributed=gather_distributed)
+OBJECTIVES.add("info_nce", InfoNCELoss)
+OBJECTIVES.add("info_nce_l1", InfoNCEL1Loss)
 
 
 @OBJECTIVES.register("spectral")

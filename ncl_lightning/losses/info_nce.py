@@ -2,11 +2,38 @@
 
 from __future__ import annotations
 
+import math
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.validation import check_positive
 from ncl_lightning.losses.pairs import normalize_rows, view_pairs
+
+MIN_TEMPERATURE = 1 / math.sqrt(torch.finfo(torch.float32).max)
+"""About 5.4e-20: the loss and its gradients scale as 1/temperature, and below this the
+squared norm of a gradient (what the guard and gradient clipping compute) overflows
+float32 on the first step."""
+
+
+def check_temperature(temperature: float) -> None:
+    """The one check of a contrastive loss's softmax temperature (InfoNCE, its L1 variant,
+    SupCon): a finite number whose scale float32 can hold.
+
+    Raises:
+        ConfigError: ``temperature`` not ``> 0``, not finite, or below
+            ``MIN_TEMPERATURE``, naming the key ``temperature``.
+    """
+    check_positive("temperature", temperature)
+    if temperature < MIN_TEMPERATURE:
+        raise ConfigError(
+            f"temperature={temperature:g} is too small: the loss and its gradients scale as "
+            f"1/temperature = {1 / temperature:.3g}, and below {MIN_TEMPERATURE:.2g} their "
+            "squared norm overflows float32 at the first step; the papers train at 0.05 to 0.5",
+            key="temperature",
+        )
 
 
 def info_nce(
@@ -43,7 +70,7 @@ class InfoNCELoss(nn.Module):
 
     def __init__(self, temperature: float = 0.2, gather_distributed: bool = True) -> None:
         super().__init__()
-        check_positive("temperature", temperature)
+        check_temperature(temperature)
         self.temperature = temperature
         self.gather_distributed = gather_distributed
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.validation import check_at_least, check_positive
-from ncl_lightning.losses.info_nce import info_nce
+from ncl_lightning.foundation.validation import check_at_least
+from ncl_lightning.losses.info_nce import check_temperature, info_nce
 from ncl_lightning.losses.pairs import normalize_rows
 
 L1_WEIGHT = 0.1
@@ -84,7 +84,7 @@ class InfoNCEL1Loss(nn.Module):
         gather_distributed: bool = True,
     ) -> None:
         super().__init__()
-        check_positive("temperature", temperature)
+        check_temperature(temperature)
         check_at_least("l1_weight", l1_weight, 0)
         self.temperature = temperature
         self.l1_weight = l1_weight

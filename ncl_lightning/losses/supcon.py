@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.validation import check_positive
+from ncl_lightning.losses.info_nce import check_temperature
 from ncl_lightning.losses.pairs import normalize_rows, view_pairs
 
 
@@ -64,7 +64,7 @@ class SupConLoss(nn.Module):
 
     def __init__(self, temperature: float = 0.2, gather_distributed: bool = True) -> None:
         super().__init__()
-        check_positive("temperature", temperature)
+        check_temperature(temperature)
         self.temperature = temperature
         self.gather_distributed = gather_distributed
 

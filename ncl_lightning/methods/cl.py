@@ -8,7 +8,6 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.validation import check_positive
 from ncl_lightning.losses import OBJECTIVES
 from ncl_lightning.methods.checks import check_projector
 from ncl_lightning.methods.ssl import Encoded, SSLMethod
@@ -35,7 +34,8 @@ class CL(SSLMethod):
             [`OBJECTIVES`][ncl_lightning.losses.OBJECTIVES]) or a module
             ``(z1 [n, d], z2 [n, d]) -> loss`` that [`objective`][] applies; ``None``:
             the class's ``default_loss``.
-        temperature: InfoNCE temperature (CIFAR: 0.2); unused by ``spectral``.
+        temperature: InfoNCE temperature (CIFAR: 0.2), passed to a loss given by name
+            (which checks it); unused by ``spectral``.
         gather_distributed: Take negatives from every rank under DDP.
         **kwargs: Optimisation and online-evaluation settings of [`SSLMethod`][].
 
@@ -66,17 +66,15 @@ class CL(SSLMethod):
                 key="objective",
             )
         super().__init__(backbone, **kwargs)
-        check_positive("temperature", temperature)
         check_projector(proj_hidden_dim, proj_output_dim, proj_num_layers)
         self.projector = MLP(
             backbone.out_dim, proj_hidden_dim, proj_output_dim, proj_num_layers, proj_batch_norm
         )
-        self.loss_fn = OBJECTIVES.build(
-            self.resolve_loss(loss),
-            config_key="loss",
-            temperature=temperature,
-            gather_distributed=gather_distributed,
-        )
+        loss = self.resolve_loss(loss)
+        if isinstance(loss, str):
+            make = OBJECTIVES.get(loss, config_key="loss")
+            loss = make(temperature=temperature, gather_distributed=gather_distributed)
+        self.loss_fn = loss
 
     def resolve_loss(self, loss: str | nn.Module | None) -> str | nn.Module:
         """``loss``, or ``default_loss`` for ``None``; warns when a configured name

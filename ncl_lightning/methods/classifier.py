@@ -28,9 +28,8 @@ from torchmetrics.classification import MulticlassAccuracy
 from ncl_lightning.foundation.options import CompileMode, NonFiniteLoss
 from ncl_lightning.foundation.protocols import MultipleTestSets
 from ncl_lightning.foundation.validation import check_at_least, check_range
-from ncl_lightning.methods.ssl import Encoded
+from ncl_lightning.methods.ssl import Encoded, float32
 from ncl_lightning.methods.trainable import TrainableModule, common_arguments
-from ncl_lightning.nn.precision import float32
 
 
 def default_sgd(params: Iterable) -> torch.optim.Optimizer:

@@ -53,7 +53,6 @@ def preflight(module: TrainableModule, example: Tensor | None = None) -> None:
             ``probe_lr``, ``gate_lr``, ...), or a model that does not fit the data (input
             channels, ``out_dim``, shapes).
     """
-    check_temperature(module)
     _check_learning_rates(module)
     if example is not None:
         _check_forward(module, example)
@@ -134,34 +133,6 @@ def check_batch_negatives(module: nn.Module, datamodule: Any, world_size: int) -
             "has none; set data.init_args.drop_last: true, or a batch_size that leaves 2 or "
             "more images in the last batch",
             key="data.init_args.drop_last",
-        )
-
-
-# -- temperature --------------------------------------------------------------------
-TEMPERATURE_KEY = "model.init_args.temperature"
-MIN_TEMPERATURE = 1 / math.sqrt(torch.finfo(torch.float32).max)
-"""About 5.4e-20: the loss and its gradients scale as 1/temperature, and below this the
-squared norm of a gradient (what the guard and gradient clipping compute) overflows
-float32 on the first step."""
-
-
-def check_temperature(module: nn.Module) -> None:
-    """A contrastive loss's ``temperature`` whose scale float32 can hold.
-
-    Raises:
-        ConfigError: ``temperature`` below [`MIN_TEMPERATURE`][], naming the key.
-    """
-    loss = getattr(module, "loss_fn", None)
-    temperature = getattr(loss, "temperature", None)
-    if not isinstance(temperature, int | float) or isinstance(temperature, bool):
-        return
-    if 0 < temperature < MIN_TEMPERATURE:
-        raise ConfigError(
-            f"{TEMPERATURE_KEY}={temperature:g} is too small: the loss and its gradients "
-            f"scale as 1/temperature = {1 / temperature:.3g}, and below {MIN_TEMPERATURE:.2g} "
-            "their squared norm overflows float32 at the first step; the papers train at "
-            "0.05 to 0.5",
-            key=TEMPERATURE_KEY,
         )
 
 

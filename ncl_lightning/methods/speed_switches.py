@@ -19,8 +19,7 @@ wraps the module), so the state dict keeps its plain keys and checkpoints load w
 switches on or off; [`apply_speed_switches`][] does the same without a trainer.
 
 Objectives run outside autocast on float32 features
-([`autocast_off`][ncl_lightning.nn.precision.autocast_off],
-[`float32`][ncl_lightning.nn.precision.float32]).
+([`SSLMethod.training_losses`][ncl_lightning.methods.SSLMethod.training_losses]).
 """
 
 from __future__ import annotations

@@ -44,7 +44,6 @@ from ncl_lightning.methods.guard import loss_code
 from ncl_lightning.methods.online import OnlineEvaluator
 from ncl_lightning.methods.preflight import check_batch_negatives, check_views
 from ncl_lightning.methods.trainable import TrainableModule, common_arguments, missing
-from ncl_lightning.nn.precision import autocast_off, float32
 from ncl_lightning.nn.protocols import Backbone
 from ncl_lightning.optim import LARS, decay_param_groups
 
@@ -71,6 +70,15 @@ class Encoded(NamedTuple):
     """Backbone features ``[B, D]`` (what probes and fine-tuning use)."""
     z: Tensor
     """Features entering the objective ``[B, d]`` (after projector and non-negative map)."""
+
+
+def float32(encoded: NamedTuple) -> NamedTuple:
+    """``encoded`` (an ``Encoded`` or a method's own named tuple) with every floating tensor
+    in float32: at InfoNCE temperatures of 0.1-0.2, bf16 logits (8 bits of mantissa) would
+    round the loss, and the callbacks' metrics expect float32 features."""
+    return encoded._make(
+        t.float() if isinstance(t, Tensor) and t.is_floating_point() else t for t in encoded
+    )
 
 
 def default_optimizer(params: Iterable) -> torch.optim.Optimizer:
@@ -281,7 +289,7 @@ class SSLMethod(TrainableModule):
         part of the step both step modes share."""
         self._train_logs = {}
         encoded = [self.encode(v) for v in views]
-        with autocast_off(self.device):  # the loss in float32 under bf16-mixed
+        with torch.autocast(self.device.type, enabled=False):  # float32 under bf16-mixed
             full = [float32(e) for e in encoded]
             objective = self.objective(full, y) if self.needs_labels else self.objective(full)
         loss, probe_loss, logits = objective, None, None

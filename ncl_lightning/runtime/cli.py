@@ -3,43 +3,24 @@
 Usage::
 
     ncl-cli fit --config configs/cifar10_ncl.yaml
-    ncl-cli fit --config configs/cifar10_ncl.yaml --ckpt_path last     # resume
     ncl-cli fit --config configs/cifar10_ncl.yaml --auto_resume true   # resume if any
     ncl-cli test --config configs/cifar10_ncl.yaml --ckpt_path runs/.../last.ckpt
 
-Model and data are chosen by ``class_path`` (subclass mode): pre-training methods
-(``ncl_lightning.methods``), evaluation protocols (``ncl_lightning.evaluation``) and a
-researcher's own LightningModule in their own package work the same way. Every model
-takes ``num_classes`` and ``batch_size``. The DataModule's ``num_classes`` and
-``batch_size`` are linked into the model when both are instantiated, so a config states
-them once.
-
-Reliability (``docs/reliability.md``):
-
-* Bad input stops the run before anything is trained or written, with one line
-  ``ncl-cli: error: <key or path>: <problem>`` (``NCL_TRACEBACK=1`` shows the traceback).
-* Every run has its own folder and id ([`ncl_lightning.runtime.runs`][]):
-  ``--ckpt_path last`` resumes the run's ``last.ckpt`` (searched under
-  ``default_root_dir``, the loggers' ``save_dir`` and the checkpoint ``dirpath``): the
-  run ``--run_id`` names (or the SLURM job), else the only run there, and refuses when
-  several runs could be meant. ``--auto_resume true`` does the same when there is one and
-  starts afresh otherwise. The loggers continue the checkpoint's versions (same CSV
-  folder, same W&B run). ``config.yaml`` and ``run.yaml`` go into the run's folder, never
-  overwritten ([`RunConfig`][ncl_lightning.runtime.runs.RunConfig]).
-* A checkpoint belongs to its run (its record names the run's id and folder): a resume
-  that would write into another run's folder is refused; ``--new_run true`` starts a new
-  run from its state. Only values typed on the command line override its
-  hyper-parameters ([`ncl_lightning.runtime.resume`][]).
-* Checkpoints are read tensor-only (``weights_only``) and validated in one place
-  ([`check`][ncl_lightning.checkpoints.check]: structure, and no class of an
-  untrusted module is imported); one written by another method is refused with its
-  missing and unexpected keys. Checkpoints are written atomically.
+Model and data are chosen by ``class_path`` (subclass mode); the DataModule's
+``num_classes`` and ``batch_size`` are linked into the model, so a config states them once.
+On top of LightningCLI: bad input stops the run in one line before anything is written
+([`errors`][ncl_lightning.runtime.errors]), every run has its own folder and id
+([`ncl_lightning.runtime.runs`][]), ``--ckpt_path last``/``--auto_resume`` resume this run
+with the command line's values over the checkpoint's ([`ncl_lightning.runtime.resume`][]),
+and checkpoints are read tensor-only and validated ([`check`][ncl_lightning.checkpoints.check]).
+The promises and their tests: ``docs/reliability.md``.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partialmethod
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +40,7 @@ from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.internals import override_ckpt_path_parsing
 from ncl_lightning.foundation.progress import library_notices_off
 from ncl_lightning.foundation.protocols import ChecksInputs
+from ncl_lightning.methods.record import run_identity
 from ncl_lightning.methods.subclass_defaults import check_model_defaults
 from ncl_lightning.methods.trainable import DATA_LINKED, TrainableModule
 from ncl_lightning.runtime.console import FitSummary, default_logger, progress_callbacks
@@ -82,7 +64,6 @@ from ncl_lightning.runtime.runs import (
     lay_out_run,
     place_checkpoints,
     run_id,
-    run_identity,
     set_logger_versions,
 )
 from ncl_lightning.runtime.signals import Preemption
@@ -92,10 +73,30 @@ SEED = restricted_number_type("seed", int, [(">=", 0), ("<=", 2**32 - 1)])
 # trained (test/validate/predict need no --ckpt_path).
 PATH_ARGUMENTS = ("checkpoint", "pretrained")
 
+# The options ncl-cli adds: name -> (type, help); the default is false (run_id: none).
+RUN_OPTIONS: dict[str, tuple[Any, str]] = {
+    "auto_resume": (bool, "fit: resume this run's last.ckpt (--run_id, the SLURM job, or the "
+                    "only run under the root) when there is one, else start afresh (for jobs "
+                    "that are re-submitted after preemption)."),
+    "run_id": (str | None, "The run's id and folder name (each logger's version, the W&B run "
+               "id); resume takes this run's last.ckpt. fit default: $NCL_RUN_ID, else the "
+               "SLURM job (slurm-<job> or slurm-<array job>_<task>), else the loggers' own."),
+    "new_run": (bool, "fit with --ckpt_path: start a new run (its own folder and id) from the "
+                "checkpoint's training state, instead of continuing the checkpoint's run; "
+                "nothing of that run is touched."),
+    "allow_untrained": (bool, "test/validate/predict: evaluate the model's initial (untrained) "
+                        "weights when no --ckpt_path is given, instead of refusing."),
+}  # fmt: skip
+
 
 @override_ckpt_path_parsing
 class NCLCLI(LightningCLI):
     """LightningCLI with the data -> model links, resume and the checks of this package."""
+
+    _args: Any = None  # the arguments given, parsed again without defaults on a resume
+    _run_id: str | None = None
+    _resume_checkpoint: dict[str, Any] | None = None
+    _overrides: Sequence[Any] = ()  # the typed values that differ from the checkpoint's
 
     def add_default_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """``--seed_everything`` typed as numpy takes it (jsonargparse refuses another)."""
@@ -110,54 +111,21 @@ class NCLCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         for name in DATA_LINKED:  # num_classes, batch_size
             parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
-        parser.add_argument(
-            "--auto_resume",
-            type=bool,
-            default=False,
-            help="fit: resume this run's last.ckpt (--run_id, the SLURM job, or the only run "
-            "under the root) when there is one, else "
-            "start afresh (for jobs that are re-submitted after preemption).",
-        )
-        parser.add_argument(
-            "--run_id",
-            type=str | None,
-            default=None,
-            help="The run's id and folder name (each logger's version, the W&B run id); "
-            "resume takes this run's last.ckpt. fit default: $NCL_RUN_ID, else the SLURM "
-            "job (slurm-<job> or slurm-<array job>_<task>), else the loggers' own.",
-        )
-        parser.add_argument(
-            "--new_run",
-            type=bool,
-            default=False,
-            help="fit with --ckpt_path: start a new run (its own folder and id) from the "
-            "checkpoint's training state, instead of continuing the checkpoint's run; "
-            "nothing of that run is touched.",
-        )
-        parser.add_argument(
-            "--allow_untrained",
-            type=bool,
-            default=False,
-            help="test/validate/predict: evaluate the model's initial (untrained) weights "
-            "when no --ckpt_path is given, instead of refusing.",
-        )
+        for name, (kind, text) in RUN_OPTIONS.items():
+            default = None if name == "run_id" else False
+            parser.add_argument(f"--{name}", type=kind, default=default, help=text)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         """LightningCLI's parsing without its caution against ``args`` beside ``sys.argv``:
         [`cli_main`][]'s ``args`` replace ``sys.argv[1:]`` (scripts with their own argv)."""
-        parse = parser.parse_object if isinstance(args, dict) else parser.parse_args
-        self.config = parse(args)
-        self._args = args  # parsed again without defaults when a checkpoint is resumed
+        self._args = args
+        self.config = self._parse(defaults=True)
 
-    def _explicit_model(self, sub: str) -> Any:
-        """The ``model`` arguments the user gave (config files and command line), without
-        the defaults."""
-        args = getattr(self, "_args", None)
-        if isinstance(args, dict):
-            given = self.parser.parse_object(args, defaults=False)
-        else:
-            given = self.parser.parse_args(args, defaults=False)
-        return given.get(f"{sub}.model")
+    def _parse(self, defaults: bool) -> Any:
+        """The arguments given (a dict from Python, else the command line) parsed."""
+        args = self._args
+        parse = self.parser.parse_object if isinstance(args, dict) else self.parser.parse_args
+        return parse(args, defaults=defaults)
 
     # -- before instantiation: resolve and check the checkpoint --------------------------
     def _subconfig(self) -> Any:
@@ -165,8 +133,7 @@ class NCLCLI(LightningCLI):
         return self.config[sub] if sub else self.config
 
     def _assign_run_id(self, sub: str, cfg: Any) -> str | None:
-        """The run's id: ``--run_id``, else (fit) the one the environment names; a fit
-        gives it to every configured logger as its ``version``."""
+        """``--run_id``, else (fit) the environment's; a fit gives it to every logger."""
         found = run_id(cfg.get("run_id"), None if sub == "fit" else {})  # None: the environment
         if found is None:
             return None
@@ -176,24 +143,15 @@ class NCLCLI(LightningCLI):
         return found[0]
 
     def _read_ckpt_path(self, lightning_parse: Callable[[], None]) -> None:
-        """Resolve ``last``/``auto_resume``, read and validate the checkpoint (tensor-only,
-        structure, trusted class paths: refused before Lightning touches the file),
-        continue its loggers, then apply its hyper-parameters as Lightning does; only what
-        the command line types wins over them ([`ncl_lightning.runtime.resume`][]).
-
-        Run where LightningCLI parses ``--ckpt_path``
-        ([`override_ckpt_path_parsing`][ncl_lightning.foundation.internals.override_ckpt_path_parsing]).
-
-        Args:
-            lightning_parse: LightningCLI's own parsing: the checkpoint's hyper-parameters
-                into the config.
-        """
+        """Resolve ``last``/``auto_resume``, read and validate the checkpoint before
+        Lightning touches it, continue its loggers, then apply its hyper-parameters as
+        Lightning does (``lightning_parse``) with the typed values over them. Run where
+        LightningCLI parses ``--ckpt_path``
+        ([`override_ckpt_path_parsing`][ncl_lightning.foundation.internals.override_ckpt_path_parsing])."""
         sub = self.config.get("subcommand")
         if not sub:
             return
         cfg = self.config[sub]
-        self._resume_checkpoint: dict[str, Any] | None = None
-        self._overrides: list[Any] = []
         self._run_id = self._assign_run_id(sub, cfg)
         new_run = bool(cfg.get("new_run"))
         if new_run and (sub != "fit" or cfg.get("ckpt_path") in (None, "")):
@@ -215,11 +173,11 @@ class NCLCLI(LightningCLI):
             return  # checked with the model's keys in check_state_fits
         if sub == "fit" and not new_run:
             continue_loggers(cfg["trainer"].get("logger"), ckpt[RECORD_KEY].get("loggers", []))
-        explicit = self._explicit_model(sub)
+        explicit = self._parse(defaults=False).get(f"{sub}.model")  # without the defaults
         lightning_parse()
         if explicit is None:
             return
-        typed, from_files = split_explicit(explicit, typed_model_keys(getattr(self, "_args", None)))
+        typed, from_files = split_explicit(explicit, typed_model_keys(self._args))
         model = self.config[f"{sub}.model"]
         self._overrides = overlay_explicit(model, typed, "model.")
         kept = overlay_explicit(model.clone(), from_files, "model.")
@@ -262,14 +220,13 @@ class NCLCLI(LightningCLI):
     def _config_modules(self) -> list[str]:
         """Modules of the classes the config names (the checkpoint's, once merged, have
         passed [`read_checkpoint`][]'s check)."""
-        sub = self.config.get("subcommand")
-        section = self.config[sub] if sub else self.config
-        return modules_of(p for _, p in class_paths_in(section.as_dict()))
+        return modules_of(p for _, p in class_paths_in(self._subconfig().as_dict()))
 
     # -- after instantiation, before anything runs ------------------------------------
     def _preflight(self, stage: str) -> None:
         """Checks that need the built objects; nothing has been written yet."""
         trainer, model, datamodule = self.trainer, self.model, self.datamodule
+        cfg = self._subconfig()
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         if isinstance(datamodule, ChecksInputs):
@@ -279,10 +236,10 @@ class NCLCLI(LightningCLI):
             if stage == "fit":
                 model.check_fit(trainer, datamodule)
         if stage == "fit":
-            check_sync_batchnorm(trainer, bool(self._subconfig()["trainer"].get("sync_batchnorm")))
-        ckpt = getattr(self, "_resume_checkpoint", None)
+            check_sync_batchnorm(trainer, bool(cfg["trainer"].get("sync_batchnorm")))
+        ckpt = self._resume_checkpoint
         if ckpt is not None:
-            check_state_fits(ckpt, model, self._subconfig()["ckpt_path"])
+            check_state_fits(ckpt, model, cfg["ckpt_path"])
             if stage != "fit":  # evaluations keep the run's checkpoint folder, no warning
                 keep_checkpoint_folders(trainer.callbacks, ckpt)
         elif stage != "fit":
@@ -290,19 +247,17 @@ class NCLCLI(LightningCLI):
         if stage != "fit":
             return
         if ckpt is not None:  # a fit restores the optimizer state too
-            trainer.callbacks.append(OptimizerGroupsCheck(ckpt, self._subconfig()["ckpt_path"]))
-        if ckpt is not None and getattr(self, "_overrides", None):
-            trainer.callbacks.append(ResumeOverrides())
-        given_id = getattr(self, "_run_id", None)
-        continues = ckpt is not None and not self._subconfig().get("new_run")
+            trainer.callbacks.append(OptimizerGroupsCheck(ckpt, cfg["ckpt_path"]))
+            if self._overrides:
+                trainer.callbacks.append(ResumeOverrides())
+        continues = ckpt is not None and not cfg.get("new_run")
         if not trainer.loggers:  # no logger folder: the run's own one under the root
-            resumed = self._subconfig()["ckpt_path"] if continues else None
-            place_checkpoints(trainer, given_id, resumed)
+            place_checkpoints(trainer, self._run_id, cfg["ckpt_path"] if continues else None)
         if continues:  # the checkpoint's run, in its own folder, or refused
             here = Path(run_identity(trainer)["folder"])
-            check_same_run(run_record(ckpt), self._subconfig()["ckpt_path"], here)
-        elif given_id is not None:
-            check_new_run(trainer, given_id)
+            check_same_run(run_record(ckpt), cfg["ckpt_path"], here)
+        elif self._run_id is not None:
+            check_new_run(trainer, self._run_id)
         if rank_zero_only.rank == 0:  # last: every check has passed (other ranks share it)
             trainer.callbacks.append(RunLock.of(trainer).acquire())
         if continues:
@@ -322,17 +277,10 @@ class NCLCLI(LightningCLI):
             "pass --ckpt_path <file> (or last), or --allow_untrained true"
         )
 
-    def before_fit(self) -> None:
-        self._preflight("fit")
-
-    def before_validate(self) -> None:
-        self._preflight("validate")
-
-    def before_test(self) -> None:
-        self._preflight("test")
-
-    def before_predict(self) -> None:
-        self._preflight("predict")
+    before_fit = partialmethod(_preflight, "fit")
+    before_validate = partialmethod(_preflight, "validate")
+    before_test = partialmethod(_preflight, "test")
+    before_predict = partialmethod(_preflight, "predict")
 
 
 # Packages whose classes a config or the command line may name by their short name
@@ -345,12 +293,6 @@ SUMMARY = (
     "ncl-lightning: interpretable self-supervised learning (CL, NCL, BayesNCL, NCE) with "
     "PyTorch Lightning; `ncl-cli --help` for an overview."
 )
-
-
-def parser_kwargs() -> dict[str, Any]:
-    """The parsers' descriptions (``ncl-cli fit --help``) name this project."""
-    subs = {s: {"description": f"ncl-cli {s}: {SUMMARY}"} for s in NCLCLI.subcommands()}
-    return {"description": SUMMARY, **subs}
 
 
 class TypedTrainer(Trainer):
@@ -420,6 +362,7 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
     for package in PUBLIC_PACKAGES:  # short class names: --model NCL, --data DigitsDataModule
         importlib.import_module(package)
     preemption = Preemption()
+    subs = {s: {"description": f"ncl-cli {s}: {SUMMARY}"} for s in NCLCLI.subcommands()}
     try:
         with library_notices_off():  # Lightning's tips and a torch notice about its code
             return NCLCLI(
@@ -429,7 +372,7 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
                 subclass_mode_data=True,
                 save_config_callback=RunConfig,
                 trainer_class=TypedTrainer,
-                parser_kwargs=parser_kwargs(),
+                parser_kwargs={"description": SUMMARY, **subs},  # named in --help
                 args=args,
                 auto_configure_optimizers=False,
                 trainer_defaults={"callbacks": [preemption, FitSummary()]},

@@ -1,21 +1,7 @@
-"""What ``ncl-cli`` adds to Lightning's console output.
-
-* [`LineProgress`][]: Lightning redraws its bar for every batch (``\\r`` updates), one line
-  in a terminal, thousands in a file. When standard error is not a terminal (a SLURM
-  ``.out`` file, a pipe, a CI log), ``ncl-cli`` installs this bar instead: one line per
-  training epoch. ``--trainer.enable_progress_bar false`` turns progress off; a progress
-  bar the config lists is kept (``--trainer.callbacks+=TQDMProgressBar`` forces
-  Lightning's bar into a file, ``--trainer.callbacks+=LineProgress`` the lines into a
-  terminal).
-* [`FitSummary`][]: when a fit ends, once on rank 0 (Lightning's INFO logger)::
-
-      Fit done: epoch 2/2, step 22, 14s
-        run folder: runs/digits_ncl/version_0
-        checkpoint: runs/digits_ncl/version_0/checkpoints/last.ckpt
-        last metrics: train/loss=4.78 val/online_acc=0.525 val/z/sparsity=0.91 ...
-
-* [`default_logger`][]: without TensorBoard, Lightning's default logger is a ``CSVLogger``
-  announced by a note suggesting ``tensorboardX``; ``ncl-cli`` configures that logger itself.
+"""What ``ncl-cli`` adds to Lightning's console output: [`LineProgress`][] (one line per
+epoch instead of a redrawn bar when standard error is not a terminal), [`FitSummary`][]
+(epoch, run folder, checkpoint and the main metrics when a fit ends) and
+[`default_logger`][] (Lightning's default ``CSVLogger`` without its ``tensorboardX`` note).
 """
 
 from __future__ import annotations
@@ -33,7 +19,7 @@ from lightning.pytorch.callbacks import Callback, ProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 
 from ncl_lightning.foundation.progress import format_duration
-from ncl_lightning.runtime.runs import run_folder
+from ncl_lightning.methods.record import run_folder
 
 # The metrics of the summary (full matches), when logged: the losses, the probes'
 # accuracies and the interpretability numbers of z (FeatureStatistics), BayesNCL's gate.

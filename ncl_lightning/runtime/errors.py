@@ -1,12 +1,9 @@
-"""The one place ``ncl-cli`` and the package's tools print an error of ours.
-
-An [`NCLError`][ncl_lightning.foundation.errors.NCLError] (also when jsonargparse or a
-DataLoader worker wraps it), an ``OSError`` naming a path and Lightning's
-``MisconfigurationException`` become one line ``<prog>: error: <message>`` on stderr, exit
-status 2 (1 for a fault while working: the ``RuntimeError`` kinds). Anything else is a bug
-and keeps its traceback; ``NCL_TRACEBACK=1`` shows the traceback of every error.
-jsonargparse prints its own parse errors (usage, then ``error: ...``, exit status 2).
-Nothing heavy is imported here: the tools use it too.
+"""The one place ``ncl-cli`` and the package's tools print an error of ours: an
+[`NCLError`][ncl_lightning.foundation.errors.NCLError] (also wrapped by jsonargparse or a
+DataLoader worker), an ``OSError`` naming a path and Lightning's
+``MisconfigurationException`` become one line ``<prog>: error: <message>``, exit status 2
+(1 for a fault while working); anything else keeps its traceback (``NCL_TRACEBACK=1``:
+always). Nothing heavy is imported here: the tools use it too.
 """
 
 from __future__ import annotations
@@ -120,15 +117,3 @@ class ToolArgumentParser(argparse.ArgumentParser):
         if os.environ.get(TRACEBACK_ENV):
             super().error(message)
         fail(self.prog, f"{message} (see {self.prog} --help)")
-
-
-__all__ = [
-    "TRACEBACK_ENV",
-    "ToolArgumentParser",
-    "error_message",
-    "fail",
-    "one_line",
-    "ours",
-    "run_main",
-    "run_tool",
-]

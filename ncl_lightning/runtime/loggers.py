@@ -58,10 +58,9 @@ def _has_credentials(url: str) -> bool:
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+    host = urllib.parse.urlsplit(url).hostname or ""
     try:
-        return (
-            netrc.netrc(path).authenticators(urllib.parse.urlsplit(url).hostname or "") is not None
-        )
+        return netrc.netrc(path).authenticators(host) is not None
     except (OSError, netrc.NetrcParseError):
         return False
 
@@ -101,38 +100,21 @@ def _short(path: str) -> str:
 
 class WandbLogger(_LightningWandbLogger):
     """Lightning's ``WandbLogger`` (same arguments, and ``folder``) that lets no W&B fault
-    stop training.
+    stop training (``docs/wandb.md``, "Offline runs and syncing").
 
-    1. An online run first looks for credentials (``WANDB_API_KEY``,
-       ``WANDB_IDENTITY_TOKEN_FILE``, ``.netrc``) and probes the W&B host
-       (``WANDB_BASE_URL`` or wandb's default, or its proxy) by TCP for 3 s. Without either,
-       or if ``wandb.init`` raises (a malformed key), the run starts offline in the same
-       ``save_dir``.
-    2. An offline run (``offline=True``, ``mode="offline"``, ``WANDB_MODE=offline`` or 1.) gives
-       one warning *at the start* naming the cause, the run folder and
-       ``wandb sync <save_dir>/wandb/offline-run-...`` to upload it.
-    3. If offline W&B fails too, or a W&B call fails mid-run, one warning, and from then on
-       numbers and hyperparameters go to a ``CSVLogger`` in ``<save_dir>/<project>/<version>/``
-       (media and tables are dropped; ``experiment`` becomes a no-op). Bad arguments raise.
-    4. Each key is declared to W&B when first logged
-       ([`metric_definition`][ncl_lightning.callbacks.wandb_tables.metric_definition]);
-       [`log_dimensions`][ncl_lightning.runtime.loggers.WandbLogger.log_dimensions] logs
-       FeatureStatistics' per-dimension table.
-
-    A W&B run of another id still open in this process (an earlier fit run in-process, as
-    the study chain does) is finished first, not continued as Lightning's logger would.
-
-    Resuming with ``version=<run id>``: online, the run continues; offline, each session
-    writes its own ``offline-run-<time>-<id>`` folder and the hint names them all
-    (``wandb sync <save_dir>/wandb/offline-run-*-<id>``: synced in one command they become
-    one run).
+    An online run without credentials (``WANDB_API_KEY``, ``WANDB_IDENTITY_TOKEN_FILE``,
+    ``.netrc``), without a TCP answer from the W&B host within 3 s, or whose ``wandb.init``
+    raises, starts offline; an offline run warns once, naming the ``wandb sync`` command
+    (for a resumed run, every session's folder). If offline W&B fails too, or a W&B call
+    fails mid-run, one warning, and numbers and hyperparameters go on to a ``CSVLogger`` in
+    ``<save_dir>/<name>/<version>/``. Each key is declared to W&B when first logged
+    ([`metric_definition`][ncl_lightning.callbacks.wandb_tables.metric_definition]). A W&B
+    run of another id still open in this process is finished first, not continued.
 
     Args:
-        folder: Name of the run's local folder, ``<save_dir>/<folder>/<run id>`` (its
-            checkpoints, ``config.yaml``, pictures); default: ``name``, else the project.
-        **kwargs: Lightning's ``WandbLogger`` arguments (``name``, ``save_dir``, ``project``,
-            ``version``, ``offline``, ``log_model``, ...) and further ``wandb.init`` ones
-            (``group``, ``job_type``, ``mode``, ...).
+        folder: Name of the run's local folder, ``<save_dir>/<folder>/<run id>``; default:
+            ``name``, else the project.
+        **kwargs: Lightning's ``WandbLogger`` arguments and further ``wandb.init`` ones.
     """
 
     def __init__(self, *, folder: str | None = None, **kwargs: Any) -> None:

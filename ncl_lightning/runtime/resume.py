@@ -1,24 +1,13 @@
 """Resuming a run: which checkpoint ``last`` means, its loggers continued, and the command
 line's values over its hyper-parameters.
 
-``--ckpt_path last`` and ``--auto_resume true`` look for ``last.ckpt`` / ``last-vN.ckpt``
-under the run's roots (``default_root_dir``, the loggers' ``save_dir``, the configured
-``ModelCheckpoint`` ``dirpath``), one per run folder ([`run_checkpoints`][]: at most
-``SEARCH_DEPTH`` folders deep, no link to a folder followed, nothing opened, at most
-``SEARCH_ENTRIES`` entries), and take *this* run's ([`select_checkpoint`][]): the run the
-id names, else the only run of this experiment, never the newest of several.
-
-Checkpoints record every logger's version
-([`logger_versions`][ncl_lightning.methods.record.logger_versions]); a resumed fit gives
-them back to the configured loggers ([`continue_loggers`][]: same CSV folder, same W&B
-run) and writes back the ``metrics.csv`` rows logged before the checkpoint
-([`restore_csv_rows`][]). Only what the user **types on the command line** wins over the
-checkpoint's hyper-parameters ([`typed_model_keys`][], [`split_explicit`][],
-[`overlay_explicit`][]): the config file of a resumed run is usually the one it started
-with. [`ResumeOverrides`][] puts typed optimiser values back after Lightning restores
-the optimiser state;
-[`OptimizerGroupsCheck`][ncl_lightning.checkpoints.optimizer_groups.OptimizerGroupsCheck]
-refuses a state that no longer fits.
+``--ckpt_path last`` and ``--auto_resume true`` take *this* run's last checkpoint
+([`run_checkpoints`][], [`select_checkpoint`][]): the run the id names, else the only run
+of this experiment, never the newest of several. A resumed fit continues the loggers'
+versions ([`continue_loggers`][], [`restore_csv_rows`][]). Only values typed on the
+command line win over the checkpoint's hyper-parameters ([`typed_model_keys`][],
+[`overlay_explicit`][], [`ResumeOverrides`][]): a resumed run's config file is usually
+the one it started with.
 """
 
 from __future__ import annotations
@@ -29,7 +18,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,66 +29,49 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.utilities import rank_zero_info
 
-from ncl_lightning.checkpoints.io import is_partial
 from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.runtime.runs import config_entries, is_folder_logger, run_folder, short_path
+from ncl_lightning.methods.record import run_folder
+from ncl_lightning.runtime.runs import config_entries, is_folder_logger, short_path
 
 SEARCH_DEPTH = 4  # <root>/<name>/<version>/checkpoints/last.ckpt
 SEARCH_ENTRIES = 200_000
 SHOWN_RUNS = 5
 DEFAULT_LOGGER_NAME = "lightning_logs"
-LAST_NAME = re.compile(r"^last(-v\d+)?\.ckpt$")
+LAST_NAME = re.compile(r"^last(-v\d+)?\.ckpt$")  # never an unfinished write's temporary file
 
 Change = tuple[str, Any, Any]  # (dotted key, checkpoint's value, this run's value)
 
 
 # -- which checkpoint ------------------------------------------------------------------------
-def _last_files(root: Path, budget: list[int]) -> Iterator[Path]:
-    """Last checkpoints at most ``SEARCH_DEPTH`` levels below ``root``."""
-    stack = [(root, 1)]
-    while stack:
-        folder, depth = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:  # unreadable or vanished: not a run of ours
-            continue
-        budget[0] -= len(entries)
-        if budget[0] < 0:
-            raise ConfigError(
-                f"ckpt_path: searching {short_path(root)} for last.ckpt gave up after "
-                f"{SEARCH_ENTRIES} entries (it holds more than runs); point "
-                "trainer.default_root_dir and the logger's save_dir at the runs' folder, or "
-                "give --ckpt_path <file>",
-                key="ckpt_path",
-            )
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if depth < SEARCH_DEPTH:
-                        stack.append((Path(entry.path), depth + 1))
-                elif LAST_NAME.match(entry.name) and not is_partial(entry.name) and entry.is_file():
-                    yield Path(entry.path)
-            except OSError:
-                continue
-
-
 def run_checkpoints(roots: Iterable[str | Path | None]) -> dict[Path, Path]:
-    """``{run folder: its newest last checkpoint}`` of every run under ``roots`` (missing
-    roots skipped, partial writes never returned).
+    """``{run folder: its newest last checkpoint}`` of every run under ``roots``: at most
+    ``SEARCH_DEPTH`` folders deep, no link to a folder followed, no partial write.
 
     Raises:
         ConfigError: The roots hold more than ``SEARCH_ENTRIES`` entries in reach.
     """
     found: dict[Path, Path] = {}
-    budget = [SEARCH_ENTRIES]
+    budget = SEARCH_ENTRIES
     for root in dict.fromkeys(Path(r).expanduser() for r in roots if r is not None):
-        if root.is_dir():
-            for path in _last_files(root, budget):
-                folder = run_folder(path.resolve())
-                best = found.get(folder)
-                if best is None or path.stat().st_mtime > best.stat().st_mtime:
-                    found[folder] = path
+        for folder, subfolders, files in os.walk(root):  # unreadable folders are skipped
+            budget -= len(subfolders) + len(files)
+            if budget < 0:
+                raise ConfigError(
+                    f"ckpt_path: searching {short_path(root)} for last.ckpt gave up after "
+                    f"{SEARCH_ENTRIES} entries (it holds more than runs); point "
+                    "trainer.default_root_dir and the logger's save_dir at the runs' folder, "
+                    "or give --ckpt_path <file>",
+                    key="ckpt_path",
+                )
+            if len(Path(folder).relative_to(root).parts) >= SEARCH_DEPTH - 1:
+                subfolders.clear()
+            for path in (Path(folder, f) for f in files if LAST_NAME.match(f)):
+                if not path.is_file():  # a broken link
+                    continue
+                run = run_folder(path.resolve())
+                if run not in found or path.stat().st_mtime > found[run].stat().st_mtime:
+                    found[run] = path
     return found
 
 
@@ -240,11 +212,10 @@ def resolve_ckpt_path(cfg: Any, sub: str, run_id: str | None) -> Path | None:
 
 
 # -- the loggers continue ----------------------------------------------------------------------
-def continue_loggers(logger_config: Any, recorded: list[dict[str, Any]]) -> list[str]:
+def continue_loggers(logger_config: Any, recorded: list[dict[str, Any]]) -> None:
     """Give the recorded versions back to the configured loggers (in place), matched by
-    class in order; a logger whose ``version`` the config sets is left alone. Returns
-    ``"<class> version <v>"`` for each logger continued."""
-    pending, done = list(recorded), []
+    class in order; a logger whose ``version`` the config sets is left alone."""
+    pending = list(recorded)
     for entry in config_entries(logger_config):
         class_path, init_args = entry.get("class_path"), entry["init_args"]
         match = next((r for r in pending if same_class(class_path, r["class"])), None)
@@ -252,19 +223,15 @@ def continue_loggers(logger_config: Any, recorded: list[dict[str, Any]]) -> list
             continue
         pending.remove(match)
         init_args["version"] = match["version"]
-        done.append(f"{class_path.rsplit('.', 1)[-1]} version {match['version']}")
-    return done
 
 
-def restore_csv_rows(logger: Logger, before_step: int) -> int:
+def restore_csv_rows(logger: Logger, before_step: int) -> None:
     """Keep the rows a ``CSVLogger`` wrote before ``before_step`` (the checkpoint's
     ``global_step``) across a resume: its experiment deletes ``metrics.csv`` when created;
-    they are written back. Call before the experiment exists. Returns the rows kept."""
-    if not isinstance(logger, CSVLogger):
-        return 0
-    path = Path(logger.log_dir) / "metrics.csv"
-    if not path.is_file():
-        return 0
+    they are written back. Call before the experiment exists."""
+    path = Path(logger.log_dir) / "metrics.csv" if isinstance(logger, CSVLogger) else None
+    if path is None or not path.is_file():
+        return
     with open(path, newline="") as f:
         rows = [
             r for r in csv.DictReader(f) if r.get("step") and int(float(r["step"])) < before_step
@@ -274,7 +241,6 @@ def restore_csv_rows(logger: Logger, before_step: int) -> int:
         experiment = logger.experiment
     if isinstance(getattr(experiment, "metrics", None), list):  # rank zero's writer
         experiment.metrics[:0] = rows
-    return len(rows)
 
 
 # -- the command line wins -------------------------------------------------------------------
@@ -282,10 +248,10 @@ def typed_model_keys(args: Sequence[str] | dict[str, Any] | None) -> list[str] |
     """The model keys typed on the command line (``sys.argv[1:]`` when ``None``), relative
     to ``model`` (``init_args.temperature``); ``None`` when the whole model was given
     (``--model NCL``, or a dict from Python: everything in it counts as typed)."""
-    if args is None or isinstance(args, dict):
-        return None if isinstance(args, dict) else typed_model_keys(sys.argv[1:])
+    if isinstance(args, dict):
+        return None
     keys = []
-    for token in args:
+    for token in sys.argv[1:] if args is None else args:
         if token == "--model" or token.startswith("--model="):
             return None
         if token.startswith("--model."):
@@ -398,10 +364,3 @@ def _optimizers(configured: Any) -> list[torch.optim.Optimizer]:
             return _optimizers(list(configured[0]))
         return [o for item in configured for o in _optimizers(item)]
     return []
-
-
-__all__ = [
-    "ResumeOverrides", "continue_loggers", "describe",
-    "overlay_explicit", "resolve_ckpt_path", "restore_csv_rows",
-    "run_checkpoints", "run_roots", "select_checkpoint", "split_explicit", "typed_model_keys",
-]  # fmt: skip

@@ -1,21 +1,12 @@
 """Where a run lives: its id, its folder, its lock and the record of its set-up.
 
-A run's **folder** is where Lightning puts its checkpoints: ``<save_dir>/<name>/<version>``
-of the first logger (CSV: ``version_N``; W&B: the run id), else the folder holding its
-``ModelCheckpoint`` folder ([`run_folder`][ncl_lightning.methods.record.run_folder]). Every
-CSV, TensorBoard and W&B logger writes under ``trainer.default_root_dir``
-([`lay_out_run`][]), and an evaluation of a checkpoint writes into ``<run>/<stage>/``. Its
-**id** is the folder's name: ``--run_id``, ``$NCL_RUN_ID`` or the SLURM job ([`run_id`][])
-give it to every logger as its version; a new run may not take the id of a run that exists
-([`check_new_run`][]), and a resume continues the checkpoint's run only
-([`check_same_run`][]).
-
-While a fit runs, [`RunLock`][] holds a ``filelock`` on ``.<folder>.ncl-run.lock`` beside
-each of its folders (a killed holder's lock is free again, a live one is refused in one
-line) and removes what the run created when it fails before its first batch.
-[`RunConfig`][] writes ``config.yaml`` and ``run.yaml`` into the folder, never
-overwriting (a resumed run writes ``config.1.yaml``, ``run.1.yaml``, ...), and gives both
-to every W&B logger.
+A run's folder is where Lightning puts its checkpoints
+([`run_folder`][ncl_lightning.methods.record.run_folder]); its id is the folder's name
+([`run_id`][]). Every folder logger writes under ``trainer.default_root_dir``
+([`lay_out_run`][]); a new run never reuses a run's folder ([`check_new_run`][]) and a
+resume continues the checkpoint's run only ([`check_same_run`][]). [`RunLock`][] keeps a
+second process out of a training run's folders; [`RunConfig`][] records the set-up.
+The layout: ``docs/runs.md``.
 """
 
 from __future__ import annotations
@@ -33,6 +24,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +39,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from ncl_lightning.foundation.errors import ConfigError, NCLError
 from ncl_lightning.foundation.internals import batches_completed_total
 from ncl_lightning.methods.record import CHECKPOINT_FOLDER as CHECKPOINTS
-from ncl_lightning.methods.record import run_folder, run_identity
+from ncl_lightning.methods.record import run_folder
 from ncl_lightning.runtime.loggers import save_run_file
 
 RUN_ID_ENV = "NCL_RUN_ID"
@@ -82,13 +74,11 @@ def slurm_job(env: Mapping[str, str] = os.environ) -> str | None:
 
 def run_id(given: str | None, env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     """``(run id, where it came from)``: ``given`` (``--run_id``), else ``$NCL_RUN_ID``,
-    else ``slurm-<job>`` of a SLURM batch job (``slurm-<cluster>-<job>`` with
-    ``SLURM_CLUSTER_NAME``: job ids are unique per cluster only) of ``env`` (``None``: the
-    process's environment); ``None`` when none names one.
+    else ``slurm-[<cluster>-]<job>`` of a SLURM batch job, in ``env`` (``None``: the
+    process's); ``None`` when none names one.
 
     Raises:
-        ConfigError: The id cannot name a folder and a W&B run (letters, digits, ``.``,
-            ``_``, ``-``, at most 64, starting with a letter or digit).
+        ConfigError: The id cannot name a folder and a W&B run.
     """
     env = os.environ if env is None else env
     if given is not None or env.get(RUN_ID_ENV):
@@ -119,14 +109,12 @@ def is_folder_logger(entry: Any) -> bool:
     return str(entry.get("class_path", "")).rsplit(".", 1)[-1] in FOLDER_LOGGERS
 
 
-def set_logger_versions(logger_config: Any, run_id: str) -> list[str]:
-    """Give ``run_id`` as ``version`` to every configured logger (in place); the class
-    names of those loggers.
+def set_logger_versions(logger_config: Any, run_id: str) -> None:
+    """Give ``run_id`` as ``version`` to every configured logger (in place).
 
     Raises:
         ConfigError: A logger's configured ``version``/``id`` differs from ``run_id``.
     """
-    named = []
     for entry in config_entries(logger_config):
         init_args = entry["init_args"]
         own = init_args.get("version") or init_args.get("id")
@@ -138,8 +126,6 @@ def set_logger_versions(logger_config: Any, run_id: str) -> list[str]:
                 key="run_id",
             )
         init_args["version"] = run_id
-        named.append(name)
-    return named
 
 
 # -- the run folder ([`run_folder`][ncl_lightning.methods.record.run_folder]) ---------------
@@ -184,8 +170,8 @@ def check_same_run(
     recorded: Mapping[str, str] | None, checkpoint: str | Path, folder: Path
 ) -> None:
     """Refuse to continue a run from a checkpoint of another run: this run's ``folder``
-    must be the one the checkpoint's record names (``{"id", "folder"}``, ``None`` for old
-    checkpoints) or the run folder holding the file (a run moved whole stays one run).
+    must be the one the checkpoint's record names (``None`` for old checkpoints) or the run
+    folder holding the file (a run moved whole stays one run).
 
     Raises:
         ConfigError: Naming the checkpoint's run, both folders and the two ways on.
@@ -208,17 +194,16 @@ def check_same_run(
 
 
 # -- the layout ------------------------------------------------------------------------
-def follow_root(trainer_config: Any) -> list[str]:
+def follow_root(trainer_config: Any) -> None:
     """Make every folder logger write under ``trainer.default_root_dir`` (in place; when
-    only loggers' ``save_dir`` is given, the first becomes the root). Returns
-    ``"<old> -> <root>"`` for each ``save_dir`` moved (said once)."""
+    only loggers' ``save_dir`` is given, the first becomes the root); says which moved."""
     entries = [e for e in config_entries(trainer_config.get("logger")) if is_folder_logger(e)]
     root = trainer_config.get("default_root_dir")
     if root is None:
         given = [e["init_args"].get("save_dir") for e in entries]
         root = next((str(d) for d in given if d not in (None, ".")), None)
         if root is None:
-            return []
+            return
         trainer_config["default_root_dir"] = root
     moved = []
     for entry in entries:
@@ -233,27 +218,23 @@ def follow_root(trainer_config: Any) -> list[str]:
             "trainer.logger save_dir follows trainer.default_root_dir (one folder per run): "
             + ", ".join(moved)
         )
-    return moved
 
 
-def evaluation_folders(stage: str, trainer_config: Any, checkpoint: str | Path) -> Path | None:
+def evaluation_folders(stage: str, trainer_config: Any, checkpoint: str | Path) -> None:
     """Point an evaluation's loggers into the checkpoint's run (in place): ``<run>/<stage>/
-    version_N`` (a W&B evaluation is a run of its own, local folder ``<run>/<stage>/<id>``).
-    Returns ``<run>/<stage>``, or ``None`` (config's folders kept) for a checkpoint outside a
-    ``checkpoints`` folder or an evaluation without a logger."""
+    version_N`` (a W&B evaluation is a run of its own, local folder ``<run>/<stage>/<id>``);
+    a checkpoint outside a ``checkpoints`` folder keeps the config's folders."""
     file = Path(checkpoint).expanduser().resolve()
     if stage not in EVALUATION_STAGES or file.parent.name != CHECKPOINTS:
-        return None
+        return
     run = run_folder(file)
-    entries = [e for e in config_entries(trainer_config.get("logger")) if is_folder_logger(e)]
-    for entry in entries:
+    for entry in (e for e in config_entries(trainer_config.get("logger")) if is_folder_logger(e)):
         init_args = entry["init_args"]
         init_args["save_dir"], init_args["version"] = str(run), None
         if entry["class_path"] == OUR_WANDB:  # a W&B run of its own; its name is kept
             init_args["folder"], init_args["id"] = stage, None
         else:
             init_args["name"] = stage
-    return run / stage if entries else None
 
 
 def lay_out_run(subcommand: str | None, config: Any) -> None:
@@ -279,8 +260,7 @@ def keep_checkpoint_folders(callbacks: list[Any], checkpoint: Mapping[str, Any])
 
 # -- one process per folder --------------------------------------------------------------
 class RunFolderInUseError(NCLError, OSError):
-    """Another process is training in this run folder (refused before anything is
-    written, like a bad input: ``ncl-cli`` exits with status 2)."""
+    """Another process is training in this run folder (``ncl-cli`` exits with status 2)."""
 
 
 def lock_path(folder: Path) -> Path:
@@ -289,10 +269,9 @@ def lock_path(folder: Path) -> Path:
 
 
 class RunLock(Callback):
-    """Locks on a run's folders, held until the fit ends or the process exits; on a fit
-    that fails before its first training batch ended with no checkpoint written, it
-    removes the folders, lock files and empty parents it saw created and the config
-    files [`RunConfig`][] wrote (nothing that existed before the run).
+    """Locks on a run's folders (``.<folder>.ncl-run.lock`` beside each), held until the
+    fit ends or the process exits; a fit that fails before its first batch without a
+    checkpoint leaves nothing behind (what existed before the run is kept).
 
     Args:
         folders: The run's folders ([`RunLock.of`][] a trainer's).
@@ -420,10 +399,9 @@ def run_environment(trainer: L.Trainer, folder: Path) -> dict[str, Any]:
 
 
 class RunConfig(SaveConfigCallback):
-    """LightningCLI's ``SaveConfigCallback`` writing into the run's folder (not the shared
-    ``save_dir`` of a W&B logger): ``config.yaml`` and ``run.yaml``, else ``config.<k>.yaml``
-    and ``run.<k>.yaml``, never overwriting; both go to every W&B logger (run config, and
-    ``config.yaml`` as its file ``ncl_config.yaml``). Installed by ``ncl-cli``."""
+    """LightningCLI's ``SaveConfigCallback`` writing ``config.yaml`` and ``run.yaml`` (else
+    ``config.<k>.yaml``, ``run.<k>.yaml``: never overwriting) into the run's folder, and
+    both to every W&B logger."""
 
     def __init__(self, parser: Any, config: Any, **kwargs: Any) -> None:
         kwargs.update(save_to_log_dir=False, overwrite=False)
@@ -454,17 +432,6 @@ class RunConfig(SaveConfigCallback):
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 logger.log_hyperparams({**resolved, "run": environment})
-                save_file = getattr(logger, "save_file", None)  # ours: never stops a run
-                if callable(save_file):
-                    save_file(config_path, WANDB_CONFIG_FILE)
-                else:
-                    save_run_file(logger, config_path, WANDB_CONFIG_FILE)
-
-
-__all__ = [
-    "RUN_ID_ENV", "RunConfig", "RunFolderInUseError", "RunLock", "check_new_run",
-    "check_same_run", "config_entries", "evaluation_folders", "follow_root", "git_state",
-    "is_folder_logger", "keep_checkpoint_folders", "lay_out_run", "lock_path",
-    "place_checkpoints", "run_environment", "run_folder", "run_id", "run_identity",
-    "set_logger_versions", "short_path", "slurm_job",
-]  # fmt: skip
+                # ours never stops a run on a W&B fault; Lightning's: copy the file
+                save = getattr(logger, "save_file", None) or partial(save_run_file, logger)
+                save(config_path, WANDB_CONFIG_FILE)

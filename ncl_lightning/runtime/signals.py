@@ -1,20 +1,12 @@
 """Pre-emption: SIGTERM, SIGUSR1 and SIGINT save ``last.ckpt`` and exit ``128 + signal``.
 
-Lightning stops on SIGTERM at the end of the running batch and exits 0, so a pre-empted
-job looks finished. [`Preemption`][] instead saves ``last.ckpt`` there (the
-``ModelCheckpoint`` folder, else ``<default_root_dir>/checkpoints``; every rank agreeing),
-prints the command that resumes it and exits 143 (SIGTERM), 138 (SIGUSR1) or 130 (SIGINT).
-SIGUSR1 counts as SIGTERM unless a handler is installed; under a SLURM batch job it is
-ours (in place of Lightning's auto-requeue, which saves ``hpc_ckpt_N.ckpt`` into the root
-every run shares): the job is requeued (``scontrol requeue``, rank zero) and keeps its
-id, hence its run id, so ``--auto_resume true`` resumes exactly that run.
-
-When no batch boundary comes within ``NCL_STOP_GRACE_S`` seconds (default 10) of the
-signal (a hung loader worker, a dead rank, a long hook), [`StopWatchdog`][] ends the run
-anyway, even when the main thread never returns to Python (``signal.set_wakeup_fd``
-wakes a thread): nothing is saved (the model may be mid-step), the line names the
-checkpoint on disk and how to resume, the loader workers are ended, the exit status is
-``128 + signal``.
+Lightning stops on SIGTERM at the end of the running batch but exits 0, so a pre-empted
+job looks finished. [`Preemption`][] saves ``last.ckpt`` there, prints the command that
+resumes it and exits 143 (SIGTERM), 138 (SIGUSR1) or 130 (SIGINT); under a SLURM batch
+job SIGUSR1 also requeues the job (``scontrol requeue``), in place of Lightning's
+auto-requeue that saves ``hpc_ckpt_N.ckpt`` into the root every run shares. When no
+batch boundary comes within ``NCL_STOP_GRACE_S`` seconds (default 10), [`StopWatchdog`][]
+ends the run without saving. Details: ``docs/reliability.md``.
 """
 
 from __future__ import annotations
@@ -37,9 +29,9 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from ncl_lightning.foundation.disk import remove_stale
 from ncl_lightning.foundation.errors import DiskFullError
-from ncl_lightning.runtime.runs import run_folder, slurm_job
+from ncl_lightning.methods.record import run_folder
+from ncl_lightning.runtime.runs import slurm_job
 
 GRACE_ENV = "NCL_STOP_GRACE_S"
 DEFAULT_GRACE_S = 10.0
@@ -153,8 +145,8 @@ def _end_children(wait_s: float = 2.0) -> None:
 
 
 class StopWatchdog:
-    """Calls ``on_expiry(signum)`` when ``grace_s`` seconds pass after a stop signal and
-    [`stop`][] is not called first (only the first signal counts).
+    """Calls ``on_expiry(signum)`` when ``grace_s`` seconds pass after the first stop
+    signal and [`stop`][] is not called first.
 
     ``start`` (main thread) has the C-level handler write signal numbers into a pipe a
     thread reads, so the signal is seen while the main thread is stuck in C;
@@ -163,14 +155,13 @@ class StopWatchdog:
 
     def __init__(self, grace_s: float, on_expiry: Callable[[int], None]) -> None:
         self.grace_s, self.on_expiry = grace_s, on_expiry
-        self._done, self._lock, self._armed = threading.Event(), threading.Lock(), False
+        self._lock, self._stopped = threading.Lock(), False
+        self._timer: threading.Timer | None = None
         self._write_fd: int | None = None
         self._previous_fd = -1
 
     def start(self) -> None:
-        self._done.clear()
-        self._armed = False
-        if threading.current_thread() is not threading.main_thread() or self._write_fd:
+        if threading.current_thread() is not threading.main_thread():
             return
         read, write = os.pipe()
         os.set_blocking(write, False)
@@ -193,18 +184,17 @@ class StopWatchdog:
 
     def signal(self, signum: int) -> None:
         with self._lock:
-            if self._armed or self._done.is_set():
-                return
-            self._armed = True
-        threading.Thread(target=self._expire, args=(signum,), daemon=True).start()
-
-    def _expire(self, signum: int) -> None:
-        if not self._done.wait(self.grace_s):
-            self.on_expiry(signum)
+            if self._timer is None and not self._stopped:
+                self._timer = threading.Timer(self.grace_s, self.on_expiry, (signum,))
+                self._timer.daemon = True
+                self._timer.start()
 
     def stop(self) -> None:
         """The boundary came (or the run ended): never expire; give the wakeup fd back."""
-        self._done.set()
+        with self._lock:
+            self._stopped = True
+            if self._timer is not None:
+                self._timer.cancel()
         if self._write_fd is None:
             return
         with contextlib.suppress(ValueError):
@@ -214,9 +204,8 @@ class StopWatchdog:
 
 
 class Preemption(Callback):
-    """Save ``last.ckpt`` and exit ``128 + signum`` on SIGTERM, SIGUSR1 or SIGINT (module
-    docstring); the error is kept in ``stop`` and raised by ``ncl-cli`` after Lightning's
-    teardown.
+    """Save ``last.ckpt`` and exit ``128 + signum`` on SIGTERM, SIGUSR1 or SIGINT; the
+    error is kept in ``stop`` and raised by ``ncl-cli`` after Lightning's teardown.
 
     Args:
         grace_s: Seconds a batch boundary may take after the signal; ``None``:
@@ -236,26 +225,17 @@ class Preemption(Callback):
         grace = self.grace_s if self.grace_s is not None else grace_from_env()
         self._watchdog = StopWatchdog(grace, self._stuck)
         self._watchdog.start()
-        if trainer.is_global_zero:  # temporary files of a writer killed in an earlier run
-            folders = {last_checkpoint_path(trainer).parent}
-            folders |= {Path(c.dirpath) for c in trainer.checkpoint_callbacks if c.dirpath}
-            for folder in folders:
-                remove_stale(folder)
         # Lightning's SIGTERM handler stops at the batch end: note the signal, and let
         # SIGUSR1 stop the run the same way.
         previous = signal.getsignal(signal.SIGTERM)
 
         def on_term(num: int, frame: Any) -> None:
-            self.signum = self.signum or num
-            if self._watchdog is not None:
-                self._watchdog.signal(num)
+            self._note(num)
             if callable(previous):
                 previous(num, frame)
 
         def as_term(num: int, frame: Any) -> None:  # SIGUSR1: whatever handles SIGTERM now
-            self.signum = self.signum or num
-            if self._watchdog is not None:
-                self._watchdog.signal(num)
+            self._note(num)
             handler = signal.getsignal(signal.SIGTERM)  # Lightning's wraps on_term
             if callable(handler):
                 handler(signal.SIGTERM, frame)
@@ -263,6 +243,11 @@ class Preemption(Callback):
         self._install(signal.SIGTERM, on_term)
         if slurm_job() is not None or signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
             self._install(signal.SIGUSR1, as_term)
+
+    def _note(self, signum: int) -> None:
+        self.signum = self.signum or signum
+        if self._watchdog is not None:
+            self._watchdog.signal(signum)
 
     def _install(self, signum: int, handler: Any) -> None:
         self._previous.setdefault(signum, signal.getsignal(signum))
@@ -334,9 +319,3 @@ class Preemption(Callback):
             signal.signal(signal.SIGINT, previous)
         rank_zero_info(f"ncl-cli: {message}")
         self.stop = PreemptedError(message, int(signum))
-
-
-__all__ = [
-    "PreemptedError", "Preemption", "StopWatchdog", "grace_from_env", "last_checkpoint_path",
-    "on_disk", "requeue", "resume_command",
-]  # fmt: skip

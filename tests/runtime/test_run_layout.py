@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ncl_lightning.methods.record import run_identity
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.runs import LOCK_SUFFIX, evaluation_folders, follow_root, run_identity
+from ncl_lightning.runtime.runs import LOCK_SUFFIX, evaluation_folders, follow_root
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "configs" / "demo" / "digits_ncl.yaml"
@@ -47,11 +48,11 @@ def test_loggers_follow_the_root_and_say_which_moved(caplog: pytest.LogCaptureFi
         ],
     })  # fmt: skip
     with caplog.at_level(logging.INFO):
-        moved = follow_root(trainer)
+        follow_root(trainer)
     saves = [entry.init_args.save_dir for entry in trainer.logger]
     assert saves == ["/scratch/runs", "/scratch/runs", "elsewhere"]  # not a folder logger
-    assert moved == ["runs/demo -> /scratch/runs"]  # W&B's default '.' moves silently
-    assert "follows trainer.default_root_dir" in caplog.text
+    said = "follows trainer.default_root_dir (one folder per run): runs/demo -> /scratch/runs\n"
+    assert said in caplog.text  # W&B's default '.' moves silently
 
 
 def test_without_a_root_the_first_save_dir_becomes_it() -> None:
@@ -60,8 +61,9 @@ def test_without_a_root_the_first_save_dir_becomes_it() -> None:
         "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger",
                    "init_args": {"save_dir": "runs/x", "name": "a"}},
     })  # fmt: skip
-    assert follow_root(trainer) == []
+    follow_root(trainer)
     assert trainer.default_root_dir == "runs/x"
+    assert trainer.logger.init_args.save_dir == "runs/x"
 
 
 def test_an_evaluation_outside_a_run_folder_keeps_the_config(tmp_path: Path) -> None:
@@ -70,13 +72,12 @@ def test_an_evaluation_outside_a_run_folder_keeps_the_config(tmp_path: Path) -> 
         "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger",
                    "init_args": {"save_dir": "runs", "name": "a", "version": None}},
     })  # fmt: skip
-    assert evaluation_folders("test", trainer, tmp_path / "model.ckpt") is None
+    evaluation_folders("test", trainer, tmp_path / "model.ckpt")
     assert trainer.logger.init_args.save_dir == "runs"
     run = tmp_path / "r" / "version_3"
-    assert evaluation_folders("fit", trainer, run / "checkpoints" / "last.ckpt") is None
-    assert evaluation_folders("validate", trainer, run / "checkpoints" / "x.ckpt") == (
-        run.resolve() / "validate"
-    )
+    evaluation_folders("fit", trainer, run / "checkpoints" / "last.ckpt")
+    assert trainer.logger.init_args.save_dir == "runs"
+    evaluation_folders("validate", trainer, run / "checkpoints" / "x.ckpt")
     assert (trainer.logger.init_args.save_dir, trainer.logger.init_args.name) == (
         str(run.resolve()), "validate",
     )  # fmt: skip

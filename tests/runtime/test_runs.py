@@ -14,12 +14,12 @@ import pytest
 from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.methods.record import run_folder
 from ncl_lightning.runtime.resume import run_checkpoints, select_checkpoint
 from ncl_lightning.runtime.runs import (
     check_new_run,
     git_state,
     place_checkpoints,
-    run_folder,
     run_id,
     set_logger_versions,
     slurm_job,
@@ -134,13 +134,14 @@ def test_a_run_without_a_logger_keeps_its_checkpoints_in_its_own_folder(tmp_path
 def test_the_run_id_becomes_every_loggers_version() -> None:
     csv = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "r"}}
     wandb = {"class_path": "x.WandbLogger", "init_args": {"version": None, "id": None}}
-    assert set_logger_versions([csv, wandb], "slurm-5") == ["CSVLogger", "WandbLogger"]
+    set_logger_versions([csv, wandb], "slurm-5")
     assert csv["init_args"]["version"] == wandb["init_args"]["version"] == "slurm-5"
-    assert set_logger_versions(True, "slurm-5") == []  # Lightning's default logger
+    set_logger_versions(True, "slurm-5")  # Lightning's default logger: nothing to set
     own = {"class_path": "x.WandbLogger", "init_args": {"id": "abc"}}
     with pytest.raises(ConfigError, match="WandbLogger version 'abc' differs from run_id 'z'"):
         set_logger_versions(own, "z")
-    assert set_logger_versions(own, "abc") == ["WandbLogger"]
+    set_logger_versions(own, "abc")
+    assert own["init_args"]["version"] == "abc"
 
 
 def test_the_folder_of_a_logger_is_where_lightning_puts_its_checkpoints(tmp_path: Path) -> None:

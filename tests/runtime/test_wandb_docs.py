@@ -36,8 +36,8 @@ import wandb
 import yaml
 
 from ncl_lightning.data import load_imagenet100_classes
+from ncl_lightning.methods.record import run_folder
 from ncl_lightning.runtime.cli import cli_main
-from ncl_lightning.runtime.runs import run_folder
 from tests.conftest import ROOT
 from tests.data.test_ood import CORRUPTIONS, make_ood_tree
 from tests.fakes import make_image_folder
