@@ -15,7 +15,7 @@ from typing import Any
 
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.validation import check_at_least, check_int
-from ncl_lightning.runtime.errors import ToolArgumentParser, run_tool
+from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 
 PROG = "python -m ncl_lightning.atlas"
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> Path:
         SystemExit: Status 2 with one line on stderr for bad input (nothing written).
     """
     args = parser().parse_args(argv)
-    return run_tool(PROG, lambda: _build(args))
+    return run_main(PROG, lambda: _build(args))
 
 
 def _build(args: argparse.Namespace) -> Path:

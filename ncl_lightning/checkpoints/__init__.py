@@ -7,7 +7,7 @@
   [`load_backbone`][ncl_lightning.checkpoints.load.load_backbone] (also of an exported
   folder) / [`load_method`][ncl_lightning.checkpoints.load.load_method];
 * [`optimizer_groups`][ncl_lightning.checkpoints.optimizer_groups]: a resumed fit's
-  optimizer state against the groups the method builds now, refused in one line;
+  optimizer groups, checked against the method's, and typed hyper-parameters laid over them;
 * [`export`][ncl_lightning.checkpoints.export] and [`card`][ncl_lightning.checkpoints.card]: a
   backbone's weights out (safetensors, torchvision / timm keys, a model card);
 * [`io`][ncl_lightning.checkpoints.io]: atomic writes (``AtomicCheckpointIO``).

@@ -1,4 +1,5 @@
-"""A resumed fit's optimizer state against the optimizer the module builds now.
+"""A checkpoint's optimizer groups on resume: checked against this run's, and this run's
+typed hyper-parameters laid over them.
 
 Lightning restores a checkpoint's ``optimizer_states`` with ``Optimizer.load_state_dict``,
 which refuses state of another shape with a raw ``ValueError`` after the run has set
@@ -10,7 +11,8 @@ says so in one line, naming the file, the group counts and sizes and what to do 
 Only a fit restores optimizer state (``test``/``validate``/``predict`` read the weights):
 ``ncl-cli`` runs the check when a resumed fit starts, once the optimizers are built and
 before Lightning loads their state
-([`OptimizerGroupsCheck`][]).
+([`OptimizerGroupsCheck`][]). When values typed on the command line change the optimizer,
+[`ResumeOverrides`][] puts them into the restored state once it is loaded.
 """
 
 from __future__ import annotations
@@ -103,3 +105,41 @@ class OptimizerGroupsCheck(Callback):
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         if self.saved is not None:
             check_optimizer_groups(self.saved, list(trainer.optimizers), pl_module, self.path)
+
+
+class ResumeOverrides(Callback):
+    """After Lightning restores a checkpoint's optimiser state, put back this run's
+    optimiser hyper-parameters (a fresh ``configure_optimizers()``'s); the learning rate
+    keeps its place in the schedule (``lr × new base / checkpoint base``). Installed by
+    ``ncl-cli`` only when typed values differ, so a plain resume stays exact."""
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        fresh = _optimizers(pl_module.configure_optimizers())
+        for live, new in zip(trainer.optimizers, fresh, strict=False):
+            for group, configured in zip(live.param_groups, new.param_groups, strict=False):
+                old_base = group.get("initial_lr", group["lr"])
+                new_base = configured.get("initial_lr", configured["lr"])
+                for key, value in configured.items():
+                    if key not in ("params", "lr", "initial_lr"):
+                        group[key] = value
+                if old_base:
+                    group["lr"] = group["lr"] * new_base / old_base
+                if "initial_lr" in group:
+                    group["initial_lr"] = new_base
+        for config in trainer.lr_scheduler_configs:
+            if hasattr(config.scheduler, "base_lrs"):
+                groups = config.scheduler.optimizer.param_groups
+                config.scheduler.base_lrs = [g.get("initial_lr", g["lr"]) for g in groups]
+
+
+def _optimizers(configured: Any) -> list[Optimizer]:
+    """The optimisers in whatever ``configure_optimizers`` returned."""
+    if isinstance(configured, Optimizer):
+        return [configured]
+    if isinstance(configured, dict):
+        return [configured["optimizer"]]
+    if isinstance(configured, list | tuple):
+        if len(configured) == 2 and isinstance(configured[0], list | tuple):
+            return _optimizers(list(configured[0]))
+        return [o for item in configured for o in _optimizers(item)]
+    return []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ncl_lightning.runtime.errors import ToolArgumentParser, run_tool
+from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 
 PROG = "python -m ncl_lightning.export"
 FORMATS = ("safetensors", "torchvision", "timm", "all")  # checkpoints.export.EXPORT_FORMATS
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> Path:
         print(f"Exported backbone: {out} ({', '.join(sorted(p.name for p in out.iterdir()))})")
         return out
 
-    return run_tool(PROG, export)
+    return run_main(PROG, export)
 
 
 __all__ = ["main", "parser"]

@@ -27,7 +27,7 @@ from ncl_lightning.plot.curves import (
 )
 from ncl_lightning.plot.metrics_csv import RunCurves, load_runs
 from ncl_lightning.plot.style import FORMATS, check_formats
-from ncl_lightning.runtime.errors import ToolArgumentParser, run_tool
+from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 
 PROG = "python -m ncl_lightning.plot"
 OUT_NAME = "curves.png"
@@ -120,7 +120,7 @@ def check_inputs(args: argparse.Namespace) -> tuple[list[RunCurves], Path]:
 def main(argv: Sequence[str] | None = None) -> None:
     """Draw the curves and print the file written; one-line errors, exit status 2."""
     args = parser().parse_args(argv)
-    run_tool(PROG, lambda: _plot(args))
+    run_main(PROG, lambda: _plot(args))
 
 
 def _plot(args: argparse.Namespace) -> None:

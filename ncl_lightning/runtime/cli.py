@@ -1,11 +1,5 @@
 """``ncl-cli``: LightningCLI over every method and DataModule of the package.
 
-Usage::
-
-    ncl-cli fit --config configs/cifar10_ncl.yaml
-    ncl-cli fit --config configs/cifar10_ncl.yaml --auto_resume true   # resume if any
-    ncl-cli test --config configs/cifar10_ncl.yaml --ckpt_path runs/.../last.ckpt
-
 Model and data are chosen by ``class_path`` (subclass mode); the DataModule's
 ``num_classes`` and ``batch_size`` are linked into the model, so a config states them once.
 On top of LightningCLI: bad input stops the run in one line before anything is written
@@ -34,7 +28,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from ncl_lightning.checkpoints.check import class_paths_in, modules_of, run_record, trusting
 from ncl_lightning.checkpoints.io import AtomicCheckpointIO
 from ncl_lightning.checkpoints.load import RECORD_KEY, check_state_fits, read_checkpoint
-from ncl_lightning.checkpoints.optimizer_groups import OptimizerGroupsCheck
+from ncl_lightning.checkpoints.optimizer_groups import OptimizerGroupsCheck, ResumeOverrides
 from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.internals import override_ckpt_path_parsing
@@ -46,7 +40,6 @@ from ncl_lightning.methods.trainable import DATA_LINKED, TrainableModule
 from ncl_lightning.runtime.console import FitSummary, default_logger, progress_callbacks
 from ncl_lightning.runtime.errors import run_main
 from ncl_lightning.runtime.resume import (
-    ResumeOverrides,
     continue_loggers,
     describe,
     overlay_explicit,
@@ -60,8 +53,9 @@ from ncl_lightning.runtime.runs import (
     RunLock,
     check_new_run,
     check_same_run,
+    evaluation_folders,
+    follow_root,
     keep_checkpoint_folders,
-    lay_out_run,
     place_checkpoints,
     run_id,
     set_logger_versions,
@@ -195,9 +189,13 @@ class NCLCLI(LightningCLI):
             )
 
     def before_instantiate_classes(self) -> None:
-        """One folder per run ([`lay_out_run`][ncl_lightning.runtime.runs.lay_out_run])."""
-        default_logger(self._subconfig()["trainer"])  # CSV, without Lightning's note
-        lay_out_run(self.subcommand, self._subconfig())
+        """One folder per run ([`follow_root`][ncl_lightning.runtime.runs.follow_root],
+        [`evaluation_folders`][ncl_lightning.runtime.runs.evaluation_folders])."""
+        cfg = self._subconfig()
+        default_logger(cfg["trainer"])  # CSV, without Lightning's note
+        if self.subcommand is not None:
+            follow_root(cfg["trainer"])
+            evaluation_folders(self.subcommand, cfg["trainer"], cfg.get("ckpt_path"))
 
     def instantiate_classes(self) -> None:
         """Build the objects trusting the modules the config names (an evaluation module

@@ -1,8 +1,5 @@
-"""What ``ncl-cli`` adds to Lightning's console output: [`LineProgress`][] (one line per
-epoch instead of a redrawn bar when standard error is not a terminal), [`FitSummary`][]
-(epoch, run folder, checkpoint and the main metrics when a fit ends) and
-[`default_logger`][] (Lightning's default ``CSVLogger`` without its ``tensorboardX`` note).
-"""
+"""What ``ncl-cli`` adds to Lightning's console output: [`LineProgress`][] in a log file,
+[`FitSummary`][] when a fit ends, and [`default_logger`][] without Lightning's note."""
 
 from __future__ import annotations
 
@@ -102,12 +99,8 @@ class LineProgress(ProgressBar):
 
 def progress_callbacks(trainer_config: dict[str, Any]) -> list[Callback]:
     """``[LineProgress()]`` when Lightning would draw its per-batch bar into a standard
-    error that is not a terminal, else ``[]``.
-
-    Args:
-        trainer_config: The instantiated ``trainer`` section (``enable_progress_bar``,
-            ``callbacks``).
-    """
+    error that is not a terminal, else ``[]``; ``trainer_config``: the instantiated
+    ``trainer`` section."""
     listed = trainer_config.get("callbacks") or []
     listed = listed if isinstance(listed, Sequence) else [listed]
     if (
@@ -120,12 +113,9 @@ def progress_callbacks(trainer_config: dict[str, Any]) -> list[Callback]:
 
 
 def default_logger(trainer_config: Any) -> None:
-    """Without TensorBoard, configure Lightning's default ``CSVLogger`` (in place) where
-    ``trainer.logger`` is unset or ``true``, so that Lightning has no note to print.
-
-    Args:
-        trainer_config: The parsed ``trainer`` section (a jsonargparse namespace).
-    """
+    """Without TensorBoard, configure Lightning's default ``CSVLogger`` into the parsed
+    ``trainer_config`` (in place) where ``trainer.logger`` is unset or ``true``, so that
+    Lightning has no ``tensorboardX`` note to print."""
     if trainer_config.get("logger") not in (None, True) or any(
         importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX")
     ):
@@ -147,8 +137,7 @@ class FitSummary(Callback):
     step, the run folder, the checkpoint written and the last logged values of the
     metrics ``SUMMARY_KEYS`` names."""
 
-    def __init__(self) -> None:
-        self._start: float | None = None
+    _start: float | None = None  # set when the fit starts
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         self._start = monotonic()

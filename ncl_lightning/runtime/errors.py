@@ -1,10 +1,9 @@
 """The one place ``ncl-cli`` and the package's tools print an error of ours: an
 [`NCLError`][ncl_lightning.foundation.errors.NCLError] (also wrapped by jsonargparse or a
-DataLoader worker), an ``OSError`` naming a path and Lightning's
-``MisconfigurationException`` become one line ``<prog>: error: <message>``, exit status 2
-(1 for a fault while working); anything else keeps its traceback (``NCL_TRACEBACK=1``:
-always). Nothing heavy is imported here: the tools use it too.
-"""
+DataLoader worker), an ``OSError`` naming a path and Lightning's ``MisconfigurationException``
+become one line ``<prog>: error: <message>``, exit status 2 (1 for a fault while working);
+anything else keeps its traceback (``NCL_TRACEBACK=1``: always). Nothing heavy is imported
+here: the tools use it too."""
 
 from __future__ import annotations
 
@@ -103,10 +102,6 @@ def run_main(prog: str, work: Callable[[], T]) -> T:
             raise
         fault = isinstance(ours(err) or err, RuntimeError)
         fail(prog, message, RUN_ERROR if fault else INPUT_ERROR)
-
-
-# The tools' names (python -m ncl_lightning.atlas, .plot, .studies.*, .export).
-run_tool = run_main
 
 
 class ToolArgumentParser(argparse.ArgumentParser):

@@ -92,24 +92,17 @@ def _scalar(value: Any) -> bool:
     return isinstance(value, numbers.Number) or (isinstance(value, Tensor) and value.numel() == 1)
 
 
-def _short(path: str) -> str:
-    """``path`` relative to the working directory when it lies below it."""
+def short_path(path: Path | str) -> str:
+    """``path`` relative to the working directory when it lies below it, else as given."""
     relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
+    return str(path) if relative.startswith("..") else relative
 
 
 class WandbLogger(_LightningWandbLogger):
     """Lightning's ``WandbLogger`` (same arguments, and ``folder``) that lets no W&B fault
-    stop training (``docs/wandb.md``, "Offline runs and syncing").
-
-    An online run without credentials (``WANDB_API_KEY``, ``WANDB_IDENTITY_TOKEN_FILE``,
-    ``.netrc``), without a TCP answer from the W&B host within 3 s, or whose ``wandb.init``
-    raises, starts offline; an offline run warns once, naming the ``wandb sync`` command
-    (for a resumed run, every session's folder). If offline W&B fails too, or a W&B call
-    fails mid-run, one warning, and numbers and hyperparameters go on to a ``CSVLogger`` in
-    ``<save_dir>/<name>/<version>/``. Each key is declared to W&B when first logged
-    ([`metric_definition`][ncl_lightning.callbacks.wandb_tables.metric_definition]). A W&B
-    run of another id still open in this process is finished first, not continued.
+    stop training: it falls back to offline W&B, then to a ``CSVLogger``, with one warning
+    (when and where: ``docs/wandb.md``, "Offline runs and syncing"). A W&B run of another
+    id still open in this process is finished first, not continued.
 
     Args:
         folder: Name of the run's local folder, ``<save_dir>/<folder>/<run id>``; default:
@@ -175,7 +168,7 @@ class WandbLogger(_LightningWandbLogger):
                 return
         run = self._experiment
         if reason is not None or getattr(run, "offline", False):
-            run_dir = _short(run.settings.sync_dir)
+            run_dir = short_path(run.settings.sync_dir)
             target = run_dir
             if self._id:  # the folders of all sessions of this run
                 target = os.path.join(os.path.dirname(run_dir), f"offline-run-*-{run.id}")
@@ -192,7 +185,7 @@ class WandbLogger(_LightningWandbLogger):
         )
         if self._hparams:
             self._csv.log_hyperparams(self._hparams)
-        where = _short(os.path.join(self._csv.log_dir, "metrics.csv"))
+        where = short_path(os.path.join(self._csv.log_dir, "metrics.csv"))
         rank_zero_warn(f"{why}; logging metrics to {where} (media and tables are dropped)")
 
     def _wandb(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
@@ -208,8 +201,7 @@ class WandbLogger(_LightningWandbLogger):
         return True
 
     def _define_and_log(self, metrics: Mapping[str, Any], step: int | None) -> None:
-        """``define_metric`` for each key seen the first time, then Lightning's
-        ``log_metrics``."""
+        """``define_metric`` for each key seen the first time, then Lightning's ``log_metrics``."""
         join = f"{self._prefix}{self.LOGGER_JOIN_CHAR}" if self._prefix else ""
         for name in (join + key for key in metrics if join + key not in self._defined):
             if (definition := metric_definition(name)) is not None:

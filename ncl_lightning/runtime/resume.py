@@ -1,13 +1,8 @@
-"""Resuming a run: which checkpoint ``last`` means, its loggers continued, and the command
-line's values over its hyper-parameters.
-
-``--ckpt_path last`` and ``--auto_resume true`` take *this* run's last checkpoint
-([`run_checkpoints`][], [`select_checkpoint`][]): the run the id names, else the only run
-of this experiment, never the newest of several. A resumed fit continues the loggers'
-versions ([`continue_loggers`][], [`restore_csv_rows`][]). Only values typed on the
-command line win over the checkpoint's hyper-parameters ([`typed_model_keys`][],
-[`overlay_explicit`][], [`ResumeOverrides`][]): a resumed run's config file is usually
-the one it started with.
+"""Resuming a run: which checkpoint ``last`` means ([`select_checkpoint`][]: this run's,
+never the newest of several), its loggers continued ([`continue_loggers`][],
+[`restore_csv_rows`][]), and only values typed on the command line over its
+hyper-parameters ([`overlay_explicit`][]). The promises: ``docs/reliability.md``,
+"Resuming a killed run" and "Resuming with a fix".
 """
 
 from __future__ import annotations
@@ -22,17 +17,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import lightning as L
-import torch
 from jsonargparse import Namespace
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.utilities import rank_zero_info
 
 from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods.record import run_folder
-from ncl_lightning.runtime.runs import config_entries, is_folder_logger, short_path
+from ncl_lightning.runtime.loggers import short_path
+from ncl_lightning.runtime.runs import config_entries, is_folder_logger
 
 SEARCH_DEPTH = 4  # <root>/<name>/<version>/checkpoints/last.ckpt
 SEARCH_ENTRIES = 200_000
@@ -326,41 +319,3 @@ def describe(changes: Sequence[Change], kept: bool = False) -> str:
     if kept:
         return ", ".join(f"{key}={old!r} (config file: {new!r})" for key, old, new in changes)
     return ", ".join(f"{key}={new!r} (checkpoint: {old!r})" for key, old, new in changes)
-
-
-class ResumeOverrides(Callback):
-    """After Lightning restores a checkpoint's optimiser state, put back this run's
-    optimiser hyper-parameters (a fresh ``configure_optimizers()``'s); the learning rate
-    keeps its place in the schedule (``lr × new base / checkpoint base``). Installed by
-    ``ncl-cli`` only when typed values differ, so a plain resume stays exact."""
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        fresh = _optimizers(pl_module.configure_optimizers())
-        for live, new in zip(trainer.optimizers, fresh, strict=False):
-            for group, configured in zip(live.param_groups, new.param_groups, strict=False):
-                old_base = group.get("initial_lr", group["lr"])
-                new_base = configured.get("initial_lr", configured["lr"])
-                for key, value in configured.items():
-                    if key not in ("params", "lr", "initial_lr"):
-                        group[key] = value
-                if old_base:
-                    group["lr"] = group["lr"] * new_base / old_base
-                if "initial_lr" in group:
-                    group["initial_lr"] = new_base
-        for config in trainer.lr_scheduler_configs:
-            if hasattr(config.scheduler, "base_lrs"):
-                groups = config.scheduler.optimizer.param_groups
-                config.scheduler.base_lrs = [g.get("initial_lr", g["lr"]) for g in groups]
-
-
-def _optimizers(configured: Any) -> list[torch.optim.Optimizer]:
-    """The optimisers in whatever ``configure_optimizers`` returned."""
-    if isinstance(configured, torch.optim.Optimizer):
-        return [configured]
-    if isinstance(configured, dict):
-        return [configured["optimizer"]]
-    if isinstance(configured, list | tuple):
-        if len(configured) == 2 and isinstance(configured[0], list | tuple):
-            return _optimizers(list(configured[0]))
-        return [o for item in configured for o in _optimizers(item)]
-    return []

@@ -3,9 +3,10 @@
 A run's folder is where Lightning puts its checkpoints
 ([`run_folder`][ncl_lightning.methods.record.run_folder]); its id is the folder's name
 ([`run_id`][]). Every folder logger writes under ``trainer.default_root_dir``
-([`lay_out_run`][]); a new run never reuses a run's folder ([`check_new_run`][]) and a
-resume continues the checkpoint's run only ([`check_same_run`][]). [`RunLock`][] keeps a
-second process out of a training run's folders; [`RunConfig`][] records the set-up.
+([`follow_root`][]), an evaluation's into its checkpoint's run ([`evaluation_folders`][]); a
+new run never reuses a run's folder ([`check_new_run`][]) and a resume continues the
+checkpoint's run only ([`check_same_run`][]). [`RunLock`][] keeps a second process out of a
+training run's folders; [`RunConfig`][] records the set-up.
 The layout: ``docs/runs.md``.
 """
 
@@ -40,7 +41,7 @@ from ncl_lightning.foundation.errors import ConfigError, NCLError
 from ncl_lightning.foundation.internals import batches_completed_total
 from ncl_lightning.methods.record import CHECKPOINT_FOLDER as CHECKPOINTS
 from ncl_lightning.methods.record import run_folder
-from ncl_lightning.runtime.loggers import save_run_file
+from ncl_lightning.runtime.loggers import save_run_file, short_path
 
 RUN_ID_ENV = "NCL_RUN_ID"
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -54,12 +55,6 @@ PACKAGES = ("ncl-lightning", "torch", "torchvision", "lightning", "torchmetrics"
 SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NAME",
               "SLURM_NTASKS", "SLURM_JOB_NUM_NODES", "SLURM_RESTART_COUNT")  # fmt: skip
 WANDB_CONFIG_FILE = "ncl_config.yaml"  # W&B's own run config is files/config.yaml
-
-
-def short_path(path: Path | str) -> str:
-    """``path`` relative to the working directory when it lies below it, else as given."""
-    relative = os.path.relpath(path)
-    return str(path) if relative.startswith("..") else relative
 
 
 # -- the run id ------------------------------------------------------------------------
@@ -220,12 +215,14 @@ def follow_root(trainer_config: Any) -> None:
         )
 
 
-def evaluation_folders(stage: str, trainer_config: Any, checkpoint: str | Path) -> None:
+def evaluation_folders(stage: str, trainer_config: Any, checkpoint: str | Path | None) -> None:
     """Point an evaluation's loggers into the checkpoint's run (in place): ``<run>/<stage>/
     version_N`` (a W&B evaluation is a run of its own, local folder ``<run>/<stage>/<id>``);
     a checkpoint outside a ``checkpoints`` folder keeps the config's folders."""
+    if stage not in EVALUATION_STAGES or not checkpoint:
+        return
     file = Path(checkpoint).expanduser().resolve()
-    if stage not in EVALUATION_STAGES or file.parent.name != CHECKPOINTS:
+    if file.parent.name != CHECKPOINTS:
         return
     run = run_folder(file)
     for entry in (e for e in config_entries(trainer_config.get("logger")) if is_folder_logger(e)):
@@ -235,16 +232,6 @@ def evaluation_folders(stage: str, trainer_config: Any, checkpoint: str | Path) 
             init_args["folder"], init_args["id"] = stage, None
         else:
             init_args["name"] = stage
-
-
-def lay_out_run(subcommand: str | None, config: Any) -> None:
-    """Apply the layout to a parsed subcommand's config (in place): loggers under the
-    root ([`follow_root`][]), an evaluation in its run's folder ([`evaluation_folders`][])."""
-    if subcommand is None:
-        return
-    follow_root(config["trainer"])
-    if subcommand in EVALUATION_STAGES and config.get("ckpt_path"):
-        evaluation_folders(subcommand, config["trainer"], config["ckpt_path"])
 
 
 def keep_checkpoint_folders(callbacks: list[Any], checkpoint: Mapping[str, Any]) -> None:
@@ -404,8 +391,7 @@ class RunConfig(SaveConfigCallback):
     both to every W&B logger."""
 
     def __init__(self, parser: Any, config: Any, **kwargs: Any) -> None:
-        kwargs.update(save_to_log_dir=False, overwrite=False)
-        super().__init__(parser, config, **kwargs)
+        super().__init__(parser, config, **{**kwargs, "save_to_log_dir": False})
         self.written: list[Path] = []
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

@@ -1,12 +1,7 @@
-"""Pre-emption: SIGTERM, SIGUSR1 and SIGINT save ``last.ckpt`` and exit ``128 + signal``.
-
-Lightning stops on SIGTERM at the end of the running batch but exits 0, so a pre-empted
-job looks finished. [`Preemption`][] saves ``last.ckpt`` there, prints the command that
-resumes it and exits 143 (SIGTERM), 138 (SIGUSR1) or 130 (SIGINT); under a SLURM batch
-job SIGUSR1 also requeues the job (``scontrol requeue``), in place of Lightning's
-auto-requeue that saves ``hpc_ckpt_N.ckpt`` into the root every run shares. When no
-batch boundary comes within ``NCL_STOP_GRACE_S`` seconds (default 10), [`StopWatchdog`][]
-ends the run without saving. Details: ``docs/reliability.md``.
+"""Pre-emption: SIGTERM, SIGUSR1 and SIGINT save ``last.ckpt`` and exit ``128 + signal``
+([`Preemption`][]; Lightning stops at the batch end but exits 0, so a pre-empted job would
+look finished); [`StopWatchdog`][] ends a run that reaches no batch boundary in time.
+Details: ``docs/reliability.md``, "Pre-emption".
 """
 
 from __future__ import annotations
@@ -81,10 +76,9 @@ def requeue(job: str) -> str:
     try:
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,
                               timeout=REQUEUE_TIMEOUT_S, check=False)  # fmt: skip
-    except FileNotFoundError:
-        return f"could not requeue SLURM job {job}: scontrol not found{fallback}"
-    except subprocess.TimeoutExpired:
-        return f"could not requeue SLURM job {job}: scontrol gave no answer{fallback}"
+    except (FileNotFoundError, subprocess.TimeoutExpired) as err:
+        why = "not found" if isinstance(err, FileNotFoundError) else "gave no answer"
+        return f"could not requeue SLURM job {job}: scontrol {why}{fallback}"
     if done.returncode != 0:
         why = (done.stderr or done.stdout).strip().splitlines()
         detail = f": {why[0]}" if why else ""

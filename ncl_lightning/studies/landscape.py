@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.plot.metrics_csv import read_metrics
-from ncl_lightning.runtime.errors import ToolArgumentParser, run_tool
+from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 from ncl_lightning.studies.checks import check_landscape_study
 from ncl_lightning.studies.jobs import cli_here, earlier_record, folder_args, run_jobs, slug
 from ncl_lightning.studies.spread import mean_std
@@ -336,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--verbose", action="store_true", help="keep Lightning's per-run banners and bars"
     )
     args = parser.parse_args(argv)
-    run_tool(PROG, lambda: _run(args))
+    run_main(PROG, lambda: _run(args))
 
 
 def _run(args: argparse.Namespace) -> None:

@@ -45,7 +45,7 @@ from pathlib import Path
 from ncl_lightning.foundation.errors import RunFailedError
 from ncl_lightning.foundation.resources import config_file
 from ncl_lightning.plot.metrics_csv import read_metrics
-from ncl_lightning.runtime.errors import ToolArgumentParser, run_tool
+from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 from ncl_lightning.studies.checks import check_seeds_study
 from ncl_lightning.studies.jobs import earlier_record, folder_args, run_jobs, slug
 from ncl_lightning.studies.spread import beyond_spread, mean_std
@@ -383,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         extra, rows = args.run_arg, args.rows
         return run_study(study, out, args.seeds, args.workers, args.threads, extra, rows)
 
-    run_tool(PROG, work)
+    run_main(PROG, work)
 
 
 if __name__ == "__main__":
