@@ -28,6 +28,11 @@ def _link_subset() -> None:
 
 _link_subset()
 
+# pytest-xdist workers share the cores: one BLAS/OpenMP pool per worker of cores / workers
+# threads (torch's default, one thread per core in every worker, oversubscribes them); set
+# before torch is imported, and inherited by the fits the tests start as subprocesses.
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(workers))))
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 

@@ -4,7 +4,9 @@ The interrupted run is a real ``ncl-cli`` subprocess killed with SIGKILL in the 
 its second epoch; the resumed run continues from the ``last.ckpt`` written at the end of
 the first. With deterministic settings on the CPU the final weights, the data module's
 state and every row of ``metrics.csv`` equal those of an uninterrupted run, SEPIN's
-included (its validation views are drawn again after the resume).
+included (its validation views are drawn again after the resume). A mid-epoch checkpoint
+(a pre-empted job's) resumes with the next batch:
+``tests/runtime/test_signals.py::test_signal_saves_last_and_exits_nonzero_then_resumes_exactly``.
 """
 
 from __future__ import annotations
@@ -102,32 +104,6 @@ def test_killed_run_resumes_exactly(tmp_path: Path, workers: int, augment_on: st
     for want_row, got_row in zip(want_rows, got_rows, strict=True):
         differ = {k: (v, got_row.get(k)) for k, v in want_row.items() if got_row.get(k) != v}
         assert got_row.keys() == want_row.keys() and not differ, differ  # (reference, resumed)
-
-
-@pytest.mark.slow
-def test_mid_epoch_checkpoint_resumes_with_the_next_batch(tmp_path: Path) -> None:
-    # A pre-empted job saves last.ckpt after the running batch: the resumed run must go on
-    # with the next batch of the same epoch, not replay the epoch from its start.
-    reference = tmp_path / "reference"
-    _cli(_write(tmp_path / "ref.yaml", digits_run_config(reference)))
-    run, marker, mid = tmp_path / "run", tmp_path / "in-second-epoch", tmp_path / "mid.ckpt"
-    config = _write(tmp_path / "run.yaml", digits_run_config(run, str(marker), save=str(mid)))
-    _kill_in_second_epoch(config, marker)
-    assert read_checkpoint(mid)["DigitsDataModule"]["batches"] == 4  # batches 0..3 done
-
-    _cli(config, "--ckpt_path", str(mid))
-    want = read_checkpoint(next(reference.glob("digits/version_0/checkpoints/last.ckpt")))
-    got = read_checkpoint(next(run.glob("digits/version_*/checkpoints/last.ckpt")))
-    assert got["global_step"] == want["global_step"]
-    for key, value in want["state_dict"].items():
-        assert torch.equal(value, got["state_dict"][key]), key
-    # The epoch's validation, SEPIN included; the kNN bank of the interrupted epoch holds
-    # only the batches trained after the resume, so val/knn_acc is left out.
-    (want_val,) = [r for r in _metrics(reference) if r["epoch"] == "1" and r["val/z/sepin@1"]]
-    (got_val,) = [r for r in _metrics(run) if r["epoch"] == "1" and r["val/z/sepin@1"]]
-    differ = {k: (v, got_val[k]) for k, v in want_val.items() if k.startswith("val/") and
-              k != "val/knn_acc" and got_val[k] != v}  # fmt: skip
-    assert not differ, differ
 
 
 @pytest.mark.slow

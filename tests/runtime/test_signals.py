@@ -1,9 +1,13 @@
 """Pre-emption through the real entry point: a ``ncl-cli fit`` subprocess that gets
-SIGTERM (or SIGUSR1) mid-epoch saves ``last.ckpt`` at the batch boundary, prints the
-command that resumes it and exits ``128 + signum``, and that command finishes the run."""
+SIGTERM mid-epoch saves ``last.ckpt`` at the batch boundary, prints the command that resumes
+it and exits ``128 + signum``, and that command finishes the run exactly as an uninterrupted
+one: the next batch of the same epoch, equal weights and equal validation rows. SIGUSR1 (the
+SLURM warning signal) takes the same path plus the requeue:
+``tests/runtime/test_slurm.py::test_requeue_signal_then_exact_resume_of_the_same_run``."""
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import subprocess
@@ -56,11 +60,17 @@ def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 300) -> None:
         time.sleep(0.05)
 
 
+def _metrics(run_dir: Path) -> list[dict[str, str]]:
+    (path,) = run_dir.glob("digits/version_*/metrics.csv")
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
-def test_signal_saves_last_and_exits_nonzero(tmp_path: Path, signum: int) -> None:
+def test_signal_saves_last_and_exits_nonzero_then_resumes_exactly(tmp_path: Path) -> None:
+    signum = signal.SIGTERM
     run, marker = tmp_path / "run", tmp_path / "marker"
-    proc = start(digits_config(run, str(marker)), tmp_path / "run.yaml")
+    proc = start(digits_run_config(run, str(marker)), tmp_path / "run.yaml")
     wait_for(marker, proc)  # in the second epoch
     proc.send_signal(signum)
     out, _ = proc.communicate(timeout=120)
@@ -69,28 +79,37 @@ def test_signal_saves_last_and_exits_nonzero(tmp_path: Path, signum: int) -> Non
     ckpt = read_checkpoint(last)
     steps_per_epoch = digits_steps_per_epoch(batch_size=64)
     assert steps_per_epoch < ckpt["global_step"] < 2 * steps_per_epoch  # mid-epoch
+    done_in_epoch = ckpt["global_step"] - steps_per_epoch
+    assert ckpt["DigitsDataModule"]["batches"] == done_in_epoch  # the loader's place
     lines = [line for line in out.splitlines() if line.startswith("ncl-cli: stopped by")]
     assert len(lines) == 1, out[-3000:]
-    name = signal.Signals(signum).name
-    assert f"stopped by {name} at step {ckpt['global_step']}" in lines[0]
+    assert f"stopped by SIGTERM at step {ckpt['global_step']}" in lines[0]
     assert str(last) in lines[0] and lines[0].endswith("--ckpt_path last")
     assert "Traceback" not in out
 
-    resumed = start(digits_config(run), tmp_path / "run.yaml", "--ckpt_path", "last")
+    resumed = start(digits_run_config(run), tmp_path / "run.yaml", "--ckpt_path", "last")
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out[-3000:]
     assert f"Resuming from {last}" in out
     final = read_checkpoint(last)
     assert final["epoch"] == 1 and final["global_step"] == 2 * steps_per_epoch
     assert "resuming from a checkpoint that ended before the epoch ended" not in out
-    if signum == signal.SIGTERM:  # the mid-epoch checkpoint resumes exactly
-        reference = start(digits_config(tmp_path / "ref"), tmp_path / "ref.yaml")
-        out, _ = reference.communicate(timeout=300)
-        assert reference.returncode == 0, out[-3000:]
-        (ref,) = (tmp_path / "ref").glob("digits/version_0/checkpoints/last.ckpt")
-        expected = read_checkpoint(ref)["state_dict"]
-        differ = [k for k, v in final["state_dict"].items() if not torch.equal(v, expected[k])]
-        assert not differ, differ
+
+    # An uninterrupted run: the resumed one went on with the next batch, not the epoch's first
+    reference = start(digits_run_config(tmp_path / "ref"), tmp_path / "ref.yaml")
+    out, _ = reference.communicate(timeout=300)
+    assert reference.returncode == 0, out[-3000:]
+    (ref,) = (tmp_path / "ref").glob("digits/version_0/checkpoints/last.ckpt")
+    expected = read_checkpoint(ref)["state_dict"]
+    differ = [k for k, v in final["state_dict"].items() if not torch.equal(v, expected[k])]
+    assert not differ, differ
+    # The epoch's validation, SEPIN included; the kNN bank of the interrupted epoch holds
+    # only the batches trained after the resume, so val/knn_acc is left out.
+    (want,) = [r for r in _metrics(tmp_path / "ref") if r["epoch"] == "1" and r["val/z/sepin@1"]]
+    (got,) = [r for r in _metrics(run) if r["epoch"] == "1" and r["val/z/sepin@1"]]
+    differ = {k: (v, got[k]) for k, v in want.items() if k.startswith("val/") and
+              k != "val/knn_acc" and got[k] != v}  # fmt: skip
+    assert not differ, differ
 
 
 def test_resume_command_keeps_the_arguments_and_asks_for_last() -> None:
