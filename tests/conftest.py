@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -102,3 +103,17 @@ def _no_wandb_run_left_open() -> Iterator[None]:
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish()
+
+
+def subset_copy(root: Path, train: int, val: int) -> Path:
+    """The first ``train`` training and ``val`` validation images of every class of the real
+    CIFAR-10 subset copied under ``root`` (an ImageFolder tree): the same real images,
+    decoded in a fraction of the whole subset's time; skips when the subset is absent."""
+    if not (CIFAR_SUBSET / "train").is_dir():
+        pytest.skip(f"real CIFAR-10 subset not found at {CIFAR_SUBSET} (present in CI)")
+    for split, n in (("train", train), ("val", val)):
+        for folder in sorted((CIFAR_SUBSET / split).iterdir()):
+            (root / split / folder.name).mkdir(parents=True)
+            for image in sorted(folder.iterdir())[:n]:
+                shutil.copy(image, root / split / folder.name / image.name)
+    return root

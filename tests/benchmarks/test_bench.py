@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +11,15 @@ import torch
 from benchmarks import BENCHMARKS, format_table
 from benchmarks.__main__ import main
 from benchmarks.metrics import run
+from tests.conftest import subset_copy
+
+
+@pytest.fixture(scope="module")
+def cifar_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 8 training (2 validation) images of every class of the real CIFAR-10
+    subset: 10 batches of 8, enough for every step of the small runs here; decoded in a
+    fraction of the whole subset's time (each fit decodes its data again)."""
+    return subset_copy(tmp_path_factory.mktemp("cifar_small"), 8, 2)
 
 
 @pytest.mark.slow
@@ -42,7 +52,7 @@ def test_step_ratio_benchmark_times_ncl_and_bayesncl_on_small_batches() -> None:
 
 @pytest.mark.slow
 def test_throughput_benchmark_reports_both_pipelines_and_ratios(
-    cifar_subset, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+    cifar_small, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
     """Every method, step mode and pipeline gets an (a) row with its ratio to (b); small and
     fast here (a small CNN, batch 8; the captured bare row is left out: compiling is slow
@@ -69,7 +79,7 @@ def test_throughput_benchmark_reports_both_pipelines_and_ratios(
     monkeypatch.setattr(throughput, "BATCH_SIZE", 8)
     monkeypatch.setattr(throughput, "TIMED_STEPS", 2)
     monkeypatch.setattr(throughput, "CAPTURED_WARMUP", 1)
-    monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_subset))
+    monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_small))
     monkeypatch.setenv("NCL_BENCH_MODES", "eager,graphs")
     monkeypatch.setenv("NCL_BENCH_CPU_PIPELINE_MODES", "eager")
     monkeypatch.setenv("NCL_BENCH_BARE", "eager")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -15,6 +16,15 @@ import torch
 from benchmarks.counting import OpCounter, scope
 from benchmarks.parts import PARTS, StepParts, instrument, part_of
 from ncl_lightning.foundation.errors import UsageError
+from tests.conftest import subset_copy
+
+
+@pytest.fixture(scope="module")
+def cifar_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 8 training (2 validation) images of every class of the real CIFAR-10
+    subset: 10 batches of 8, enough for every step of the small runs here; decoded in a
+    fraction of the whole subset's time (each fit decodes its data again)."""
+    return subset_copy(tmp_path_factory.mktemp("cifar_small"), 8, 2)
 
 
 def test_op_counter_counts_each_sync_prone_call_once() -> None:
@@ -95,7 +105,7 @@ class _FakeEvent:
 
 @pytest.mark.slow
 def test_step_parts_reports_every_part_of_a_real_fit(
-    cifar_subset, monkeypatch: pytest.MonkeyPatch
+    cifar_small, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """BayesNCL on a tiny network, device views of the real CIFAR images, batch 8: 1
     warm-up, 2 timed and 2 counted steps, then the callback stops the run. Device timing
@@ -108,7 +118,7 @@ def test_step_parts_reports_every_part_of_a_real_fit(
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
     data = ImageFolderDataModule(
-        str(cifar_subset), image_size=32, batch_size=8, cache="memory", augment_on="device"
+        str(cifar_small), image_size=32, batch_size=8, cache="memory", augment_on="device"
     )
     parts = StepParts(warmup=1, timed=2, counted=2, device_timing=True)
     model = build_method(
@@ -149,7 +159,7 @@ def test_step_parts_reports_every_part_of_a_real_fit(
 
 @pytest.mark.slow
 def test_step_benchmark_prints_a_table_per_method_and_pipeline(
-    cifar_subset, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+    cifar_small, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
     """``python -m benchmarks step`` in the framework-overhead mode, small, with
     its 'Python calls / step' column."""
@@ -157,7 +167,7 @@ def test_step_benchmark_prints_a_table_per_method_and_pipeline(
     from benchmarks.__main__ import main
     from benchmarks.throughput import METHODS, PIPELINES
 
-    monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_subset))
+    monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_small))
     monkeypatch.setenv("NCL_BENCH_STEP_NETWORK", "tiny")
     monkeypatch.setenv("NCL_BENCH_MODES", "eager")
     monkeypatch.setattr(step_parts, "BATCH_SIZE", 8)
@@ -184,7 +194,7 @@ def test_step_benchmark_prints_a_table_per_method_and_pipeline(
 
 @pytest.mark.slow
 def test_step_benchmark_runs_a_captured_mode_without_counting_operators(
-    cifar_subset, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+    cifar_small, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
     """``step_mode: compiled``: the part wrappers stay out of the graphs (torch.compile
     traces through them), no operator is counted (the graphs run kernels, not ATen
@@ -192,7 +202,7 @@ def test_step_benchmark_runs_a_captured_mode_without_counting_operators(
     from benchmarks import step_parts
     from benchmarks.__main__ import main
 
-    monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_subset))
+    monkeypatch.setenv("NCL_BENCH_DATA", str(cifar_small))
     monkeypatch.setenv("NCL_BENCH_STEP_NETWORK", "tiny")
     monkeypatch.setenv("NCL_BENCH_METHODS", "NCL")
     monkeypatch.setenv("NCL_BENCH_PIPELINES", "device")
@@ -373,7 +383,7 @@ def test_step_clock_on_a_cpu_has_no_isolated_steps_and_never_waits(
 
 
 @pytest.mark.slow
-def test_step_clock_counts_python_calls_of_a_real_fit(cifar_subset) -> None:
+def test_step_clock_counts_python_calls_of_a_real_fit(cifar_small) -> None:
     """Through ``Trainer.fit`` (tiny network, batch 8, device views): the counted steps
     see Lightning's loop and the module's step, and the profile hook is gone after."""
     import sys
@@ -383,7 +393,7 @@ def test_step_clock_counts_python_calls_of_a_real_fit(cifar_subset) -> None:
     from ncl_lightning.data import ImageFolderDataModule
 
     data = ImageFolderDataModule(
-        str(cifar_subset), image_size=32, batch_size=8, cache="memory", augment_on="device"
+        str(cifar_small), image_size=32, batch_size=8, cache="memory", augment_on="device"
     )
     model = make_tiny("NCL", settings_for("tiny"), data.num_classes)
     clock = StepClock(warmup=2, timed=2, calls=2)

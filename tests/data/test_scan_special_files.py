@@ -8,10 +8,12 @@ link loop ``l.png -> l.png`` stopped the scan with a bare ``OSError`` traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 
@@ -120,35 +122,56 @@ def test_read_image_refuses_a_named_pipe_at_once(tmp_path: Path) -> None:
     assert str(err).startswith(f"cannot read image {pipe}: not a regular file (a named pipe")
 
 
+# Both fits in one process (one interpreter start and torch import, not two): ``ncl-cli``'s
+# entry point called once per argument list, a marker line on both streams before each.
+FITS = textwrap.dedent(
+    """
+    import json, sys
+    from ncl_lightning.runtime.cli import main
+    for args in json.loads(sys.argv[1]):
+        print("=== next fit ===", flush=True)
+        print("=== next fit ===", file=sys.stderr, flush=True)
+        main(args)
+    """
+)
+EXTRAS = {
+    "skip_corrupt": ["--data.skip_corrupt", "true", "--data.num_workers", "0"],  # every file read
+    "cache": ["--data.cache", "memory", "--data.num_workers", "2"],  # decoded once, in workers
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "extra",
-    [["--data.skip_corrupt", "true", "--data.num_workers", "0"],  # every file read first
-     ["--data.cache", "memory", "--data.num_workers", "2"]],  # decoded once, in workers
-)  # fmt: skip
-def test_fit_with_special_files_in_the_folder_ends(tmp_path: Path, extra: list[str]) -> None:
+def test_fit_with_special_files_in_the_folder_ends(tmp_path: Path) -> None:
     """The real ``ncl-cli fit`` in a subprocess (a hang fails the test, it cannot hang it;
-    before, both runs waited for ever on the named pipes)."""
-    root = images(tmp_path / "data")
-    special_entries(root / "train" / "a")
-    os.mkfifo(root / "val" / "b" / "pipe.jpg")
-    run = tmp_path / "run"
-    args = [
-        sys.executable, "-m", "ncl_lightning.runtime.cli", "fit",
-        "--config", str(ROOT / "configs" / "demo" / "digits_ncl.yaml"),
-        "--data", "ncl_lightning.data.ImageFolderDataModule",
-        "--data.root", str(root), "--data.batch_size", "4", "--data.image_size", "32",
-        *extra,
-        "--model.init_args.backbone.in_channels", "3",
-        "--model.init_args.backbone.width", "8",
-        "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
-        "--trainer.enable_progress_bar", "false",
-        "--trainer.default_root_dir", str(run), "--trainer.logger.init_args.save_dir", str(run),
-    ]  # fmt: skip
+    before, both runs waited for ever on the named pipes): with ``skip_corrupt`` and with a
+    memory cache decoded by loader workers, each on its own folder."""
+    runs: list[tuple[Path, list[str]]] = []
+    for name, extra in EXTRAS.items():
+        root = images(tmp_path / name / "data")
+        special_entries(root / "train" / "a")
+        os.mkfifo(root / "val" / "b" / "pipe.jpg")
+        run = tmp_path / name / "run"
+        args = [
+            "fit", "--config", str(ROOT / "configs" / "demo" / "digits_ncl.yaml"),
+            "--data", "ncl_lightning.data.ImageFolderDataModule",
+            "--data.root", str(root), "--data.batch_size", "4", "--data.image_size", "32",
+            *extra,
+            "--model.init_args.backbone.in_channels", "3",
+            "--model.init_args.backbone.width", "8",
+            "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
+            "--trainer.enable_progress_bar", "false",
+            "--trainer.default_root_dir", str(run),
+            "--trainer.logger.init_args.save_dir", str(run),
+        ]  # fmt: skip
+        runs.append((root, args))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-3000:]
-    assert f"skipped 6 entries under {root / 'train'} that are not a regular file" in out
-    assert f"skipped 1 entry under {root / 'val'} that is not a regular file" in out
-    assert f"{root / 'val' / 'b' / 'pipe.jpg'} (a named pipe)" in out
+    argv = json.dumps([args for _, args in runs])
+    done = subprocess.run([sys.executable, "-c", FITS, argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    stdout, stderr = (text.split("=== next fit ===\n")[1:] for text in (done.stdout, done.stderr))
+    assert len(stdout) == len(stderr) == len(runs), (done.stdout + done.stderr)[-3000:]
+    for (root, _), out in zip(runs, map("".join, zip(stdout, stderr, strict=True)), strict=True):
+        assert f"skipped 6 entries under {root / 'train'} that are not a regular file" in out
+        assert f"skipped 1 entry under {root / 'val'} that is not a regular file" in out
+        assert f"{root / 'val' / 'b' / 'pipe.jpg'} (a named pipe)" in out

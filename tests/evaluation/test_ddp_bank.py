@@ -1,4 +1,5 @@
-"""Real 2-process gloo run: sharded clean-split features gathered = one process."""
+"""Real 2-process gloo run: sharded clean-split features gathered = one process (the check
+runs in the shared gloo group, ``tests.gloo_group``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,8 @@ import torch
 
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.evaluation import extract_features
-from tests.ddp import spawn_ranks
-from tests.evaluation.ddp_bank_worker import encoder, run_rank
-
-WORLD = 2
+from tests.evaluation.ddp_bank_worker import encoder
+from tests.gloo_group import check_result, gloo_results
 
 
 def _rows_sorted(x: torch.Tensor) -> torch.Tensor:
@@ -19,12 +18,12 @@ def _rows_sorted(x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.ddp
-def test_uneven_shards_gather_to_the_whole_split(tmp_path) -> None:
-    spawn_ranks(run_rank, tmp_path, WORLD)
+@pytest.mark.xdist_group("gloo")
+def test_uneven_shards_gather_to_the_whole_split(tmp_path_factory) -> None:
+    outs = check_result(gloo_results(tmp_path_factory), "bank")
     data = DigitsDataModule(batch_size=100, num_workers=0)
     with torch.no_grad():
         feats, labels = extract_features(encoder(), data.clean_train_dataloader())
-    outs = [torch.load(tmp_path / f"out{r}.pt", weights_only=True) for r in range(WORLD)]
     assert [o["shard"] for o in outs] == [719, 718]  # 1,437 images: uneven shards
     for out in outs:  # every rank holds the whole bank, each image once
         assert out["feats"].shape == feats.shape

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 from collections import namedtuple
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -135,35 +136,6 @@ def test_stale_temporary_files_of_dead_writers_are_removed(tmp_path: Path) -> No
     finally:
         live.kill()
         live.wait()
-
-
-# A writer limited to 64 KiB per file (RLIMIT_FSIZE; Python ignores SIGXFSZ, so the write
-# fails with EFBIG as on a file system's size limit).
-LIMITED = textwrap.dedent(
-    """
-    import resource, sys, torch
-    from ncl_lightning.checkpoints.io import atomic_save
-    atomic_save({"version": 1}, sys.argv[1])
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))
-    atomic_save({"version": 2, "w": torch.zeros(1 << 16)}, sys.argv[1])
-    """
-)
-
-
-def test_file_size_limit_in_a_real_process(tmp_path: Path) -> None:
-    path = tmp_path / "last.ckpt"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", LIMITED, str(path)], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 1
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"ncl_lightning.foundation.errors.DiskFullError: cannot write {path}: "
-                           "file too large")  # fmt: skip
-    assert "(it needs about 256.0 KiB, " in last
-    # without our writer this is a RuntimeError with the OSError only in its context
-    assert done.stderr.count("Traceback") == 1, done.stderr
-    assert torch.load(path, weights_only=True) == {"version": 1}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
 
 
 def short_fit_config(run: Path) -> dict:
@@ -289,56 +261,99 @@ def test_stale_cache_files_are_removed_at_the_next_start(tmp_path: Path) -> None
     assert left == {name for name, kept in names.items() if kept}
 
 
-# Real ENOSPC from the kernel on a 1 MiB tmpfs (root only): a checkpoint whose tensors fit
-# but whose file does not, and a cache whose free-space check is fooled (the space taken
-# meanwhile): the write or the reservation fails, never a SIGBUS.
-ON_TMPFS = textwrap.dedent(
+# Two real processes' worth of checks in one process (one interpreter start, one torch
+# import), in this order:
+# 1. real ENOSPC from the kernel on a 1 MiB tmpfs (root only: skipped without the mount): a
+#    checkpoint whose tensors fit but whose file does not, and a cache whose free-space
+#    check is fooled (the space taken meanwhile): the write or the reservation fails, never
+#    a SIGBUS;
+# 2. a writer limited to 64 KiB per file (RLIMIT_FSIZE; Python ignores SIGXFSZ, so the write
+#    fails with EFBIG as on a file system's size limit): the process ends on that error.
+REAL_PROCESS = textwrap.dedent(
     """
-    import shutil, sys, torch
+    import resource, shutil, sys, torch
     from collections import namedtuple
     from pathlib import Path
-    from ncl_lightning.data.memory import decode_images
     from ncl_lightning.checkpoints.io import atomic_save
-    from ncl_lightning.foundation.errors import DiskFullError
-    from tests.foundation.test_disk_full import image_folder
-    fs, work = Path(sys.argv[1]), Path(sys.argv[2])
-    atomic_save({"step": 1}, fs / "last.ckpt")
-    try:
-        atomic_save({"w": [torch.zeros(100) for _ in range(2500)]}, fs / "last.ckpt")
-    except DiskFullError as err:
-        print("ckpt:", err)
-    dataset, samples = image_folder(work)
-    shutil.disk_usage = lambda _: namedtuple("U", "total used free")(1 << 40, 0, 1 << 40)
-    try:
-        decode_images(dataset, samples, 256, "disk", fs / "cache")
-    except DiskFullError as err:
-        print("cache:", err)
+    fs, work, limited = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    if fs:
+        from ncl_lightning.data.memory import decode_images
+        from ncl_lightning.foundation.errors import DiskFullError
+        from tests.foundation.test_disk_full import image_folder
+        fs = Path(fs)
+        atomic_save({"step": 1}, fs / "last.ckpt")
+        try:
+            atomic_save({"w": [torch.zeros(100) for _ in range(2500)]}, fs / "last.ckpt")
+        except DiskFullError as err:
+            print("ckpt:", err)
+        dataset, samples = image_folder(work)
+        real_usage = shutil.disk_usage
+        shutil.disk_usage = lambda _: namedtuple("U", "total used free")(1 << 40, 0, 1 << 40)
+        try:
+            decode_images(dataset, samples, 256, "disk", fs / "cache")
+        except DiskFullError as err:
+            print("cache:", err)
+        shutil.disk_usage = real_usage
+        sys.stdout.flush()
+    atomic_save({"version": 1}, limited)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))
+    atomic_save({"version": 2, "w": torch.zeros(1 << 16)}, limited)
     """
 )
+RealProcess = namedtuple("RealProcess", "done fs limited")
 
 
-def test_real_full_disk_on_a_small_tmpfs(tmp_path: Path) -> None:
-    fs = tmp_path / "fs"
+@pytest.fixture(scope="module")
+def real_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealProcess]:
+    """The one process of the two checks above: its result, the tmpfs (``None`` when it
+    cannot be mounted) and the size-limited writer's checkpoint (alone in its folder)."""
+    root = tmp_path_factory.mktemp("real_process")
+    fs, limited = root / "fs", root / "limited" / "last.ckpt"
     fs.mkdir()
+    limited.parent.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(fs)],
-                             capture_output=True, check=False)  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
+                             capture_output=True, check=False).returncode == 0  # fmt: skip
     try:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        done = subprocess.run([sys.executable, "-c", ON_TMPFS, str(fs), str(tmp_path / "img")],
-                              env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]  # a SIGBUS would be -7
-        ckpt, cache = done.stdout.strip().splitlines()
-        assert ckpt.startswith(f"ckpt: cannot write {fs / 'last.ckpt'}: no space left on the "
-                               "device (it needs more than ")  # fmt: skip
-        assert ckpt.endswith("the previous last.ckpt is kept")
-        assert cache.startswith(f"cache: cannot write {fs / 'cache'}/")
-        assert ": no space left on the device (it needs 2.3 MiB, 1.0 TiB free in " in cache
-        assert torch.load(fs / "last.ckpt", weights_only=True) == {"step": 1}
-        assert sorted(p.name for p in fs.rglob("*")) == ["cache", "last.ckpt"]
+        args = [str(fs) if mounted else "", str(root / "img"), str(limited)]
+        done = subprocess.run([sys.executable, "-c", REAL_PROCESS, *args], env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        yield RealProcess(done, fs if mounted else None, limited)
     finally:
-        subprocess.run(["umount", str(fs)], check=False)
+        if mounted:
+            subprocess.run(["umount", str(fs)], check=False)
+
+
+@pytest.mark.xdist_group("disk_full_real_process")  # one worker: one process for both
+def test_real_full_disk_on_a_small_tmpfs(real_process: RealProcess) -> None:
+    done, fs = real_process.done, real_process.fs
+    if fs is None:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    # a SIGBUS would be -7; the one error is the size-limited writer's, which ran after
+    assert done.returncode == 1 and done.stderr.count("Traceback") == 1, done.stderr[-3000:]
+    assert str(real_process.limited) in done.stderr.strip().splitlines()[-1]
+    ckpt, cache = done.stdout.strip().splitlines()
+    assert ckpt.startswith(f"ckpt: cannot write {fs / 'last.ckpt'}: no space left on the "
+                           "device (it needs more than ")  # fmt: skip
+    assert ckpt.endswith("the previous last.ckpt is kept")
+    assert cache.startswith(f"cache: cannot write {fs / 'cache'}/")
+    assert ": no space left on the device (it needs 2.3 MiB, 1.0 TiB free in " in cache
+    assert torch.load(fs / "last.ckpt", weights_only=True) == {"step": 1}
+    assert sorted(p.name for p in fs.rglob("*")) == ["cache", "last.ckpt"]
+
+
+@pytest.mark.xdist_group("disk_full_real_process")
+def test_file_size_limit_in_a_real_process(real_process: RealProcess) -> None:
+    done, path = real_process.done, real_process.limited
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ncl_lightning.foundation.errors.DiskFullError: cannot write {path}: "
+                           "file too large")  # fmt: skip
+    assert "(it needs about 256.0 KiB, " in last
+    # without our writer this is a RuntimeError with the OSError only in its context
+    assert done.stderr.count("Traceback") == 1, done.stderr
+    assert torch.load(path, weights_only=True) == {"version": 1}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
 
 
 class LimitFileSize(Callback):

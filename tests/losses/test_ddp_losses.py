@@ -1,5 +1,6 @@
 """Real 2-process gloo DDP: loss and gradients equal one process on the whole batch, and
-``view_pairs`` lays out each rank's queries and keys as the reference does."""
+``view_pairs`` lays out each rank's queries and keys as the reference does (the checks run
+in the shared gloo group, ``tests.gloo_group``)."""
 
 from __future__ import annotations
 
@@ -7,32 +8,29 @@ import pytest
 import torch
 
 from ncl_lightning.losses import OBJECTIVES
-from tests.ddp import spawn_ranks
+from tests.gloo_group import WORLD, check_result, gloo_results
 from tests.losses import ddp_pairs_worker
-from tests.losses.ddp_worker import make_problem, run_rank
+from tests.losses.ddp_worker import make_problem
 from tests.losses.test_pairs import check_against_reference
-
-WORLD = 2
 
 
 @pytest.mark.ddp
+@pytest.mark.xdist_group("gloo")
 @pytest.mark.parametrize("objective", ["info_nce", "spectral"])
-def test_two_rank_gloo_equals_single_process(objective: str, tmp_path) -> None:
-    spawn_ranks(run_rank, tmp_path, WORLD, objective)
+def test_two_rank_gloo_equals_single_process(objective: str, tmp_path_factory) -> None:
+    ranks = check_result(gloo_results(tmp_path_factory), objective)
     model, x1, x2 = make_problem()
     loss = OBJECTIVES.build(objective, temperature=0.3, gather_distributed=False)(
         model(x1), model(x2)
     )
     loss.backward()
-    for r in range(WORLD):
-        got = torch.load(tmp_path / f"out{r}.pt", weights_only=True)
+    for got in ranks:
         torch.testing.assert_close(got["loss"], loss.detach(), rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(got["weight"], model.weight.grad, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(got["bias"], model.bias.grad, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.ddp
-def test_without_gathering_ranks_see_only_local_negatives(tmp_path) -> None:
+def test_without_gathering_ranks_see_only_local_negatives() -> None:
     """Guards the test above: it must be able to fail when negatives are not shared."""
     model, x1, x2 = make_problem()
     full = OBJECTIVES.build("info_nce", temperature=0.3, gather_distributed=False)(
@@ -48,15 +46,14 @@ def test_without_gathering_ranks_see_only_local_negatives(tmp_path) -> None:
 
 
 @pytest.mark.ddp
-def test_two_rank_gloo_layout_and_gradient(tmp_path) -> None:
+@pytest.mark.xdist_group("gloo")
+def test_two_rank_gloo_layout_and_gradient(tmp_path_factory) -> None:
     """Each rank's layout is the reference on the global batch; the keys carry gradient
     back to the rank that made them (``keys.sum()`` on both ranks: 2 per local entry)."""
-    world = WORLD
-    spawn_ranks(ddp_pairs_worker.run_rank, tmp_path, world)
+    ranks = check_result(gloo_results(tmp_path_factory), "pairs")
     _, x1, x2 = make_problem()
     labels = ddp_pairs_worker.make_labels(x1.shape[0])
-    for rank in range(world):
-        got = torch.load(tmp_path / f"out{rank}.pt", weights_only=True)
-        check_against_reference(got, x1, x2, labels, world, rank)
+    for rank, got in enumerate(ranks):
+        check_against_reference(got, x1, x2, labels, WORLD, rank)
         for grad in (got["grad1"], got["grad2"]):
-            torch.testing.assert_close(grad, torch.full_like(grad, float(world)))
+            torch.testing.assert_close(grad, torch.full_like(grad, float(WORLD)))

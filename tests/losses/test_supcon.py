@@ -9,11 +9,9 @@ import torch
 
 from ncl_lightning.losses import info_nce
 from ncl_lightning.losses.supcon import SupConLoss, supcon
-from tests.ddp import spawn_ranks
-from tests.losses.ddp_supcon_worker import TEMPERATURE, make_labels, run_rank
+from tests.gloo_group import check_result, gloo_results
+from tests.losses.ddp_supcon_worker import TEMPERATURE, make_labels
 from tests.losses.ddp_worker import make_problem
-
-WORLD = 2
 
 
 def reference_supcon(z1: torch.Tensor, z2: torch.Tensor, labels: torch.Tensor, t: float) -> float:
@@ -82,8 +80,9 @@ def test_bad_temperature_and_shapes_are_clear_errors() -> None:
 
 
 @pytest.mark.ddp
-def test_two_rank_gloo_equals_single_process(tmp_path) -> None:
-    spawn_ranks(run_rank, tmp_path, WORLD)
+@pytest.mark.xdist_group("gloo")
+def test_two_rank_gloo_equals_single_process(tmp_path_factory) -> None:
+    ranks = check_result(gloo_results(tmp_path_factory), "supcon")  # tests.gloo_group
     model, x1, x2 = make_problem()
     labels = make_labels(x1.shape[0])
     loss = SupConLoss(TEMPERATURE, gather_distributed=False)(model(x1), model(x2), labels)
@@ -94,8 +93,7 @@ def test_two_rank_gloo_equals_single_process(tmp_path) -> None:
         for s in (slice(0, 4), slice(4, 8))
     ]
     assert not torch.isclose(loss, torch.stack(halves).mean())
-    for r in range(WORLD):
-        got = torch.load(tmp_path / f"out{r}.pt", weights_only=True)
+    for got in ranks:
         torch.testing.assert_close(got["loss"], loss.detach(), rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(got["weight"], model.weight.grad, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(got["bias"], model.bias.grad, rtol=1e-5, atol=1e-6)

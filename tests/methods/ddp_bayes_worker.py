@@ -1,4 +1,4 @@
-"""Worker of the 2-process gloo BayesNCL test (importable by spawned children)."""
+"""Check of BayesNCL in the 2-process gloo group (``tests.gloo_group``)."""
 
 from __future__ import annotations
 
@@ -49,22 +49,16 @@ def gated_loss(model: BayesNCL, x1: torch.Tensor, x2: torch.Tensor, encode) -> t
     return model.objective(views)
 
 
-def run_rank(rank: int, world: int, init_file: str, out_file: str) -> None:
-    """This rank's half of the batch under DDP; save the mean loss and every gradient."""
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        model, x1, x2 = make_problem()
-        ddp = DistributedDataParallel(model)
-        n = x1.shape[0] // world
-        sl = slice(rank * n, (rank + 1) * n)
-        loss = gated_loss(model, x1[sl], x2[sl], ddp)
-        loss.backward()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean)
-        grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
-        torch.save({"loss": mean / world, "grads": grads}, out_file)
-        # Both ranks done with DDP's reducer before the group goes: a rank that tore the
-        # group down while the other's gloo work was in flight once aborted (CI, loaded VM).
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+def rank_result(rank: int, world: int) -> dict:
+    """In the running group, this rank's half of the batch under DDP: the mean loss and
+    every gradient."""
+    model, x1, x2 = make_problem()
+    ddp = DistributedDataParallel(model)
+    n = x1.shape[0] // world
+    sl = slice(rank * n, (rank + 1) * n)
+    loss = gated_loss(model, x1[sl], x2[sl], ddp)
+    loss.backward()
+    mean = loss.detach().clone()
+    dist.all_reduce(mean)
+    grads = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    return {"loss": mean / world, "grads": grads}

@@ -27,9 +27,17 @@ from benchmarks.step_parts import TinyNet
 from ncl_lightning.data import ImageFolderDataModule
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import CL, NCL, BayesNCL
+from tests.conftest import subset_copy
 
 METHODS = {"CL": CL, "NCL": NCL, "BayesNCL": BayesNCL}
 STEPS = 20
+
+
+@pytest.fixture(scope="module")
+def cifar_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 32 training (4 validation) images of every class of the real CIFAR-10
+    subset: 10 batches of 32 an epoch, decoded in a fraction of the whole subset's time."""
+    return subset_copy(tmp_path_factory.mktemp("cifar_small"), 32, 4)
 
 
 class Losses(L.Callback):
@@ -68,8 +76,21 @@ def _fit(model: L.LightningModule, root: Path, data: Path, steps: int = STEPS, *
     return trainer, losses.values
 
 
-def _compare(eager: L.LightningModule, other: L.LightningModule, tolerance: float) -> None:
-    for (name, a), b in zip(eager.state_dict().items(), other.state_dict().values(), strict=True):
+_EAGER: dict[str, tuple[list[float], dict[str, torch.Tensor]]] = {}
+
+
+def _eager(name: str, root: Path, data: Path) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """The eager step's losses and final weights of ``name`` (one fit per module, shared by
+    the tests that compare against it)."""
+    if name not in _EAGER:
+        eager = _model(name, "eager")
+        _, losses = _fit(eager, root, data)
+        _EAGER[name] = losses, eager.state_dict()
+    return _EAGER[name]
+
+
+def _compare(eager: dict[str, torch.Tensor], other: L.LightningModule, tolerance: float) -> None:
+    for (name, a), b in zip(eager.items(), other.state_dict().values(), strict=True):
         if a.is_floating_point():
             torch.testing.assert_close(b, a, rtol=tolerance, atol=tolerance, msg=name)
         else:
@@ -78,13 +99,12 @@ def _compare(eager: L.LightningModule, other: L.LightningModule, tolerance: floa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(METHODS))
-def test_the_manual_captured_step_equals_the_eager_step(name, cifar_subset, tmp_path) -> None:
+def test_the_manual_captured_step_equals_the_eager_step(name, cifar_small, tmp_path) -> None:
     """The captured step's own logic (manual optimisation, masked LARS, judges) with its
     functions run eagerly: the same losses and weights as Lightning's automatic step."""
-    eager = _model(name, "eager")
-    _, eager_losses = _fit(eager, tmp_path / "eager", cifar_subset)
+    eager_losses, eager = _eager(name, tmp_path / "eager", cifar_small)
     manual = _model(name, "compiled", compile_step=False)
-    _, manual_losses = _fit(manual, tmp_path / "manual", cifar_subset)
+    _, manual_losses = _fit(manual, tmp_path / "manual", cifar_small)
     assert manual.automatic_optimization is False and len(manual_losses) == STEPS
     torch.testing.assert_close(torch.tensor(manual_losses), torch.tensor(eager_losses),
                                rtol=1e-5, atol=1e-5)  # fmt: skip
@@ -92,15 +112,14 @@ def test_the_manual_captured_step_equals_the_eager_step(name, cifar_subset, tmp_
 
 
 @pytest.mark.slow
-def test_the_compiled_step_equals_the_eager_step(cifar_subset, tmp_path) -> None:
+def test_the_compiled_step_equals_the_eager_step(cifar_small, tmp_path) -> None:
     """Inductor's graphs of the whole BayesNCL step (views, forward, backward, judges,
     LARS): losses within 1e-4 and weights within 1e-3 of the eager step after 20 steps
     (fused kernels round differently; the differences grow slowly over the steps)."""
     torch._dynamo.reset()
-    eager = _model("BayesNCL", "eager")
-    _, eager_losses = _fit(eager, tmp_path / "eager", cifar_subset)
+    eager_losses, eager = _eager("BayesNCL", tmp_path / "eager", cifar_small)
     compiled = _model("BayesNCL", "compiled")
-    _, compiled_losses = _fit(compiled, tmp_path / "compiled", cifar_subset)
+    _, compiled_losses = _fit(compiled, tmp_path / "compiled", cifar_small)
     torch.testing.assert_close(torch.tensor(compiled_losses), torch.tensor(eager_losses),
                                rtol=1e-4, atol=1e-4)  # fmt: skip
     _compare(eager, compiled, 1e-3)
@@ -133,7 +152,7 @@ class Recorder:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(METHODS))
 def test_every_part_is_one_graph_that_never_recompiles(
-    name, cifar_subset, tmp_path, monkeypatch
+    name, cifar_small, tmp_path, monkeypatch
 ) -> None:
     recorder = Recorder()
     compile_ = torch.compile
@@ -146,7 +165,7 @@ def test_every_part_is_one_graph_that_never_recompiles(
     torch._dynamo.reset()
     counters.clear()
     model = _model(name, "compiled")
-    trainer, losses = _fit(model, tmp_path, cifar_subset, steps=30)
+    trainer, losses = _fit(model, tmp_path, cifar_small, steps=30)
     assert trainer.global_step == 30 and all(torch.isfinite(torch.tensor(losses)))
     # views, forward (+ loss + probe + codes), gradient judge, buffer judge, LARS update
     assert len(recorder.graphs) == 5, [g.splitlines()[1] for g in recorder.graphs]
@@ -156,10 +175,10 @@ def test_every_part_is_one_graph_that_never_recompiles(
     assert not recorder.forbidden, recorder.forbidden
 
 
-def test_graphs_on_a_cpu_runs_eagerly_and_says_so(cifar_subset, tmp_path, caplog) -> None:
+def test_graphs_on_a_cpu_runs_eagerly_and_says_so(cifar_small, tmp_path, caplog) -> None:
     model = _model("NCL", "graphs")
     with caplog.at_level(logging.INFO):
-        _, losses = _fit(model, tmp_path, cifar_subset, steps=3)
+        _, losses = _fit(model, tmp_path, cifar_small, steps=3)
     said = [r.getMessage() for r in caplog.records if "step_mode: graphs" in r.getMessage()]
     assert len(said) == 1 and "runs eagerly" in said[0]
     assert model.automatic_optimization and not model.captures_step and len(losses) == 3
@@ -174,11 +193,11 @@ def test_graphs_on_a_cpu_runs_eagerly_and_says_so(cifar_subset, tmp_path, caplog
     ],
     ids=["optimizer", "clipping", "accumulation"],
 )
-def test_what_a_captured_step_cannot_do_is_one_line(change, culprit, cifar_subset, tmp_path):
+def test_what_a_captured_step_cannot_do_is_one_line(change, culprit, cifar_small, tmp_path):
     model = _model("NCL", "compiled", compile_step=False, **{
         k: v for k, v in change.items() if k != "trainer"})  # fmt: skip
     with pytest.raises(ConfigError) as info:
-        _fit(model, tmp_path, cifar_subset, steps=2, **change.get("trainer", {}))
+        _fit(model, tmp_path, cifar_small, steps=2, **change.get("trainer", {}))
     message = str(info.value)
     assert "\n" not in message and culprit in message and "step_mode" in message
 

@@ -5,6 +5,10 @@ they were and finishes the epoch. Also under real 2-process DDP (the ranks must 
 from __future__ import annotations
 
 import math
+import os
+import re
+import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,14 +16,18 @@ from typing import Any
 import lightning as L
 import pytest
 import torch
+import torch.distributed as dist
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy
 from torch import Tensor
 
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.foundation.errors import NonFiniteLossError
-from ncl_lightning.methods import BYOL, NCL, Encoded, NCEClassifier
+from ncl_lightning.methods import BYOL, NCL, BayesNCL, Encoded, NCEClassifier
 from ncl_lightning.nn import SmallCNN
+from tests.gloo_group import spawn
+from tests.helpers.cluster import free_port
+from tests.methods.grad_poison import Poison
 
 BAD_STEP = 3
 BATCHES = 6
@@ -146,8 +154,9 @@ class _Snapshot(L.Callback):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("make", "bad"),
-    [(_ncl, math.nan), (_ncl, math.inf), (_nce, math.nan), (_ncl_captured, math.inf)],
-    ids=["ncl-nan", "ncl-inf", "nce-nan", "ncl-captured-inf"],  # (inf logits: a NaN CE)
+    # eager NCL with inf: the DDP stop test below; inf logits make a NaN CE
+    [(_ncl, math.nan), (_nce, math.nan), (_ncl_captured, math.inf)],
+    ids=["ncl-nan", "nce-nan", "ncl-captured-inf"],
 )
 def test_stop_saves_the_last_finite_state_and_names_the_step(make, bad, tmp_path: Path) -> None:
     model = make(bad)
@@ -189,8 +198,9 @@ def test_stop_without_a_trainer_still_raises() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("make", "bad"),
-    [(_ncl, math.nan), (_ncl, math.inf), (_nce, math.nan), (_ncl_captured, math.nan)],
-    ids=["ncl-nan", "ncl-inf", "nce-nan", "ncl-captured-nan"],
+    # (skip acts on any non-finite loss code; nan and inf differ only in stop's message)
+    [(_ncl, math.nan), (_nce, math.nan), (_ncl_captured, math.nan)],
+    ids=["ncl-nan", "nce-nan", "ncl-captured-nan"],
 )
 def test_skip_leaves_everything_as_it_was_and_finishes_the_epoch(make, bad, tmp_path: Path) -> None:
     model = make(bad, nonfinite_loss="skip")
@@ -240,6 +250,10 @@ def test_skip_returns_a_zero_loss_that_reaches_every_parameter() -> None:
 
 
 # -- DDP --------------------------------------------------------------------------------
+# Every DDP fit of this file and of test_nonfinite_gradients.py runs in one spawned pair of
+# processes (a rank pays the imports of torch, Lightning and the package; the fits are
+# short): the ranks start Lightning's DDP themselves (``LOCAL_RANK`` etc. set, as torchrun
+# does), and each fit is judged by its test from what the ranks recorded.
 class _RecordRanks(L.Callback):
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -253,26 +267,111 @@ class _RecordRanks(L.Callback):
         torch.save(out, self.folder / f"rank{trainer.global_rank}.pt")
 
 
-def _fit_ddp(model: L.LightningModule, root: Path) -> None:
+def _fit_ddp(model: L.LightningModule, root: Path, callbacks=(), **kw: Any) -> None:
+    kw.setdefault("limit_train_batches", BATCHES)
     trainer = L.Trainer(
         accelerator="cpu", devices=2, logger=False,
         # A rank left waiting on a collective fails after a minute instead of hanging.
-        strategy=DDPStrategy(start_method="spawn", timeout=timedelta(seconds=60)),
+        strategy=DDPStrategy(timeout=timedelta(seconds=60)),
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        max_epochs=1, limit_train_batches=BATCHES, limit_val_batches=0, default_root_dir=root,
-        callbacks=[ModelCheckpoint(dirpath=root / "ckpt"), _RecordRanks(root)],
+        max_epochs=1, limit_val_batches=0, default_root_dir=root,
+        callbacks=[*callbacks, _RecordRanks(root)], **kw,
     )  # fmt: skip
     trainer.fit(model, DigitsDataModule(batch_size=32, num_workers=0, n_views=2))
 
 
+def _skip_on_rank1(make) -> Callable[[Path], None]:
+    def run(root: Path) -> None:
+        model = make(math.nan, nonfinite_loss="skip")
+        model.bad_rank = 1  # rank 0's loss is finite; it must skip too, not hang
+        _fit_ddp(model, root, [ModelCheckpoint(dirpath=root / "ckpt")])
+
+    return run
+
+
+GRAD_BAD_STEP = 2  # test_nonfinite_gradients.py's
+GRAD_TARGET = "projector.net.0.weight"
+
+
+def _skip_gradient_inf_on_rank1(root: Path) -> None:
+    """test_nonfinite_gradients.py's DDP run: BayesNCL, an inf gradient on rank 1."""
+    L.seed_everything(0, verbose=False)
+    model = BayesNCL(
+        SmallCNN(1, 8, 16), proj_hidden_dim=32, proj_output_dim=16, num_classes=10,
+        batch_size=32, warmup_epochs=0, nonfinite_loss="skip",
+    )  # fmt: skip
+    poison = Poison(GRAD_BAD_STEP, GRAD_TARGET, "inf", rank=1, record=str(root))
+    _fit_ddp(model, root, [poison], limit_train_batches=4, enable_checkpointing=False)
+
+
+def _stop_on_rank1(root: Path) -> None:
+    model = _ncl(math.inf)
+    model.bad_rank = 1
+    _fit_ddp(model, root, [ModelCheckpoint(dirpath=root / "ckpt")])
+
+
+DDP_RUNS: dict[str, Callable[[Path], None]] = {
+    "skip-eager": _skip_on_rank1(_ncl),
+    "skip-captured": _skip_on_rank1(_ncl_captured),
+    "skip-gradient": _skip_gradient_inf_on_rank1,
+    "stop": _stop_on_rank1,  # last: the fits after an exception would start from its state
+}
+
+
+def _ddp_rank(rank: int, port: int, root: str) -> None:
+    """One rank: every run of :data:`DDP_RUNS` in ``<root>/<name>``; save ``{name: error
+    message or None}`` to ``<root>/errors<rank>.pt``."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank),
+        LOCAL_RANK=str(rank), NODE_RANK="0",
+    )  # fmt: skip
+    errors: dict[str, str | None] = {}
+    for name, run in DDP_RUNS.items():
+        folder = Path(root) / name
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            run(folder)
+            errors[name] = None
+        except Exception as error:
+            errors[name] = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
+    torch.save(errors, Path(root) / f"errors{rank}.pt")
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+_DDP: dict[str, Any] = {}
+
+
+def ddp_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    """The folder of the DDP runs and each rank's errors, the pair spawned on the first
+    call in this pytest process (tests using it carry ``xdist_group("nonfinite-ddp")``)."""
+    if not _DDP:
+        root = tmp_path_factory.mktemp("nonfinite-ddp")
+        port = free_port()
+        spawn(_ddp_rank, [(r, port, str(root)) for r in range(2)], timeout=400)
+        errors = [torch.load(root / f"errors{r}.pt", weights_only=True) for r in range(2)]
+        _DDP.update(root=root, errors=errors)
+    return _DDP["root"], _DDP["errors"]
+
+
+def ddp_run(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """The folder of DDP run ``name``, which must have finished on both ranks."""
+    root, errors = ddp_runs(tmp_path_factory)
+    for rank in range(2):
+        assert errors[rank][name] is None, f"rank {rank}: {errors[rank][name]}"
+    return root / name
+
+
 @pytest.mark.ddp
 @pytest.mark.slow
-@pytest.mark.parametrize("make", [_ncl, _ncl_captured], ids=["eager", "captured"])
-def test_ddp_ranks_agree_to_skip_a_loss_that_is_nan_on_one_rank(make, tmp_path: Path) -> None:
-    model = make(math.nan, nonfinite_loss="skip")
-    model.bad_rank = 1  # rank 0's loss is finite; it must skip too, not hang
-    _fit_ddp(model, tmp_path)
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+@pytest.mark.xdist_group("nonfinite-ddp")
+@pytest.mark.parametrize("name", ["skip-eager", "skip-captured"])
+def test_ddp_ranks_agree_to_skip_a_loss_that_is_nan_on_one_rank(
+    name: str, tmp_path_factory
+) -> None:
+    folder = ddp_run(tmp_path_factory, name)
+    ranks = [torch.load(folder / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert [r["skipped"] for r in ranks] == [1, 1]
     assert [r["global_step"] for r in ranks] == [BATCHES, BATCHES]
     for key, value in ranks[0]["params"].items():
@@ -282,9 +381,11 @@ def test_ddp_ranks_agree_to_skip_a_loss_that_is_nan_on_one_rank(make, tmp_path: 
 
 @pytest.mark.ddp
 @pytest.mark.slow
-def test_ddp_ranks_agree_to_stop_on_a_loss_that_is_inf_on_one_rank(tmp_path: Path) -> None:
-    model = _ncl(math.inf)
-    model.bad_rank = 1
-    with pytest.raises(Exception, match=rf"non-finite loss \(inf\) at step {BAD_STEP}"):
-        _fit_ddp(model, tmp_path)
-    assert (tmp_path / "ckpt" / "last-finite.ckpt").is_file()
+@pytest.mark.xdist_group("nonfinite-ddp")
+def test_ddp_ranks_agree_to_stop_on_a_loss_that_is_inf_on_one_rank(tmp_path_factory) -> None:
+    root, errors = ddp_runs(tmp_path_factory)
+    for rank in range(2):  # both ranks stop (rank 0's loss was finite), neither hangs
+        message = errors[rank]["stop"]
+        assert message is not None, f"rank {rank} did not stop"
+        assert re.search(rf"non-finite loss \(inf\) at step {BAD_STEP}", message), message
+    assert (root / "stop" / "ckpt" / "last-finite.ckpt").is_file()

@@ -7,22 +7,18 @@ now trains with finite, bounded weights and the guard stays silent on healthy ru
 from __future__ import annotations
 
 import math
-from datetime import timedelta
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
-from lightning.pytorch.strategies import DDPStrategy
 
-from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.methods import BayesNCL
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.cli import main
 from tests.checkpoints.test_checkpoint import FACTORIES, _fit_and_save
 from tests.conftest import ROOT
-from tests.methods.grad_poison import Poison
+from tests.methods.test_nonfinite import GRAD_BAD_STEP, GRAD_TARGET, ddp_run
 
 BAD_STEP = 2
 TARGET = "projector.net.0.weight"
@@ -156,41 +152,22 @@ def test_bayesncl_on_the_seeds_that_blew_up_keeps_finite_bounded_weights(
 
 
 # -- DDP ------------------------------------------------------------------------------
-class _RecordParams(L.Callback):
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def on_train_end(self, trainer, module) -> None:
-        out = {
-            "params": {k: v.detach().clone() for k, v in module.named_parameters()},
-            "skipped": module.nonfinite_guard().skipped_total,
-        }
-        torch.save(out, self.folder / f"rank{trainer.global_rank}.pt")
-
-
 @pytest.mark.ddp
 @pytest.mark.slow
-def test_ddp_ranks_agree_to_skip_a_gradient_that_is_inf_on_one_rank(tmp_path: Path) -> None:
-    L.seed_everything(0, verbose=False)
-    model = BayesNCL(
-        SmallCNN(1, 8, 16), proj_hidden_dim=32, proj_output_dim=16, num_classes=10,
-        batch_size=32, warmup_epochs=0, nonfinite_loss="skip",
-    )  # fmt: skip
-    poison = Poison(BAD_STEP, TARGET, "inf", rank=1, record=str(tmp_path))
-    trainer = L.Trainer(
-        accelerator="cpu", devices=2, logger=False,
-        strategy=DDPStrategy(start_method="spawn", timeout=timedelta(seconds=60)),
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-        max_epochs=1, limit_train_batches=4, limit_val_batches=0, default_root_dir=tmp_path,
-        enable_checkpointing=False, callbacks=[poison, _RecordParams(tmp_path)],
-    )  # fmt: skip
-    trainer.fit(model, DigitsDataModule(batch_size=32, num_workers=0, n_views=2))
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+@pytest.mark.xdist_group("nonfinite-ddp")
+def test_ddp_ranks_agree_to_skip_a_gradient_that_is_inf_on_one_rank(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # BayesNCL, 4 steps, an inf gradient of TARGET at step BAD_STEP on rank 1: the run
+    # "skip-gradient" of test_nonfinite.py's spawned DDP pair
+    assert (GRAD_BAD_STEP, GRAD_TARGET) == (BAD_STEP, TARGET)
+    folder = ddp_run(tmp_path_factory, "skip-gradient")
+    ranks = [torch.load(folder / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert [r["skipped"] for r in ranks] == [1, 1]  # rank 0's gradients were finite
     for key, value in ranks[0]["params"].items():
         assert torch.equal(ranks[1]["params"][key], value), key
         assert torch.isfinite(value).all(), key
     for r in range(2):  # the poisoned step moved nothing on either rank
-        before = torch.load(tmp_path / f"before-rank{r}.pt", weights_only=True)
-        after = torch.load(tmp_path / f"after-rank{r}.pt", weights_only=True)
+        before = torch.load(folder / f"before-rank{r}.pt", weights_only=True)
+        after = torch.load(folder / f"after-rank{r}.pt", weights_only=True)
         assert all(torch.equal(after[k], v) for k, v in before.items())

@@ -1,11 +1,10 @@
-"""Worker for the 2-process gloo metric tests (importable by spawned children)."""
+"""Check of every metric in the 2-process gloo group (``tests.gloo_group``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torchmetrics import Metric
 
 from ncl_lightning.callbacks.feature_statistics import FeatureMetricSet
@@ -93,13 +92,10 @@ def results(metrics: dict[str, Metric | FeatureMetricSet]) -> dict[str, Any]:
     return out | {f"dimensions/{k}": v for k, v in feature_set.dimensions().items()}
 
 
-def run_rank(rank: int, world: int, init_file: str, out_file: str) -> None:
-    """Update every metric with this rank's share of the data; save the synced results."""
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        z, labels = make_data()
-        metrics = make_metrics()
-        update_all(metrics, z[RANK_SLICES[rank]], labels[RANK_SLICES[rank]])
-        torch.save(results(metrics), out_file)
-    finally:
-        dist.destroy_process_group()
+def rank_result(rank: int, world: int) -> dict[str, Any]:
+    """In the running group, update every metric with this rank's share of the data;
+    return the synced results."""
+    z, labels = make_data()
+    metrics = make_metrics()
+    update_all(metrics, z[RANK_SLICES[rank]], labels[RANK_SLICES[rank]])
+    return results(metrics)

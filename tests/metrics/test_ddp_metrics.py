@@ -1,38 +1,26 @@
-"""Real 2-process gloo DDP: every metric equals one process on all the data."""
+"""Real 2-process gloo DDP: every metric equals one process on all the data (the check runs
+in the shared gloo group, ``tests.gloo_group``)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
+from tests.gloo_group import WORLD, check_result, gloo_results
 from tests.metrics.ddp_metrics_worker import (
     RANK_SLICES,
     make_data,
     make_metrics,
     results,
-    run_rank,
     update_all,
 )
 
-WORLD = len(RANK_SLICES)
-
-
-def _spawn(tmp: str) -> None:
-    ctx = mp.get_context("spawn")
-    procs = []
-    for rank in range(WORLD):
-        p = ctx.Process(target=run_rank, args=(rank, WORLD, f"{tmp}/init", f"{tmp}/out{rank}.pt"))
-        p.start()
-        procs.append(p)
-    for p in procs:
-        p.join(timeout=120)
-        assert p.exitcode == 0, f"rank process failed with exit code {p.exitcode}"
-
 
 @pytest.mark.ddp
-def test_two_rank_gloo_metrics_equal_single_process(tmp_path) -> None:
-    _spawn(str(tmp_path))
+@pytest.mark.xdist_group("gloo")
+def test_two_rank_gloo_metrics_equal_single_process(tmp_path_factory) -> None:
+    assert len(RANK_SLICES) == WORLD
+    ranks = check_result(gloo_results(tmp_path_factory), "metrics")
     z, labels = make_data()
     metrics = make_metrics()
     update_all(metrics, z, labels)
@@ -41,11 +29,14 @@ def test_two_rank_gloo_metrics_equal_single_process(tmp_path) -> None:
     local = make_metrics()
     update_all(local, z[RANK_SLICES[0]], labels[RANK_SLICES[0]])
     assert not torch.isclose(local["consistency"].compute(), expected["consistency"])
-    for rank in range(WORLD):
-        got = torch.load(tmp_path / f"out{rank}.pt", weights_only=True)
+    for got in ranks:
         assert got.keys() == expected.keys()
         for name, value in expected.items():
             torch.testing.assert_close(
-                got[name], value, rtol=1e-5, atol=1e-6, equal_nan=True,
+                got[name],
+                value,
+                rtol=1e-5,
+                atol=1e-6,
+                equal_nan=True,
                 msg=lambda m, n=name: f"{n}: {m}",
             )

@@ -1,15 +1,22 @@
-"""A 2-process CPU DDP ``ncl-cli fit`` prints no "use ``sync_dist=True``" warning.
+"""A 2-process CPU DDP ``ncl-cli fit`` prints no "use ``sync_dist=True``" warning, and
+splits a global batch.
 
 Each run is the real entry point in a subprocess (Lightning's ``ddp`` launcher starts the
 second rank, gloo on loopback) on the bundled digits with the demo config's callbacks
 (FeatureStatistics with SEPIN, TopActivations; BayesNCL's gate summary; the NCE
-classifier's accuracies). Lightning warns once per key logged at epoch level without
-``sync_dist=True``; the per-rank values are averaged over the ranks and the global ones
-(reduced by their torchmetrics states) are logged with ``sync_dist=True`` too, so the
-output holds no such line. :class:`RankMetrics` writes every rank's ``callback_metrics``:
-each key has the same value on both ranks, the premise of that choice (docs/metrics.md,
-"Logging under DDP"). The exception is a classifier's ``train/{label}/acc_top*_step``,
-the accuracy of the rank's own shard of the last batch (not warned about: on step).
+classifier's accuracies). BayesNCL is NCL with a gate: its run logs every NCL key too (the
+kNN and online accuracies, the statistics of z and h), so one run covers both methods.
+Lightning warns once per key logged at epoch level without ``sync_dist=True``; the per-rank
+values are averaged over the ranks and the global ones (reduced by their torchmetrics
+states) are logged with ``sync_dist=True`` too, so the output holds no such line.
+:class:`RankMetrics` writes every rank's ``callback_metrics``: each key has the same value
+on both ranks, the premise of that choice (docs/metrics.md, "Logging under DDP"). The
+exception is a classifier's ``train/{label}/acc_top*_step``, the accuracy of the rank's own
+shard of the last batch (not warned about: on step).
+
+The BayesNCL run has ``batch_scope: global``: each rank loads half the global batch of 64,
+the learning rates are scaled by the global batch, and rank 0 alone prints the summary
+line; the NCE run keeps ``batch_scope: device`` (32 per device, global batch 64).
 """
 
 from __future__ import annotations
@@ -19,10 +26,11 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import pytest
+import torch
 import yaml
 
 from tests.conftest import ROOT
@@ -43,8 +51,8 @@ class RankMetrics(L.Callback):
 
 
 def _config(name: str, tmp: Path) -> Path:
-    """The demo config ``name`` with 1 epoch of 2 + 2 batches of 32 on 2 CPU ranks and
-    :class:`RankMetrics` added to its callbacks."""
+    """The demo config ``name`` with 1 epoch of 2 + 2 batches on 2 CPU ranks, the run's data
+    settings (:data:`RUNS`) and :class:`RankMetrics` added to its callbacks."""
     config = yaml.safe_load((ROOT / "configs" / "demo" / f"{name}.yaml").read_text())
     config["trainer"] |= {
         "devices": 2, "accelerator": "cpu", "strategy": "ddp", "max_epochs": 1,
@@ -56,19 +64,37 @@ def _config(name: str, tmp: Path) -> Path:
     config["trainer"]["callbacks"].append(
         {"class_path": f"{__name__}.RankMetrics", "init_args": {"out": str(tmp / "ranks")}}
     )
-    config["data"]["init_args"]["batch_size"] = 32
+    config["data"]["init_args"] |= RUNS[name].data
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
-# the config, and keys of each logging family that must reach callback_metrics
+class Run(NamedTuple):
+    keys: list[str]  # of each logging family, that must reach callback_metrics
+    data: dict[str, Any]  # data settings
+    batch: str  # the summary line rank 0 prints
+
+
+NCL_KEYS = ["train/loss", "val/online_acc", "val/knn_acc", "val/z/sparsity",
+            "val/h/effective_rank", "val/z/sepin@all"]  # fmt: skip
 RUNS = {
-    "digits_ncl": ["train/loss", "val/online_acc", "val/knn_acc", "val/z/sparsity",
-                   "val/h/effective_rank", "val/z/sepin@all"],
-    "digits_bayesncl": ["train/kl", "val/gate/open_rate", "val/gate/never_open_dims",
-                        "val/mask/active_dims", "val/z/semantic_consistency"],
-    "digits_nce": ["train/classifier/loss", "val/classifier/acc_top1", "val/z/sparsity"],
+    "digits_bayesncl": Run(
+        [*NCL_KEYS, "train/kl", "val/gate/open_rate", "val/gate/never_open_dims",
+         "val/mask/active_dims", "val/z/semantic_consistency"],
+        {"batch_size": 64, "batch_scope": "global"},
+        "Batch: 2 processes (1 node x 2 devices) x 32 per device = global batch 64 "
+        "(batch_scope: global); learning rates 0.4, 0.1 -> 0.1, 0.025 (x 64/256, lr scaled by "
+        "global batch / 256); learning rate 0.1 not scaled (their groups set scale_lr false); "
+        "loader: main process (num_workers: 0)",
+    ),
+    "digits_nce": Run(
+        ["train/classifier/loss", "val/classifier/acc_top1", "val/z/sparsity"],
+        {"batch_size": 32},
+        "Batch: 2 processes (1 node x 2 devices) x 32 per device = global batch 64 "
+        "(batch_scope: device); learning rate 0.1 -> 0.025 (x 64/256, lr scaled by global "
+        "batch / 256); loader: main process (num_workers: 0)",
+    ),
 }  # fmt: skip
 
 
@@ -87,11 +113,14 @@ def test_two_process_fit_prints_no_sync_dist_warning(tmp_path: Path, name: str) 
     assert "Starting with 2 processes" in out
     warned = [line for line in out.splitlines() if "sync_dist" in line]
     assert not warned, "\n".join(warned)
+    # each rank loads its share of the global batch; rank 0 alone prints the summary
+    batch = [line for line in out.splitlines() if line.startswith("Batch:")]
+    assert batch == [RUNS[name].batch + (", pinned" if torch.cuda.is_available() else "")]
 
     ranks: list[dict[str, Any]] = [
         json.loads((tmp_path / "ranks" / f"rank{r}.json").read_text()) for r in (0, 1)
     ]
-    assert set(RUNS[name]) <= set(ranks[0]), sorted(ranks[0])
+    assert set(RUNS[name].keys) <= set(ranks[0]), sorted(ranks[0])
     assert ranks[0].keys() == ranks[1].keys()
     differ = {
         k: (v, ranks[1][k])

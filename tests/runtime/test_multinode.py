@@ -1,6 +1,7 @@
 """A real 2-node run on one host: two ``torchrun`` launches (``--nnodes 2 --node_rank
 0/1``) over loopback with gloo, ``ncl-cli fit`` end to end, against one process on the
-same global batch: the same losses, the same all-reduced gradients, the same weights.
+same global batch (run in the test's own process while the nodes run): the same losses,
+the same all-reduced gradients, the same weights.
 
 The run (``tests.helpers.cluster``) has ``batch_scope: global`` and a global batch of 32:
 each node loads 16, the single process 32, and the sharded sampler puts the same 32
@@ -19,6 +20,7 @@ import pytest
 import torch
 import yaml
 
+from ncl_lightning.runtime.cli import cli_main
 from tests.helpers.cluster import ROOT, digits_cluster_config, free_port, launch_env
 
 
@@ -34,14 +36,6 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 @pytest.mark.slow
 @pytest.mark.ddp
 def test_two_torchrun_nodes_equal_one_process_on_the_global_batch(tmp_path: Path) -> None:
-    single = tmp_path / "single.pt"
-    config = _write(tmp_path / "one.yaml", digits_cluster_config(tmp_path / "one", single))
-    one = subprocess.run(
-        [sys.executable, "-m", "ncl_lightning.runtime.cli", "fit", "--config", str(config)],
-        cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert one.returncode == 0, one.stderr[-3000:]
-
     multi = tmp_path / "multi.pt"
     config = _write(tmp_path / "two.yaml", digits_cluster_config(tmp_path / "two", multi))
     port = str(free_port())
@@ -60,7 +54,16 @@ def test_two_torchrun_nodes_equal_one_process_on_the_global_batch(tmp_path: Path
         )  # fmt: skip
 
     nodes = [node(0), node(1)]
-    outs = [node.communicate(timeout=300)[0] for node in nodes]
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:  # the one process runs here while the nodes start (no third interpreter to import)
+        single = tmp_path / "single.pt"
+        one = _write(tmp_path / "one.yaml", digits_cluster_config(tmp_path / "one", single))
+        cli_main(["fit", "--config", str(one)])
+        outs = [node.communicate(timeout=300)[0] for node in nodes]
+    finally:
+        torch.use_deterministic_algorithms(deterministic)  # the run's `deterministic: true`
+        for node in nodes:
+            node.kill()
     for node, out in zip(nodes, outs, strict=True):
         assert node.returncode == 0, out[-3000:]
     head = outs[0]

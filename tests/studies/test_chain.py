@@ -11,10 +11,16 @@ import pytest
 from ncl_lightning.studies import chain
 from ncl_lightning.studies.chain import run_chain
 from ncl_lightning.studies.chain_table import markdown, table_row
-from tests.conftest import ROOT
+from tests.conftest import ROOT, subset_copy
 from tests.fakes import make_superclass_folder
 
 EVAL = ROOT / "configs" / "eval"
+TRAIN, VAL = 60, 20  # images of every class taken from the real subset (of 71-113)
+
+
+def small_subset(root: Path) -> Path:
+    """The first ``TRAIN`` training and ``VAL`` validation images of every class."""
+    return subset_copy(root, TRAIN, VAL)
 
 
 @pytest.mark.slow
@@ -24,11 +30,12 @@ def test_pretrain_probe_knn_selection_on_real_cifar(
     capfd: pytest.CaptureFixture,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    data = ["--data.init_args.root", str(cifar_subset), "--data.init_args.num_workers", "0"]
+    cifar = small_subset(tmp_path / "cifar")
+    data = ["--data.init_args.root", str(cifar), "--data.init_args.num_workers", "0"]
     vehicles = ["airplane", "automobile", "ship", "truck"]
     animals = ["bird", "cat", "deer", "dog", "frog", "horse"]
     transfer_root = make_superclass_folder(
-        cifar_subset, tmp_path / "transfer", {"animal": animals, "vehicle": vehicles}
+        cifar, tmp_path / "transfer", {"animal": animals, "vehicle": vehicles}
     )
     transfer = json.dumps({
         "class_path": "ncl_lightning.data.ImageFolderDataModule",
@@ -74,7 +81,7 @@ def test_pretrain_probe_knn_selection_on_real_cifar(
     assert results["pretrain"]["val/z/sparsity"] > 0  # NCL features after one epoch
     for key in ("val/offline_linear/acc_top1", "val/offline_linear/acc_top5"):
         assert 0.0 <= results["linear"][key] <= 1.0
-    assert results["knn"]["test/offline_knn/acc_top1"] > 0.15  # chance: 0.10
+    assert results["knn"]["test/offline_knn/acc_top1"] > 0.15  # chance: 0.10; measured 0.26
     sel = results["selection"]
     # keeping every dim, the EA and random rules keep the same set: same probe
     all_ea, all_rand = (
@@ -84,7 +91,7 @@ def test_pretrain_probe_knn_selection_on_real_cifar(
     assert abs(all_ea - all_rand) < 0.01
     assert "test/selection/ea/k16/retrieval_p@10" in sel
     # animal vs vehicle on the same real images: a second task the features transfer to
-    assert sel["test/selection/ea/k256/transfer_acc"] > 0.6  # majority class: 0.6
+    assert sel["test/selection/ea/k256/transfer_acc"] > 0.6  # majority: 0.6; measured 0.745
     run = next((tmp_path / "cifar10_subset_ncl" / "selection").rglob("feature_selection.json"))
     assert set(json.loads(run.read_text())) == {"ea", "random"}
     assert (run.parent / "accuracy_vs_k.png").stat().st_size > 0
