@@ -145,13 +145,13 @@ def _finetune(cl: Path, finetune: Path, out: Path, *data: str) -> Any:
 
 
 @pytest.mark.slow
-def test_cifar10_finetune_starts_from_the_cl_run_and_trains(
-    cifar_subset: Path, tmp_path: Path
-) -> None:
+def test_cifar10_finetune_starts_from_the_cl_run_and_trains(tmp_path: Path) -> None:
+    # a small 32 px folder: the validation's kNN bank encodes the whole training split
+    root = make_image_folder(tmp_path / "cifar", ["a", "b", "c"], n=4, size=(32, 32))
     data = [
         "--data", "ncl_lightning.data.ImageFolderDataModule",
-        "--data.init_args.root", str(cifar_subset), "--data.init_args.image_size", "32",
-        "--data.init_args.batch_size", "8", "--data.init_args.num_workers", "0",
+        "--data.init_args.root", str(root), "--data.init_args.image_size", "32",
+        "--data.init_args.batch_size", "4", "--data.init_args.num_workers", "0",
     ]  # fmt: skip
     cli = _finetune(CONFIGS / "cifar10_cl.yaml", CONFIGS / "nce" / "cifar10_nce_finetune.yaml",
                     tmp_path, *data)  # fmt: skip
@@ -164,10 +164,10 @@ def test_imagenet100_finetune_starts_from_the_cl_run_and_trains(tmp_path: Path) 
     wnids = load_imagenet100_classes()[:3]
     class_list = tmp_path / "classes.txt"
     class_list.write_text("\n".join(wnids) + "\n")
-    root = make_image_folder(tmp_path / "imagenet", wnids, n=4, size=(64, 64))
-    data = [
+    root = make_image_folder(tmp_path / "imagenet", wnids, n=2, size=(64, 64))
+    data = [  # batches of 2 at 224 px: a ResNet-18 step is most of this test's time
         "--data.init_args.root", str(root), "--data.init_args.class_list", str(class_list),
-        "--data.init_args.batch_size", "4", "--data.init_args.num_workers", "0",
+        "--data.init_args.batch_size", "2", "--data.init_args.num_workers", "0",
     ]  # fmt: skip
     cli = _finetune(CONFIGS / "imagenet100_cl.yaml",
                     CONFIGS / "nce" / "imagenet100_nce_finetune.yaml", tmp_path, *data)  # fmt: skip

@@ -1,13 +1,18 @@
 """Every config through the real ``ncl-cli`` entry point, and fit -> checkpoint -> test.
 
-Configs run with ``fast_dev_run`` on data the tests make in the real on-disk formats
-(CIFAR python pickles, an ImageNet-style folder tree holding the 100 subset WNIDs) or on
+Every image pre-training config is parsed, built (model, DataModule, Trainer) and passes
+``ncl-cli``'s checks before fit, which include a forward pass of the built model on the
+data's shape; one config per distinct code path (method class, DataModule, backbone
+family, loss, non-negative map, optimiser, augmentation pipeline, precision) also trains
+a ``fast_dev_run`` step. Data is made by the tests in the real on-disk formats (CIFAR
+python pickles, an ImageNet-style folder tree holding the 100 subset WNIDs) or is
 scikit-learn's bundled digits; the end-to-end run uses the real CIFAR-10 images.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,7 +22,8 @@ from torchvision.datasets import CIFAR10, CIFAR100
 
 from ncl_lightning.data import load_imagenet100_classes
 from ncl_lightning.methods import NCL
-from ncl_lightning.runtime.cli import cli_main
+from ncl_lightning.runtime.cli import TypedTrainer, cli_main
+from ncl_lightning.runtime.runs import RunLock
 from tests.conftest import ROOT
 from tests.fakes import make_fake_cifar, make_image_folder
 
@@ -33,6 +39,46 @@ CONFIGS = sorted(
     and yaml.safe_load(c.read_text())["model"]["class_path"]
     != "ncl_lightning.methods.NCEClassifier"
 )
+NAMES = [c.relative_to(ROOT / "configs").with_suffix("").as_posix() for c in CONFIGS]
+
+# The configs that train a step, with the precision they train in (None: the shipped one).
+# Together they cover every code path of the shipped configs (checked by
+# test_the_fitted_configs_cover_every_code_path); the others differ from one of them only
+# in numbers (widths, learning rates, classes), which the build test checks.
+# bf16-mixed autocast has no hardware support on these CPUs (ResNet-18 on CIFAR: ~2x the
+# 32-true step; ImageNet-100 at 224 px: ~3x, the ViT more): the shipped bf16-mixed is kept
+# for one config per method (CL, NCL, BayesNCL, SupConNCL; SupConCL is CL with SupConNCL's
+# labelled positives), the rest train in 32-true.
+FIT: dict[str, str | None] = {
+    "cifar10_ncl": None,  # bf16-mixed, channels_last, device views: the flagship config
+    "cifar10_bayesncl": None,  # bf16-mixed: the gate under autocast
+    "cifar10_supcon_ncl": None,  # bf16-mixed: labelled positives
+    "cifar10_cl_l1": None,  # bf16-mixed: CL, the L1-penalised InfoNCE loss class
+    "cifar10_spectral_ncl": "32-true",  # the spectral loss
+    "cifar100_ncl": "32-true",  # CIFAR-100's DataModule
+    "imagenet100_ncl": "32-true",  # ImageNet-100's DataModule, ResNet ImageNet stem, relu
+    "imagenet100_ncl_vit": "32-true",  # timm ViT-S/16 at 224 px, AdamW
+    "subset/cifar10_subset_supcon_cl": None,  # ImageFolder, SmallCNN, CPU views (32-true)
+    "demo/digits_cl": None,  # the digits, CL without a non-negative map (32-true)
+}
+
+
+def _paths(config: Path) -> set[tuple[str, str]]:
+    """The code paths a config selects: its classes and named choices."""
+    spec = yaml.safe_load(config.read_text())
+    model, data = spec["model"]["init_args"], spec["data"]["init_args"]
+    loss = model.get("loss", "info_nce")
+    return {
+        ("method", spec["model"]["class_path"]),
+        ("data", spec["data"]["class_path"]),
+        ("backbone", model["backbone"]["class_path"]),
+        ("backbone stem", str(model["backbone"].get("init_args", {}).get("stem"))),
+        ("loss", loss if isinstance(loss, str) else loss["class_path"]),
+        ("nonneg", str(model.get("nonneg"))),
+        ("optimizer", model["optimizer"]["class_path"]),
+        ("augment_on", str(data.get("augment_on", "cpu"))),
+        ("channels_last", str(model.get("channels_last", False))),
+    }
 
 
 def _data_root(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -54,37 +100,64 @@ def _data_root(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     return ["--data.init_args.root", str(root), "--data.init_args.num_workers", "0"]
 
 
-# bf16-mixed autocast is slow on the CPU (imagenet100_cl: 33 s against 13 s in 32-true,
-# cifar100_cl: 9 s against 2.4 s). One config per method and data path keeps the shipped
-# bf16-mixed (cifar10_ncl, cifar10_bayesncl, cifar10_supcon_ncl, imagenet100_ncl and
-# imagenet100_ncl_vit); these variants of them (CL: another non-negative map; CIFAR-100:
-# more classes) run in 32-true.
-FP32_ON_CPU = {
-    "cifar10_cl", "cifar10_supcon_cl", "cifar100_cl", "cifar100_ncl", "cifar100_bayesncl",
-    "imagenet100_cl", "imagenet100_bayesncl", "imagenet100_cl_vit", "imagenet100_bayesncl_vit",
-}  # fmt: skip
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
-def test_config_fast_dev_run(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    precision = ["--trainer.precision", "32-true"] if config.stem in FP32_ON_CPU else []
-    args = [
+def _args(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``ncl-cli fit`` of ``config`` on the CPU, batches of 2, on the tests' data."""
+    return [
         "fit",
         "--config", str(config),
-        "--trainer.fast_dev_run", "2",
         "--trainer.accelerator", "cpu",
         "--trainer.devices", "1",
         "--trainer.default_root_dir", str(tmp_path / "run"),
         "--trainer.enable_progress_bar", "false",
-        "--data.init_args.batch_size", "4",
-        *precision,
+        "--data.init_args.batch_size", "2",
         *_data_root(config, tmp_path, monkeypatch),
     ]  # fmt: skip
-    cli = cli_main(args)
-    assert cli.trainer.state.finished
+
+
+def test_the_fitted_configs_cover_every_code_path() -> None:
+    assert set(FIT) <= set(NAMES), sorted(set(FIT) - set(NAMES))
+    fitted = set().union(*(_paths(ROOT / "configs" / f"{name}.yaml") for name in FIT))
+    untrained = {path for config in CONFIGS for path in _paths(config)} - fitted
+    assert not untrained, f"no config of FIT trains {sorted(untrained)}: add one to FIT"
+
+
+BUILT = [(c, n) for c, n in zip(CONFIGS, NAMES, strict=True) if n not in FIT]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", [c for c, _ in BUILT], ids=[n for _, n in BUILT])
+def test_config_builds_and_passes_the_checks(
+    config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parsed, built and checked as ``ncl-cli fit`` does (the checks run the model forward
+    on the data's shape); only ``Trainer.fit`` itself is left out."""
+    fits: list[dict[str, Any]] = []
+    monkeypatch.setattr(TypedTrainer, "fit", lambda self, **kwargs: fits.append(kwargs))
+    cli = cli_main(_args(config, tmp_path, monkeypatch))
+    for callback in cli.trainer.callbacks:  # the fit that would release the run's lock
+        if isinstance(callback, RunLock):
+            callback.release()
+    assert [(f["model"], f["datamodule"]) for f in fits] == [(cli.model, cli.datamodule)]
+    spec = yaml.safe_load(config.read_text())
+    assert type(cli.model).__name__ == spec["model"]["class_path"].rpartition(".")[2]
+    assert type(cli.datamodule).__name__ == spec["data"]["class_path"].rpartition(".")[2]
     assert cli.model.hparams.num_classes == cli.datamodule.num_classes
-    assert cli.model.hparams.batch_size == 4
+    assert cli.model.hparams.batch_size == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FIT))
+def test_config_fast_dev_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = ROOT / "configs" / f"{name}.yaml"
+    precision = FIT[name] or yaml.safe_load(config.read_text())["trainer"].get("precision")
+    args = [*_args(config, tmp_path, monkeypatch), "--trainer.fast_dev_run", "1"]
+    if FIT[name]:
+        args += ["--trainer.precision", FIT[name]]
+    cli = cli_main(args)
+    assert cli.trainer.state.finished and cli.trainer.global_step == 1
+    assert cli.trainer.precision == (precision or "32-true")
+    assert cli.model.hparams.num_classes == cli.datamodule.num_classes
+    assert cli.model.hparams.batch_size == 2
     metrics = cli.trainer.callback_metrics
     assert {"train/loss", "val/online_acc", "val/z/sparsity"} <= set(metrics)
 
@@ -92,8 +165,19 @@ def test_config_fast_dev_run(config: Path, tmp_path: Path, monkeypatch: pytest.M
 @pytest.mark.slow
 def test_fit_one_epoch_on_real_cifar_then_test(cifar_subset: Path, tmp_path: Path) -> None:
     """One epoch on the real CIFAR-10 images with the W&B logger offline, then ncl-cli test."""
+    config = ROOT / "configs" / "cifar10_ncl.yaml"
+    # the config's callbacks without SEPIN, which re-encodes views of every validation and
+    # test image (a third of this test's time); test_config_fast_dev_run[cifar10_ncl] and
+    # the DDP test run it
+    callbacks = yaml.safe_load(config.read_text())["trainer"]["callbacks"]
+    for callback in callbacks:
+        if callback["class_path"].endswith(".FeatureStatistics"):
+            callback["init_args"]["sepin"] = False
+    overlay = tmp_path / "no_sepin.yaml"
+    overlay.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
     common = [
-        "--config", str(ROOT / "configs" / "cifar10_ncl.yaml"),
+        "--config", str(config),
+        "--config", str(overlay),
         "--data", "ncl_lightning.data.ImageFolderDataModule",
         "--data.root", str(cifar_subset),
         "--data.batch_size", "128",
@@ -126,6 +210,7 @@ def test_fit_one_epoch_on_real_cifar_then_test(cifar_subset: Path, tmp_path: Pat
     # after one epoch on 3,728 real images the online probe beats chance (10 %)
     assert float(results["test/online_acc"]) > 0.12
     assert float(results["test/z/sparsity"]) > 0.0  # NCL: exact zeros in the features
+    assert "test/z/sepin@all" not in results and "test/z/semantic_consistency" in results
 
 
 def test_unknown_nonneg_in_config_is_one_clear_error(tmp_path: Path) -> None:
@@ -139,18 +224,12 @@ def test_unknown_nonneg_in_config_is_one_clear_error(tmp_path: Path) -> None:
         cli_main(args)
 
 
-FAST_PATH = [
-    "--data.init_args.augment_on", "device",
-    "--model.init_args.channels_last", "true",
-    "--trainer.precision", "bf16-mixed",
-]  # fmt: skip
-
-
 @pytest.mark.ddp
-@pytest.mark.parametrize("switches", [[], FAST_PATH], ids=["default", "device-aug-bf16-nhwc"])
-def test_two_process_ddp_fit_through_the_cli(tmp_path: Path, switches: list[str]) -> None:
+def test_two_process_ddp_fit_through_the_cli(tmp_path: Path) -> None:
     """A real 2-rank gloo run of the demo NCL config: gathered negatives, kNN bank, metrics;
-    also with the views made on the device, channels_last and bf16-mixed."""
+    with the fast path's switches (views made on the device, as the config ships,
+    channels_last and bf16-mixed), whose every part is also the plain config's path (the
+    objective and what is gathered run in float32 either way)."""
     args = [
         "fit",
         "--config", str(ROOT / "configs" / "demo" / "digits_ncl.yaml"),
@@ -164,7 +243,9 @@ def test_two_process_ddp_fit_through_the_cli(tmp_path: Path, switches: list[str]
         "--trainer.default_root_dir", str(tmp_path),
         "--trainer.logger.init_args.save_dir", str(tmp_path),
         "--data.init_args.batch_size", "32",
-        *switches,
+        "--data.init_args.augment_on", "device",
+        "--model.init_args.channels_last", "true",
+        "--trainer.precision", "bf16-mixed",
     ]  # fmt: skip
     cli = cli_main(args)
     assert cli.trainer.world_size == 2

@@ -132,9 +132,10 @@ def test_supervised_config_fast_dev_run(
         # eigendecomposition of a 2048 x 2048 Gram matrix: ~5 s on 2 CPU cores
         args += ["--model.init_args.proj_hidden_dim", "1024"]
         args += ["--model.init_args.proj_output_dim", "256"]
-    if config.stem.startswith("imagenet100"):
-        # bf16-mixed autocast is ~2.5x slower on the CPU at 224 px; the CIFAR NCE/CE configs
-        # and test_cli.py's imagenet100_ncl keep the shipped bf16-mixed
+    if config.stem != "cifar10_nce":
+        # bf16-mixed autocast has no hardware support on these CPUs (~2x the step, ~2.5x at
+        # 224 px): cifar10_nce keeps the shipped bf16-mixed for the classifier's path (the
+        # CE configs differ from the NCE ones only in the loss and the non-negative maps)
         args += ["--trainer.precision", "32-true"]
     cli = cli_main(args)
     assert cli.trainer.state.finished

@@ -49,8 +49,11 @@ def test_the_same_in_a_config_file(tmp_path: Path, typed: str, batches: int) -> 
 
 
 def test_val_check_interval_int_and_float(tmp_path: Path) -> None:
-    assert _fit(tmp_path / "a", "--trainer.val_check_interval", "1").val_check_batch == 1
-    assert _fit(tmp_path / "b", "--trainer.val_check_interval", "1.0").val_check_batch == 11
+    """Read when the fit starts: one step each (``1`` would validate after every batch)."""
+    for name, typed, batch in (("a", "1", 1), ("b", "1.0", 11)):
+        trainer = _fit(tmp_path / name, "--trainer.val_check_interval", typed,
+                       "--trainer.max_steps", "1")  # fmt: skip
+        assert trainer.val_check_batch == batch and trainer.global_step == 1
 
 
 # Lightning refuses these when it builds the Trainer (its message, naming the key or
