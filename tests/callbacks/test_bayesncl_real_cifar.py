@@ -18,7 +18,13 @@ def test_bayesncl_logs_gate_statistics_and_gated_metrics(
         "fit",
         "--config", str(ROOT / "configs" / "subset" / "cifar10_subset_bayesncl.yaml"),
         "--data.init_args.root", str(cifar_subset),
+        "--data.init_args.batch_size", "64",
         "--trainer.max_epochs", "1",
+        # a few steps: the keys and the gate's bounds, not what training reaches, are checked
+        "--trainer.limit_train_batches", "2",
+        "--trainer.limit_val_batches", "2",  # also bounds SEPIN's and the pictures' passes
+        "--trainer.num_sanity_val_steps", "0",
+        "--trainer.precision", "32-true",  # bf16 autocast is slow on the CPU; not under test
         "--trainer.check_val_every_n_epoch", "1",
         "--trainer.enable_progress_bar", "false",
         "--trainer.default_root_dir", str(tmp_path),

@@ -31,7 +31,7 @@ def _args(config: str, subset: Path, out: Path, *extra: str) -> list[str]:
         "--config", str(ROOT / "configs" / config),
         "--data", "ncl_lightning.data.ImageFolderDataModule",
         "--data.root", str(subset),
-        "--data.batch_size", "128",
+        "--data.batch_size", "64",
         "--data.num_workers", "2",
         "--model.init_args.backbone", "ncl_lightning.nn.SmallCNN",
         "--model.init_args.backbone.in_channels", "3",
@@ -43,6 +43,11 @@ def _args(config: str, subset: Path, out: Path, *extra: str) -> list[str]:
         "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
         "--trainer.logger.save_dir", str(out),
         "--trainer.enable_progress_bar", "false",
+        # a few batches: 128 images per split cover top_k 100 and 10 pictures per row
+        "--trainer.limit_train_batches", "2",
+        "--trainer.limit_val_batches", "2",
+        "--trainer.limit_test_batches", "2",
+        "--trainer.num_sanity_val_steps", "0",
         *extra,
     ]  # fmt: skip
 

@@ -10,12 +10,19 @@ threshold on one host and not on another, moving CL's consistency by about 1e-3.
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
 
 from ncl_lightning.demo import main
 from tests.conftest import ROOT
+
+# The statistics asserted, without SEPIN's view passes (sepin) and TopActivations' pictures.
+STATISTICS = {
+    "class_path": "ncl_lightning.callbacks.FeatureStatistics",
+    "init_args": {"spaces": ["z"], "sepin": False},
+}
 
 
 @pytest.mark.slow
@@ -27,7 +34,15 @@ def test_short_ncl_run_is_sparser_and_more_consistent_than_cl(
         "--out", str(tmp_path), "--configs", *map(str, configs), "--no-atlas",
         "--data.init_args.root", str(cifar_subset),
         "--model.init_args.backbone.init_args.width", "32",
-        "--trainer.max_epochs", "2",
+        # 4 steps of 256 images: the orderings below hold from the first steps on
+        # (measured: NCL sparsity 0.42 and consistency +7.5 over CL here; 0.39 and +6.8
+        # after 2 whole epochs, 0.36 and +4.4 after 2 x 4 steps). Validation reads the
+        # whole split: the dense consistency is the largest class share of all of it.
+        "--trainer.max_epochs", "1",
+        "--trainer.limit_train_batches", "4",
+        "--trainer.num_sanity_val_steps", "0",
+        "--trainer.precision", "32-true",  # bf16 autocast is slow on the CPU; not under test
+        "--trainer.callbacks", json.dumps([STATISTICS]),
         "--trainer.check_val_every_n_epoch", "1",
         "--trainer.enable_progress_bar", "false",
     ])  # fmt: skip

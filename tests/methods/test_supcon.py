@@ -61,6 +61,6 @@ def test_supcon_ncl_fits_digits_well_above_chance(tmp_path) -> None:
     trainer.fit(model, DigitsDataModule(batch_size=128))
     metrics = trainer.callback_metrics
     assert torch.isfinite(metrics["objective"])  # the epoch mean
-    # chance is 0.1; this run reaches about 0.87 (probe) and 0.98 (kNN)
+    # chance is 0.1; this run reaches about 0.73 (probe) and 0.89 (kNN) on one thread here
     assert float(metrics["val/online_acc"]) > 0.6, metrics
     assert float(metrics["val/knn_acc"]) > 0.85, metrics
