@@ -13,7 +13,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
 from ncl_lightning.foundation.errors import NonFiniteLossError
-from ncl_lightning.methods.guard import StepSnapshot, Verdict
+from ncl_lightning.methods.guard import Verdict
+from ncl_lightning.methods.rollback import StepSnapshot
 from ncl_lightning.optim import LARS
 from tests.methods.test_nonfinite import BAD_STEP, BATCHES, _fit, _ncl
 
