@@ -1,19 +1,10 @@
 """``make demo``: CL, NCL and BayesNCL on scikit-learn's bundled digits, side by side, on CPU.
 
-``--configs`` compares any configs the same way: files, or the names of packaged configs
-(``subset/cifar10_subset_cl subset/cifar10_subset_ncl`` on the real CIFAR-10 images).
-
-Trains the methods with the packaged configs ``demo/digits_{cl,ncl,bayesncl}`` (the
-repository's ``configs/demo/``, also inside an installed wheel) through the real ``ncl-cli``
-entry point (Lightning's progress bar, one line per epoch when the output is not a
-terminal; CSV logs, checkpoints, feature statistics, pictures and each fit's ``Fit done:``
-summary), then prints one table of the final validation numbers, writes it to
-``<out>/results.md``, puts the top-activation pictures side by side in
-``<out>/top_activations_<methods>.png`` and draws the training and validation curves of
-the runs on shared panels in ``<out>/curves.png`` ([`ncl_lightning.plot.plot_curves`][]),
-and writes the feature atlas of the runs' last checkpoints on the test split,
-``<out>/atlas/index.html`` ([`ncl_lightning.atlas.build_atlas`][]: every dimension of every
-method, and any two compared side by side).
+Fits the packaged configs ``demo/digits_{cl,ncl,bayesncl}`` (or ``--configs``: files or
+packaged names) through the real ``ncl-cli`` entry point, then prints one table of the final
+validation numbers (``<out>/results.md``) and writes the top-activation pictures side by
+side, the runs' curves (``<out>/curves.png``) and the feature atlas of their last
+checkpoints (``<out>/atlas/index.html``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Console entry point ``ncl-cli``: the top-level help at once, every subcommand through
 [`ncl_lightning.runtime.cli`][].
 
-Importing Lightning takes seconds (torch alone about two on a small machine), so
-``ncl-cli``, ``ncl-cli -h``, ``ncl-cli --help`` and ``ncl-cli --version`` are answered here,
-with nothing but the standard library loaded; anything else (``fit``, ``test``,
-``fit --help``, ``--print_config``...) goes to the LightningCLI of
-[`ncl_lightning.runtime.cli.main`][]. This module therefore imports nothing of torch,
-Lightning or the package at its top (a test checks it with ``sys.modules``).
-
-The subcommands and options named in [`HELP`][] are those of the LightningCLI
-(``LightningCLI.subcommands()`` and ``NCLCLI.add_arguments_to_parser``); a test checks that
-the help names every one of them.
+Importing Lightning takes seconds, so ``ncl-cli``, ``-h``, ``--help`` and ``--version`` are
+answered here with the standard library only (a test checks ``sys.modules``). [`HELP`][]
+names the LightningCLI's subcommands and options (a test checks it names every one).
 """
 
 from __future__ import annotations
@@ -63,13 +56,6 @@ docs/reliability.md (resume, run ids, errors) and docs/evaluation.md in the repo
 Errors of input are one line (exit status 2); NCL_TRACEBACK=1 shows the traceback.
 """
 
-HELP_FLAGS = ("-h", "--help")
-
-
-def version() -> str:
-    """The installed distribution's version (``ncl-lightning``)."""
-    return metadata.version("ncl-lightning")
-
 
 def main(args: list[str] | None = None) -> None:
     """Run ``ncl-cli``: the top-level help and version here, the rest by the LightningCLI.
@@ -82,13 +68,13 @@ def main(args: list[str] | None = None) -> None:
             required); the statuses of [`ncl_lightning.runtime.cli.main`][] otherwise.
     """
     argv = sys.argv[1:] if args is None else list(args)
-    if not argv or argv[0] in HELP_FLAGS:
+    if not argv or argv[0] in ("-h", "--help"):
         sys.stdout.write(HELP)
         if not argv:
             raise SystemExit(2)
         return
     if argv[0] == "--version":
-        sys.stdout.write(f"ncl-cli (ncl-lightning) {version()}\n")
+        sys.stdout.write(f"ncl-cli (ncl-lightning) {metadata.version('ncl-lightning')}\n")
         return
     from ncl_lightning.runtime.cli import main as run_cli  # Lightning: seconds to import
 

@@ -15,18 +15,12 @@ import lightning as L
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
-from ncl_lightning.atlas.collect import (
-    SplitProfile,
-    check_encoder,
-    num_classes_of,
-    profile_split,
-)
+from ncl_lightning.atlas.collect import SplitProfile, check_atlas_data, check_encoder, profile_split
 from ncl_lightning.atlas.images import IMAGE_FORMATS, ImageReader, upscale_factor, write_strips
 from ncl_lightning.atlas.model import model_entry, strip_indices
 from ncl_lightning.atlas.site import single_file_page, write_page
 from ncl_lightning.callbacks.schedule import batch_limit, class_names, run_dir
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.protocols import CleanData, PictureData, require_extra
 from ncl_lightning.foundation.validation import check_at_least, check_choice
 from ncl_lightning.runtime.loggers import log_site
 
@@ -103,14 +97,10 @@ class FeatureAtlas(L.Callback):
         if stage != "test":
             return
         check_encoder(pl_module, self.space, "FeatureAtlas")
-        require_extra(trainer.datamodule, CleanData, "FeatureAtlas", "clean_dataloader()", "data")
-        require_extra(trainer.datamodule, PictureData, "FeatureAtlas", "augmentation", "data")
-        num_classes_of(trainer.datamodule, "FeatureAtlas")
+        check_atlas_data(trainer.datamodule, "FeatureAtlas")
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        datamodule = require_extra(
-            trainer.datamodule, CleanData, "FeatureAtlas", "clean_dataloader()", "data"
-        )
+        datamodule = trainer.datamodule  # checked in setup
         rank, world = trainer.global_rank, trainer.world_size
         most = batch_limit(trainer, "test", datamodule.clean_dataloader("test", rank, world))
         self._measured = profile_split(
@@ -136,9 +126,8 @@ class FeatureAtlas(L.Callback):
         """Write this model's strips; return its document."""
         assert self._measured is not None
         datamodule = trainer.datamodule
-        pictures = require_extra(datamodule, PictureData, "FeatureAtlas", "augmentation", "data")
         dataset = datamodule.clean_dataloader("test").dataset
-        aug = pictures.augmentation
+        aug = datamodule.augmentation
         read = ImageReader(dataset, aug.mean, aug.std)
         tops = strip_indices(self._measured, self.eps)
         height, width = read(0).shape[:2]

@@ -1,15 +1,7 @@
-"""Every input of the atlas command, checked before any model runs or anything is written.
-
-[`check_atlas_inputs`][] raises the first problem as one line naming the argument or the
-file ([`ConfigError`][ncl_lightning.foundation.errors.ConfigError], ``DataError`` or
-``CheckpointError``);
-``python -m ncl_lightning.atlas`` prints it as ``python -m ncl_lightning.atlas: error:
-<key or path>: <problem>`` with exit status 2. In order: the labels, the output folder, the
-accelerator, the page's settings, the data config (it builds, has class labels, pictures
-and a readable test split), then each checkpoint (it loads through
-[`load_method`][ncl_lightning.checkpoints.load.load_method], has features of the chosen space and
-fits the data's images: input channels and size).
-"""
+"""Every input of the atlas command, checked in order before any model runs or anything is
+written (each problem one line naming the argument or the file): the labels, the output
+folder, the accelerator, the page's settings, the data config, then each checkpoint (it
+loads, has the chosen features and fits the data's images)."""
 
 from __future__ import annotations
 
@@ -20,12 +12,12 @@ from typing import Any, NamedTuple
 import lightning as L
 
 from ncl_lightning.atlas.callback import FeatureAtlas
-from ncl_lightning.atlas.collect import check_encoder, num_classes_of
-from ncl_lightning.atlas.data_config import load_datamodule, run_config_of
+from ncl_lightning.atlas.collect import check_atlas_data, check_encoder
+from ncl_lightning.atlas.data_config import in_file, load_datamodule, run_config_of
 from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.foundation.errors import ConfigError, NCLError
 from ncl_lightning.foundation.progress import quiet_lightning
-from ncl_lightning.foundation.protocols import ChecksInputs, CleanData, PictureData, require_extra
+from ncl_lightning.foundation.protocols import ChecksInputs
 from ncl_lightning.foundation.validation import check_output_dir
 from ncl_lightning.methods.preflight import example_batch, preflight
 
@@ -71,24 +63,13 @@ def check_data(config: Path) -> L.LightningDataModule:
     """The DataModule of ``config``: built, with class labels, clean images and pictures,
     and a test split it can read (``check_inputs("test")``: folders present, not empty)."""
     datamodule = load_datamodule(config)
-    where = f"{config}: the atlas"
-    num_classes_of(datamodule, str(config))
-    require_extra(datamodule, CleanData, where, "clean_dataloader()", "data")
-    require_extra(datamodule, PictureData, where, "augmentation", "data")
+    check_atlas_data(datamodule, f"{config}: the atlas")
     if isinstance(datamodule, ChecksInputs):
         try:
             datamodule.check_inputs("test")
         except NCLError as err:
-            raise _in_file(config, err) from None
+            raise in_file(config, err) from None
     return datamodule
-
-
-def _in_file(config: Path, err: NCLError) -> NCLError:
-    """``err`` (same class when it can be rebuilt) with the config file named first."""
-    try:
-        return type(err)(f"{config}: {err}", key=err.key)
-    except TypeError:  # a subclass with other arguments
-        return ConfigError(f"{config}: {err}", key=err.key)
 
 
 def check_model(module: Any, path: Path, space: str, datamodule: Any, config: Path) -> None:

@@ -16,7 +16,13 @@ import torch
 from torch import Tensor, nn
 
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.protocols import ClassLabels, CleanData, ViewData, require_extra
+from ncl_lightning.foundation.protocols import (
+    ClassLabels,
+    CleanData,
+    PictureData,
+    ViewData,
+    require_extra,
+)
 from ncl_lightning.metrics import FeatureProfile, OpenFrequency
 from ncl_lightning.metrics.functional.profile import DimensionProfile
 from ncl_lightning.metrics.sepin import sepin_on_views
@@ -60,8 +66,9 @@ def features_of(out: Any, space: str, module: Any, where: str) -> Tensor:
     return getattr(out, space).float()
 
 
-def num_classes_of(datamodule: Any, where: str) -> int:
-    """The DataModule's class count; ``ConfigError`` when it has no class labels."""
+def check_atlas_data(datamodule: Any, where: str) -> None:
+    """``ConfigError`` unless the DataModule has class labels, clean images
+    (``clean_dataloader``) and pictures (``augmentation``)."""
     count = int(datamodule.num_classes) if isinstance(datamodule, ClassLabels) else 0
     if count < 1:
         raise ConfigError(
@@ -69,7 +76,8 @@ def num_classes_of(datamodule: Any, where: str) -> int:
             f"{count}); the atlas groups each dimension's samples by class",
             key="data",
         )
-    return count
+    require_extra(datamodule, CleanData, where, "clean_dataloader()", "data")
+    require_extra(datamodule, PictureData, where, "augmentation", "data")
 
 
 @torch.no_grad()
@@ -98,32 +106,17 @@ def profile_split(
     world_size: int = 1,
     most_batches: int | None = None,
 ) -> SplitProfile:
-    """Profile every dimension of ``module``'s ``space`` features on ``split``.
+    """Profile every dimension of ``module``'s ``space`` features (``encode(x).<space>``;
+    BayesNCL's gate ``mask`` too) on this rank's shard of ``split``: ``top_k`` samples per
+    dimension, at most ``most_batches`` batches per loader, and SEPIN of ``z`` on view pairs
+    when ``sepin`` (a note says why when it cannot be measured).
 
-    Call it on every rank under DDP (the metrics' ``compute`` is a collective).
-
-    Args:
-        module: A method with ``encode(images) -> Encoded`` (``GatedEncoded``: with ``mask``).
-        datamodule: With ``clean_dataloader`` and ``num_classes`` (and ``view_dataloader``
-            for SEPIN).
-        split: ``"val"`` or ``"test"``.
-        space: ``"z"`` or ``"h"``.
-        eps: Activation threshold on ``|ẑ|``.
-        top_k: Samples kept per dimension.
-        sepin: Estimate per-dimension SEPIN of ``z`` on view pairs (needs the method's
-            temperature; a note says why when it cannot).
-        rank: This process' rank.
-        world_size: Number of ranks.
-        most_batches: Batches of each loader read at most (``fast_dev_run``, limits).
-
-    Returns:
-        [`SplitProfile`][].
+    Call it on every rank under DDP (the metrics' ``compute`` is a collective), on a module
+    and data that passed ``check_encoder`` and ``check_atlas_data``.
     """
     where = f"FeatureAtlas({split})"
-    check_encoder(module, space, where)
-    data = require_extra(datamodule, CleanData, where, "clean_dataloader()", "data")
-    classes = num_classes_of(datamodule, where)
-    loader = data.clean_dataloader(split, rank, world_size)
+    classes = int(datamodule.num_classes)
+    loader = datamodule.clean_dataloader(split, rank, world_size)
     profile: FeatureProfile | None = None
     gate: OpenFrequency | None = None
     seen = 0

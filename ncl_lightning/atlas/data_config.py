@@ -50,11 +50,15 @@ def load_datamodule(path: str | Path) -> L.LightningDataModule:
         cause = ours(err)
         if cause is None:
             raise ConfigError(f"{path}: {one_line(err)}", key="config") from None
-        try:
-            return_error: NCLError = type(cause)(f"{path}: {cause}", key=cause.key)
-        except TypeError:  # a subclass with other arguments
-            return_error = ConfigError(f"{path}: {cause}", key=cause.key)
-        raise return_error from None
+        raise in_file(path, cause) from None
+
+
+def in_file(path: Path, err: NCLError) -> NCLError:
+    """``err`` (same class when it can be rebuilt) with the config file named first."""
+    try:
+        return type(err)(f"{path}: {err}", key=err.key)
+    except TypeError:  # a subclass with other arguments
+        return ConfigError(f"{path}: {err}", key=err.key)
 
 
 def run_config_of(checkpoint: Path, levels: int = 3) -> Path | None:

@@ -51,16 +51,9 @@ def upscale(image: np.ndarray, factor: int) -> np.ndarray:
 
 
 class ImageReader:
-    """Images ``uint8 [H, W, 3]`` and labels of a dataset by index, with an LRU cache of
-    ``cache_mib`` MiB of decoded samples.
-
-    Args:
-        dataset: Items ``(image [C, H, W] normalised, label)``.
-        mean: Per-channel mean of the normalisation.
-        std: Per-channel std of the normalisation.
-        cache_mib: Memory for decoded images kept (about 10,000 CIFAR images or 700
-            ImageNet ones at the default).
-    """
+    """Images ``uint8 [H, W, 3]`` and labels of a dataset of ``(image [C, H, W]
+    normalised with mean and std, label)`` by index, with an LRU cache of ``cache_mib`` MiB
+    of decoded samples (about 10,000 CIFAR images or 700 ImageNet ones at the default)."""
 
     def __init__(
         self,
@@ -113,20 +106,9 @@ def write_strips(
     ext: str,
     scale: int = 1,
 ) -> list[Path]:
-    """Write the strip of every dimension ``j`` with a non-empty ``tops[j]`` at
-    ``<site>/``[`image_path`][ncl_lightning.atlas.schema.image_path] (``img/<key>/<j>.<ext>``).
-
-    Args:
-        site: The atlas folder.
-        key: The model's key.
-        tops: Per dimension, the dataset indices of its images, in strip order.
-        read: Index to ``uint8 [H, W, 3]`` image (e.g. an [`ImageReader`][]).
-        ext: ``png``, ``jpeg`` or ``webp`` (``IMAGE_FORMATS``).
-        scale: Integer upscaling of every image (nearest neighbour; [`upscale_factor`][]).
-
-    Returns:
-        The files written.
-    """
+    """Write the strip of every dimension ``j`` with a non-empty ``tops[j]`` (its dataset
+    indices, in strip order, each image ``read``, upscaled by ``scale``) at
+    ``<site>/img/<key>/<j>.<ext>``; return the files written."""
     check_choice("image_format", ext, tuple(IMAGE_FORMATS))
     check_int("scale", scale)
     options = IMAGE_FORMATS[ext]

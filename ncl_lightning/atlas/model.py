@@ -80,20 +80,9 @@ def model_entry(
     top_labels: list[list[int]] | None = None,
     accuracy: float | None = None,
 ) -> dict[str, Any]:
-    """The ``MODEL`` document of [`schema`][ncl_lightning.atlas.schema].
-
-    Args:
-        measured: What [`profile_split`][ncl_lightning.atlas.collect.profile_split] measured.
-        key: Folder-safe id (``img/<key>/``).
-        name: Label on the page.
-        info: ``method``, ``checkpoint``, ``data``, ``split``, ``space``.
-        class_names: One name per class.
-        eps: The activation threshold used.
-        images: ``width``, ``height``, ``per_dim``, ``card``, ``ext``.
-        tops: [`strip_indices`][].
-        top_labels: The class of each of those samples.
-        accuracy: Top-1 accuracy on the split where the model measures one.
-    """
+    """The ``MODEL`` document of [`schema`][ncl_lightning.atlas.schema] (``info``: its
+    ``method``, ``checkpoint``, ``data``, ``split`` and ``space``; ``tops``: what
+    [`strip_indices`][] gives, ``top_labels`` their classes)."""
     p = measured.profile
     metrics = summary_metrics(measured)
     if accuracy is not None and _num(accuracy) is not None:

@@ -14,9 +14,7 @@ disentanglement_lib estimator with 20 equal-width bins) of each space:
 
 The codes are kept (list states reduced by "cat"), because the bins span each dimension's
 global min and max; every rank therefore computes, and logs, the same value as one process
-would on all samples. The value is logged with ``sync_dist=True``: the mean over ranks of
-that one value is itself, for one scalar all-reduce per key and evaluation, and Lightning
-gives no "use ``sync_dist=True``" warning.
+would on all samples (``sync_dist=True`` averages equal numbers: no Lightning warning).
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ import lightning as L
 from torch import Tensor
 from torchmetrics.utilities import dim_zero_cat
 
-from ncl_lightning.callbacks.schedule import check_spaces, epoch_due, missing_spaces
+from ncl_lightning.callbacks.schedule import EvalStream, check_spaces, missing_spaces
 from ncl_lightning.foundation.errors import DataError
 from ncl_lightning.foundation.protocols import FactorData
 from ncl_lightning.foundation.validation import check_int
@@ -39,10 +37,8 @@ class _PerFactorMIG(MutualInformationGap):
     """[`MutualInformationGap`][] whose ``compute`` returns the per-factor gaps ``[K]``."""
 
     def compute(self) -> Tensor:
-        """float64 ``[K]`` gaps over every stored sample (all ranks, after the sync)."""
-        # After a DDP sync the list states are already concatenated tensors.
-        if isinstance(self.codes, list) and not self.codes:
-            raise DataError("Disentanglement: no evaluation batch reached the metric")
+        """float64 ``[K]`` gaps over every stored sample (all ranks, after the sync); the
+        callback computes only a metric it has fed."""
         codes, factors = dim_zero_cat(self.codes), dim_zero_cat(self.factors)
         return mutual_information_gap_per_factor(codes, factors, self.num_bins)
 
@@ -56,7 +52,7 @@ def _factor_labels(batch: Any) -> Tensor:
     raise DataError(f"Disentanglement needs integer factor labels [B, K] as batch[1], got {got}")
 
 
-class Disentanglement(L.Callback):
+class Disentanglement(EvalStream):
     """Log the MIG of ``z`` and ``h`` (and per factor) at validation and test.
 
     Args:
@@ -78,6 +74,7 @@ class Disentanglement(L.Callback):
         every_n_epochs: int = 1,
         per_factor: bool = True,
     ) -> None:
+        super().__init__()
         spaces = ["z", "h"] if spaces is None else list(spaces)
         check_spaces(spaces)
         check_int("num_bins", num_bins)
@@ -89,36 +86,15 @@ class Disentanglement(L.Callback):
         self.max_samples = max_samples
         self.every_n_epochs = every_n_epochs
         self.per_factor = per_factor
-        self._metrics: dict[str, _PerFactorMIG] = {}
-        self._seen = 0
-        self._active = False
-
-    # -- schedule ---------------------------------------------------------------------
-    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start(epoch_due(trainer, self.every_n_epochs))
-
-    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start(True)
-
-    def _start(self, active: bool) -> None:
-        self._active = active
-        self._metrics = {}
         self._seen = 0
 
-    # -- streaming --------------------------------------------------------------------
-    def on_validation_batch_end(
-        self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
-    ):
-        self._update(trainer, pl_module, outputs, batch)
-
-    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        self._update(trainer, pl_module, outputs, batch)
+    def _start(self, stage: str, active: bool) -> None:
+        super()._start(stage, active)
+        self._seen = 0
 
     def _update(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any
     ) -> None:
-        if not self._active:
-            return
         factors = _factor_labels(batch)
         missing_spaces("Disentanglement", self.spaces, pl_module, outputs)
         keep = len(factors)
@@ -134,16 +110,7 @@ class Disentanglement(L.Callback):
                 self._metrics[space] = _PerFactorMIG(self.num_bins).to(codes.device)
             self._metrics[space].update(codes.flatten(1)[:keep], factors[:keep])
 
-    # -- logging ----------------------------------------------------------------------
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._finish(trainer, pl_module, "val")
-
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._finish(trainer, pl_module, "test")
-
-    def _finish(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if not self._active or not self._metrics:
-            return
+    def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         for space, metric in self._metrics.items():
             gaps = metric.compute().float()  # [K], synchronised: equal on every rank
             pl_module.log(f"{stage}/{space}/mig", gaps.nanmean(), sync_dist=True)
@@ -151,8 +118,6 @@ class Disentanglement(L.Callback):
                 for name, gap in zip(self._factor_names(trainer, len(gaps)), gaps, strict=True):
                     if not gap.isnan():  # the same factors are NaN on every rank
                         pl_module.log(f"{stage}/{space}/mig/{name}", gap, sync_dist=True)
-        self._metrics = {}
-        self._active = False
 
     @staticmethod
     def _factor_names(trainer: L.Trainer, num_factors: int) -> list[str]:

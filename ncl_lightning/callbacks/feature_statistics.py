@@ -9,22 +9,18 @@ the quantities the NCL and BayesNCL releases report under the same names
 (``spectral_entropy``, ``orthogonality_mean_all_entries``, ...; docs/metrics.md, "Compare
 with the paper"), derived from the same states where they can be. A field ``z_ungated``
 of the eval steps' output (BayesNCL's ``z⁺`` before the gate) is measured too whenever
-the method returns it. SEPIN needs two
-augmented views of held-out images, so after the loop it encodes the DataModule's
-``view_dataloader`` (this rank's shard) and logs ``{stage}/z/sepin@k``. The per-dimension
-vectors of ``z`` (EA, activation frequency, consistency, majority class, SEPIN) are kept in
-``dimensions``; at the end of ``fit`` and ``test`` rank 0 hands them to the loggers that
-take a table (the W&B logger's ``log_dimensions``: ``{stage}/z/dimensions``).
+the method returns it. SEPIN needs two augmented views of held-out images, so after the
+loop it encodes the DataModule's ``view_dataloader`` (this rank's shard) and logs
+``{stage}/z/sepin@k``. The per-dimension vectors of ``z`` go to the loggers that take a
+table (``FeatureStatistics.dimensions``).
 
 The callback never looks inside the method: a method changes what is measured by
 changing ``encode`` (BayesNCL's gated features, for example), not by editing this file.
 Values are synchronised across ranks by the metrics themselves (sum / cat reductions), so
 2 ranks log what 1 process would, and every rank holds the same number. They are logged
-with ``sync_dist=True`` all the same: the mean of identical values is that value (exactly:
-``(x + x) / 2``) and it costs two scalar all-reduces per key once per evaluation, whereas
-``sync_dist=False`` (even with ``rank_zero_only=True``) draws Lightning's "use
-``sync_dist=True``" warning for every key, and logging on rank 0 alone would hide the keys
-from a checkpoint monitor on the other ranks.
+with ``sync_dist=True`` all the same: the mean of identical values is that value, whereas
+``sync_dist=False`` draws Lightning's "use ``sync_dist=True``" warning for every key, and
+logging on rank 0 alone would hide the keys from a checkpoint monitor on the other ranks.
 """
 
 from __future__ import annotations
@@ -37,12 +33,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from ncl_lightning.callbacks.schedule import (
-    batch_limit,
-    check_spaces,
-    epoch_due,
-    missing_spaces,
-)
+from ncl_lightning.callbacks.schedule import EvalStream, batch_limit, check_spaces, missing_spaces
 from ncl_lightning.callbacks.top_activations import TopActivations
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.protocols import ClassLabels, ViewData, require_extra
@@ -73,23 +64,6 @@ RELEASE_REDUCTIONS: tuple[OrthogonalityReduction, ...] = ("mean_all_entries", "m
 """The NCL release's reductions of ``|G − I|``: its training log's and its ``main_eval.py``'s."""
 PAPER_SPARSITY_EPS = 1e-2
 """Threshold on the unnormalised ``|z|`` of the NCL release's ``main_eval.py`` sparsity."""
-
-
-def _rank_values(metric: EffectiveRank) -> dict[str, Tensor]:
-    """``effective_rank`` and the releases' ``spectral_entropy = ln(effective_rank)``."""
-    rank = effective_rank_from_gram(metric.gram)
-    entropy = torch.where(rank > 0, rank.double().log(), 0.0).float()
-    return {"effective_rank": rank, "spectral_entropy": entropy}
-
-
-def _orthogonality_values(metric: OrthogonalityError) -> dict[str, Tensor]:
-    """Ours (``orthogonality_error``) and the releases' reductions of the same ``|G − I|``."""
-    active = metric.activation_count > 0
-    out = {"orthogonality_error": orthogonality_error_from_gram(metric.gram, active)}
-    for reduction in RELEASE_REDUCTIONS:
-        value = orthogonality_error_from_gram(metric.gram, active, reduction)
-        out[f"orthogonality_{reduction}"] = value
-    return out
 
 
 class FeatureMetricSet(nn.Module):
@@ -199,15 +173,21 @@ class FeatureMetricSet(nn.Module):
     @staticmethod
     def _shared_state_values(name: str, metric: Metric) -> dict[str, Tensor]:
         """Ours and the releases' variants from one metric's (synchronised) states."""
-        if isinstance(metric, EffectiveRank):
-            return _rank_values(metric)
-        if isinstance(metric, OrthogonalityError):
-            return _orthogonality_values(metric)
+        if isinstance(metric, EffectiveRank):  # the releases' spectral_entropy: ln(rank)
+            rank = effective_rank_from_gram(metric.gram)
+            entropy = torch.where(rank > 0, rank.double().log(), 0.0).float()
+            return {"effective_rank": rank, "spectral_entropy": entropy}
+        if isinstance(metric, OrthogonalityError):  # ours, then the releases' reductions
+            active = metric.activation_count > 0
+            out = {"orthogonality_error": orthogonality_error_from_gram(metric.gram, active)}
+            for r in RELEASE_REDUCTIONS:
+                out[f"orthogonality_{r}"] = orthogonality_error_from_gram(metric.gram, active, r)
+            return out
         precision = metric.precision  # RetrievalPrecision: one stored copy, both distances
         return {name: precision("cosine"), f"{name}_euclidean": precision("euclidean")}
 
 
-class FeatureStatistics(L.Callback):
+class FeatureStatistics(EvalStream):
     """Log sparsity, orthogonality, semantic and SEPIN metrics of ``z`` and ``h``.
 
     Args:
@@ -240,6 +220,7 @@ class FeatureStatistics(L.Callback):
         sepin_max_batches: int | None = None,
         missing: Literal["error", "skip"] = "error",
     ) -> None:
+        super().__init__()
         spaces = list(SPACES) if spaces is None else spaces
         check_choice("missing", missing, ("error", "skip"))
         check_int("every_n_epochs", every_n_epochs)
@@ -260,39 +241,20 @@ class FeatureStatistics(L.Callback):
         self.missing = missing
         self._skipped = False  # missing: skip, and the outputs lacked a space
         self._said_no_classes = False  # the no-num_classes notice was given
-        self._metrics: dict[str, FeatureMetricSet] = {}
-        self._active = False
         self.dimensions: dict[str, dict[str, Tensor]] = {}
         """``stage -> {name: [d]}``: the per-dimension vectors of ``z`` of the stage's last
         measurement ([`FeatureMetricSet.dimensions`][], plus ``sepin`` when measured), the
         same on every rank; loggers with a ``log_dimensions`` method (W&B) get them as a
         table at the end of ``fit`` and ``test``."""
 
-    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start(epoch_due(trainer, self.every_n_epochs))
-
-    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.dimensions.pop("test", None)
-        self._start(True)
-
-    def _start(self, active: bool) -> None:
-        self._active = active
-        self._metrics = {}
-
-    # -- streaming ------------------------------------------------------------------------
-    def on_validation_batch_end(
-        self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
-    ):
-        self._update(trainer, pl_module, outputs, batch)
-
-    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        self._update(trainer, pl_module, outputs, batch)
+    def _start(self, stage: str, active: bool) -> None:
+        if stage == "test":
+            self.dimensions.pop("test", None)
+        super()._start(stage, active and not self._skipped)
 
     def _update(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any
     ) -> None:
-        if not self._active or self._skipped:
-            return
         strict = self.missing == "error"
         if missing_spaces("FeatureStatistics", self.spaces, pl_module, outputs, strict):
             self._skipped, self._active = True, False
@@ -325,16 +287,7 @@ class FeatureStatistics(L.Callback):
             )
         return int(num_classes)
 
-    # -- logging --------------------------------------------------------------------------
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._finish(trainer, pl_module, "val")
-
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._finish(trainer, pl_module, "test")
-
-    def _finish(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if not self._active or not self._metrics:
-            return
+    def _log(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # compute() already reduced the states over the ranks: the values are global and
         # the same on every rank, so sync_dist=True averages equal numbers (module docstring).
         for space, metrics in self._metrics.items():
@@ -347,8 +300,6 @@ class FeatureStatistics(L.Callback):
             self.dimensions[stage]["sepin"] = values.pop("per_dimension")
             for key, value in values.items():
                 pl_module.log(f"{stage}/z/{key}", value, sync_dist=True)
-        self._metrics = {}
-        self._active = False
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.dimensions.pop("val", None)  # this fit's table only

@@ -15,11 +15,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-
-def last_epoch(trainer: Any) -> bool:
-    """Whether the epoch now running is the last one ``max_epochs`` allows."""
-    epochs = trainer.max_epochs
-    return epochs is not None and epochs > 0 and trainer.current_epoch + 1 >= epochs
+from ncl_lightning.callbacks.schedule import last_epoch
 
 
 class FinalValidation(Callback):

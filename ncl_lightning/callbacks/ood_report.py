@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 import lightning as L
@@ -21,10 +22,6 @@ from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.protocols import MultipleTestSets
 
 IMAGENET_C = "imagenet_c"
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 def _pct(value: float | None) -> str:
@@ -74,19 +71,19 @@ def ood_table(values: dict[str, float], metric: str = "acc_top1") -> tuple[str, 
     if grid:
         all_values = [v for by_sev in grid.values() for v in by_sev.values()]
         sev_mean = {
-            s: _mean([by_sev[s] for by_sev in grid.values() if s in by_sev]) for s in severities
+            s: fmean([by_sev[s] for by_sev in grid.values() if s in by_sev]) for s in severities
         }
-        rows.append([f"{IMAGENET_C} (mean)", _pct(_mean(all_values))])
+        rows.append([f"{IMAGENET_C} (mean)", _pct(fmean(all_values))])
         rows[-1] += [_pct(sev_mean[s]) for s in severities]
         corruptions: dict[str, Any] = {}
         for name, by_sev in grid.items():
-            mean = _mean(list(by_sev.values()))
+            mean = fmean(by_sev.values())
             rows.append([f"{IMAGENET_C}/{name}", _pct(mean)])
             rows[-1] += [_pct(by_sev.get(s)) for s in severities]
             severities_json = {str(s): by_sev[s] for s in sorted(by_sev)}
             corruptions[name] = {"mean": mean, "severities": severities_json}
         summary[IMAGENET_C] = {
-            "mean": _mean(all_values),
+            "mean": fmean(all_values),
             "severity_mean": {str(s): m for s, m in sev_mean.items()},
             "corruptions": corruptions,
         }
@@ -151,6 +148,3 @@ class OODReport(L.Callback):
         md_path.write_text(markdown, encoding="utf-8")
         json_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         self.last_paths = {"markdown": md_path, "json": json_path}
-
-
-__all__ = ["OODReport", "ood_table"]

@@ -41,13 +41,62 @@ def missing_spaces(
     return missing
 
 
+def last_epoch(trainer: Any) -> bool:
+    """Whether the epoch now running is the last one ``max_epochs`` allows."""
+    epochs = trainer.max_epochs
+    return epochs is not None and epochs > 0 and trainer.current_epoch + 1 >= epochs
+
+
 def epoch_due(trainer: L.Trainer, every_n_epochs: int) -> bool:
     """True at the validation of every n-th epoch and of the last one (never in sanity check)."""
     if trainer.sanity_checking:
         return False
-    epoch = trainer.current_epoch + 1
-    last = trainer.max_epochs is not None and epoch >= trainer.max_epochs
-    return epoch % every_n_epochs == 0 or last
+    return (trainer.current_epoch + 1) % every_n_epochs == 0 or last_epoch(trainer)
+
+
+class EvalStream(L.Callback):
+    """Streams the eval steps' outputs into metrics: ``_start(stage, active)`` at each
+    validation (active when ``epoch_due``) and test, then the subclass's ``_update`` after
+    every batch while active and its ``_log`` at the end of the epoch when ``_metrics`` were
+    fed."""
+
+    every_n_epochs: int = 1
+
+    def __init__(self) -> None:
+        self._metrics: dict[str, Any] = {}
+        self._active = False
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start("val", epoch_due(trainer, self.every_n_epochs))
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start("test", True)
+
+    def _start(self, stage: str, active: bool) -> None:
+        self._active = active
+        self._metrics = {}
+
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0
+    ):
+        if self._active:
+            self._update(trainer, pl_module, outputs, batch)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if self._active:
+            self._update(trainer, pl_module, outputs, batch)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._finish(trainer, pl_module, "val")
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._finish(trainer, pl_module, "test")
+
+    def _finish(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._active and self._metrics:
+            self._log(trainer, pl_module, stage)
+        self._metrics = {}
+        self._active = False
 
 
 def batch_limit(trainer: L.Trainer, stage: str, loader: object) -> int | None:
@@ -97,22 +146,11 @@ def _wrapped(dataset: Any) -> list[Any]:
 
 
 def class_names(datamodule: Any, dataset: Any, count: int, split: str | None = None) -> list[str]:
-    """Names of the ``count`` classes, from the first holder with one name per class.
-
-    The holders, in order: the DataModule, ``dataset`` and the datasets it wraps
+    """Names of the ``count`` classes (``"0"``, ``"1"``, ... when none is found): the
+    ``classes``, else ``class_names``, of the first holder with one name per class. The
+    holders, in order: the DataModule, ``dataset`` (or None) and the datasets it wraps
     (``.dataset``, e.g. torchvision's ``CIFAR10``), and with a ``split`` the DataModule's
-    ``base_dataset(split)`` and those it wraps; each is asked for ``classes``, then
-    ``class_names``.
-
-    Args:
-        datamodule: The DataModule (anything with such attributes).
-        dataset: A dataset of the split, or None.
-        count: Number of classes.
-        split: Split whose ``base_dataset`` is asked too (None: not asked).
-
-    Returns:
-        One name per class; ``"0"``, ``"1"``, ... when no holder has them.
-    """
+    ``base_dataset(split)`` and those it wraps."""
     holders = [datamodule, *_wrapped(dataset)]
     if split is not None and hasattr(datamodule, "base_dataset"):
         holders += _wrapped(datamodule.base_dataset(split))

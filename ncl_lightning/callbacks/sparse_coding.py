@@ -140,9 +140,7 @@ class DictionaryRecoveryMonitor(L.Callback):
 
     def _log(self, pl_module: L.LightningModule, stage: str) -> None:
         assert self.metric is not None
-        self.metric.update(encoder_weight(pl_module, "DictionaryRecoveryMonitor"))
-        scores = self.metric.compute()
-        self.metric.reset()
+        scores = self.metric(encoder_weight(pl_module, "DictionaryRecoveryMonitor"))
         # DDP keeps the weights equal on every rank, so the scores are too. A training
         # step's value is logged as it is (no warning on step); the validation value is
         # logged on epoch, where sync_dist=True averages equal numbers (one all-reduce

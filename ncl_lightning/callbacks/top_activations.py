@@ -43,15 +43,9 @@ def _picture_data(trainer: L.Trainer) -> PictureData:
 
 
 def majority_classes(labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor]:
-    """Each row's most frequent label (ties: the smallest) and its share of the row.
-
-    Args:
-        labels: Integer labels ``[rows, k]`` in ``[0, num_classes)``.
-        num_classes: Number of classes ``C``.
-
-    Returns:
-        ``(classes [rows] int64, shares [rows] float64)``.
-    """
+    """Each row of integer ``labels`` ``[rows, k]`` in ``[0, num_classes)``: its most
+    frequent label (ties: the smallest) ``[rows]`` int64 and its share of the row
+    ``[rows]`` float64."""
     best, majority = top_k_class_counts(labels.T, num_classes).max(dim=1)  # first max: smallest
     return majority, best.double() / labels.shape[1]
 
@@ -135,7 +129,7 @@ class TopActivations(L.Callback):
 
     @torch.no_grad()
     def _encode(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> Tensor:
-        datamodule = _picture_data(trainer)
+        datamodule = trainer.datamodule  # a PictureData: draw checked it
         loader = datamodule.val_dataloader() if stage == "val" else datamodule.test_dataloader()
         most = batch_limit(trainer, stage, loader)  # fast_dev_run, limit_*_batches
         features, seen = [], 0

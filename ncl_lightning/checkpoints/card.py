@@ -1,21 +1,13 @@
 """The model card (``README.md``) of an exported backbone: what the checkpoint says, no more.
 
-YAML front matter as the Hugging Face hub reads it (``library_name``, ``tags``,
-``license``, ``datasets``, ``metrics``, ``pipeline_tag``), then the method (its class and
-the paper its module cites), the training configuration (the checkpoint's
-hyper-parameters), the final metrics, the code version and how to load the weights.
-
-Where each fact comes from is said on the card:
-
-* **Metrics**: a checkpoint stores no logged metrics, so they are read from the run's
-  ``metrics.csv`` (the ``CSVLogger`` file in the run folder the record names, or beside
-  the checkpoint: ``<run>/checkpoints/x.ckpt`` -> ``<run>/metrics.csv``), the last value
-  of each column logged before the checkpoint's step; and, when ``ModelCheckpoint``
-  monitored a metric, its best score from the checkpoint. Found nowhere: the card says so.
-* **Code version**: the record carries none; ``run.yaml`` of the run folder (written by
-  ``ncl-cli``) has the package's version and git commit. Absent: "not recorded".
-
-No absolute path, host name or working directory is written on the card.
+YAML front matter as the Hugging Face hub reads it, then the method (its class and the
+paper its module cites), the training configuration (the checkpoint's hyper-parameters),
+the final metrics, the code version and how to load the weights. The card says where each
+fact comes from: a checkpoint stores no logged metrics and no code version, so they are
+read from the run folder (the record's, or the one holding ``<run>/checkpoints/x.ckpt``):
+the last value of each ``metrics.csv`` column logged before the checkpoint's step, the
+best score ``ModelCheckpoint`` monitored, ``run.yaml``'s version and commit. No absolute
+path, host name or working directory is written on the card.
 """
 
 from __future__ import annotations
@@ -115,15 +107,13 @@ def _trusted_module(class_path: str | None) -> ModuleType | None:
 
 def method_reference(class_path: str | None) -> str:
     """The first line of the method module's docstring (its paper), or ``""``."""
-    module = _trusted_module(class_path)
-    doc = (module.__doc__ or "").strip() if module is not None else ""
-    return doc.splitlines()[0].strip() if doc else ""
+    lines = (getattr(_trusted_module(class_path), "__doc__", None) or "").strip().splitlines()
+    return lines[0].strip() if lines else ""
 
 
 def hub_dataset(class_path: str | None) -> str | None:
     """The Hugging Face hub id of a DataModule's data set (its class's ``hub_id``)."""
-    module = _trusted_module(class_path)
-    cls = getattr(module, str(class_path).rpartition(".")[2], None) if module else None
+    cls = getattr(_trusted_module(class_path), str(class_path).rpartition(".")[2], None)
     hub_id = getattr(cls, "hub_id", None) if isinstance(cls, type) else None
     return hub_id if isinstance(hub_id, str) else None
 

@@ -1,22 +1,12 @@
 """One validator for every checkpoint reader: structure first, then the class paths.
 
-Every reader of the package (``ncl-cli fit/test --ckpt_path``,
-[`load_backbone`][ncl_lightning.checkpoints.load.load_backbone],
-[`load_method`][ncl_lightning.checkpoints.load.load_method], the evaluation modules, the atlas)
-goes through [`read_checkpoint`][ncl_lightning.checkpoints.load.read_checkpoint], which calls
-[`check_structure`][] and [`check_class_paths`][] here before anything else looks at
-the file's contents:
-
-* **Structure**: a damaged file (a list where a mapping belongs, a string record, no
-  ``state_dict``, ``hyper_parameters: None``) is refused with one line naming the entry
-  and what it should be, never a ``TypeError`` three frames later.
-* **Class paths**: a checkpoint names classes (the method, its backbone, the loggers, any
-  ``class_path`` in its hyper-parameters) that are imported when the model is rebuilt.
-  Importing a module runs its code, so a class path read from a file is imported only if
-  its module is trusted: this package and the libraries it builds on
-  (``TRUSTED_PACKAGES``), modules the user's own config names (``ncl-cli`` passes
-  them), and modules listed in ``$NCL_TRUSTED_MODULES`` (comma-separated, e.g.
-  ``mylab.models``). The check reads strings only: nothing is imported to make it.
+[`read_checkpoint`][ncl_lightning.checkpoints.load.read_checkpoint], the one reader of every
+checkpoint, calls [`check_structure`][] and [`check_class_paths`][] before anything else
+looks at the file's contents. A class path read from a file is imported only if its module
+is trusted (importing runs its code): this package and the libraries it builds on, modules
+the user's own config names (``ncl-cli`` passes them), and modules listed in
+``$NCL_TRUSTED_MODULES`` (comma-separated, e.g. ``mylab.models``). Nothing is imported to
+make the check.
 """
 
 from __future__ import annotations
@@ -66,7 +56,6 @@ TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], str]] = {
     "callbacks": (dict, "a mapping"),
 }
 RECORD: dict[str, tuple[type | tuple[type, ...], str]] = {
-    "method": (str, "a class path string"),
     "backbone": ((dict, type(None)), "a {class_path, init_args} mapping or null"),
     "loggers": (list, "a list of {class, version} mappings"),
     "run": (dict, "a {id, folder} mapping"),
@@ -137,30 +126,17 @@ def check_structure(ckpt: Any, path: Path | str) -> dict[str, Any]:
             raise _damaged(path, f"state_dict.{name}", value, "a tensor")
     record = ckpt[RECORD_KEY]
     _check_entries(record, RECORD, path, f"{RECORD_KEY}.")
-    backbone = record.get("backbone")
-    if isinstance(backbone, dict):
-        if not isinstance(backbone.get("class_path"), str):
-            raise _damaged(path, f"{RECORD_KEY}.backbone.class_path",
-                           backbone.get("class_path"), "a class path string")  # fmt: skip
-        if not isinstance(backbone.get("init_args") or {}, dict):
-            raise _damaged(path, f"{RECORD_KEY}.backbone.init_args",
-                           backbone["init_args"], "a mapping")  # fmt: skip
+    backbone = record.get("backbone") or {}
+    if not isinstance(backbone.get("init_args") or {}, dict):
+        raise _damaged(path, f"{RECORD_KEY}.backbone.init_args", backbone["init_args"], "a mapping")
     for i, entry in enumerate(record.get("loggers") or []):
-        if not (isinstance(entry, dict) and isinstance(entry.get("class"), str)
-                and isinstance(entry.get("version"), str | int)):  # fmt: skip
+        if not (isinstance(entry, dict) and isinstance(entry.get("version"), str | int)):
             raise _damaged(path, f"{RECORD_KEY}.loggers[{i}]", entry,
                            "a {class, version} mapping")  # fmt: skip
     run = record.get("run")
     if isinstance(run, dict) and not all(isinstance(run.get(k), str) for k in ("id", "folder")):
         raise _damaged(path, f"{RECORD_KEY}.run", run, "a mapping of 'id' and 'folder' strings")
     return ckpt
-
-
-def trusted_modules(extra: Iterable[str] = ()) -> tuple[str, ...]:
-    """Module prefixes a checkpoint's class paths may name: ``TRUSTED_PACKAGES``,
-    ``$NCL_TRUSTED_MODULES``, those of an enclosing [`trusting`][] and ``extra``."""
-    env = [m.strip() for m in os.environ.get(TRUSTED_ENV, "").split(",") if m.strip()]
-    return tuple(dict.fromkeys([*TRUSTED_PACKAGES, *env, *_TRUSTED_HERE.get(), *extra]))
 
 
 @contextlib.contextmanager
@@ -181,9 +157,11 @@ def modules_of(class_paths: Iterable[str]) -> list[str]:
 
 
 def is_trusted(class_path: str, extra: Iterable[str] = ()) -> bool:
-    """Whether ``class_path`` (or a module path) lies in a trusted module
-    ([`trusted_modules`][], plus ``extra``)."""
-    return any(class_path == t or class_path.startswith(f"{t}.") for t in trusted_modules(extra))
+    """Whether ``class_path`` (or a module path) lies in a trusted module: of
+    ``TRUSTED_PACKAGES``, ``$NCL_TRUSTED_MODULES``, an enclosing [`trusting`][] or ``extra``."""
+    env = [m.strip() for m in os.environ.get(TRUSTED_ENV, "").split(",") if m.strip()]
+    trusted = [*TRUSTED_PACKAGES, *env, *_TRUSTED_HERE.get(), *extra]
+    return any(class_path == t or class_path.startswith(f"{t}.") for t in trusted)
 
 
 def class_paths_in(obj: Any, where: str = "") -> Iterator[tuple[str, Any]]:
@@ -201,37 +179,31 @@ def class_paths_in(obj: Any, where: str = "") -> Iterator[tuple[str, Any]]:
             yield from class_paths_in(value, f"{where}[{i}]")
 
 
-def recorded_class_paths(ckpt: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """Every class path a checkpoint would have imported: the record's method, backbone
-    and loggers, and each ``class_path`` in its (and its DataModule's) hyper-parameters."""
-    record = ckpt.get(RECORD_KEY) or {}
-    found: list[tuple[str, Any]] = []
-    if "method" in record:
-        found.append((f"{RECORD_KEY}.method", record["method"]))
-    found += class_paths_in(record.get("backbone") or {}, f"{RECORD_KEY}.backbone")
-    for i, entry in enumerate(record.get("loggers") or []):
-        found.append((f"{RECORD_KEY}.loggers[{i}].class", entry.get("class")))
-    for key in ("hyper_parameters", "datamodule_hyper_parameters"):
-        found += class_paths_in(ckpt.get(key) or {}, key)
-    return found
-
-
 def check_class_paths(
     ckpt: Mapping[str, Any], path: Path | str, trusted: Iterable[str] = ()
 ) -> None:
-    """Refuse a checkpoint naming a class whose module is not trusted (module docstring).
+    """Refuse a checkpoint naming a class whose module is not trusted (module docstring):
+    the record's method, backbone and loggers, and each ``class_path`` in its (and its
+    DataModule's) hyper-parameters.
 
     Args:
         ckpt: A checkpoint that passed [`check_structure`][].
         path: The file, for the message.
-        trusted: Module prefixes trusted besides [`trusted_modules`][]' (``ncl-cli``
-            passes the modules of the classes the user's config names).
+        trusted: Module prefixes trusted besides [`is_trusted`][]'s (``ncl-cli`` passes
+            the modules of the classes the user's config names).
 
     Raises:
         CheckpointError: Naming the entry, the class path and how to trust its module.
     """
     trusted = tuple(trusted)
-    for where, value in recorded_class_paths(ckpt):
+    record = ckpt.get(RECORD_KEY) or {}
+    found = [(f"{RECORD_KEY}.method", record["method"])] if "method" in record else []
+    found += class_paths_in(record.get("backbone") or {}, f"{RECORD_KEY}.backbone")
+    for i, entry in enumerate(record.get("loggers") or []):
+        found.append((f"{RECORD_KEY}.loggers[{i}].class", entry.get("class")))
+    for key in ("hyper_parameters", "datamodule_hyper_parameters"):
+        found += class_paths_in(ckpt.get(key) or {}, key)
+    for where, value in found:
         if not isinstance(value, str) or not DOTTED.match(value):
             raise _damaged(path, where, value, "a dotted class path (module.Class)")
         if not is_trusted(value, trusted):
@@ -261,8 +233,6 @@ __all__ = [
     "class_paths_in",
     "is_trusted",
     "modules_of",
-    "recorded_class_paths",
     "run_record",
-    "trusted_modules",
     "trusting",
 ]

@@ -1,29 +1,18 @@
 """Export a trained backbone to a folder people load it from, ready for the Hugging Face hub.
 
-[`export_backbone`][] writes, from a checkpoint of the package (or a backbone with a
-``spec``):
-
-* ``model.safetensors``: the backbone's weights, keys in our naming (tensors only);
-* ``config.json``: how to rebuild it (``class_path``, ``init_args``, ``out_dim``), the
-  equivalent torchvision architecture and how its keys compare with ours (measured
-  against torchvision's model when the export is made), and, where the architecture is
-  exactly timm's, timm's fields (``architecture``, ``num_classes: 0``, ``num_features``,
-  ``pretrained_cfg``), so ``timm.create_model("hf-hub:<repo>", pretrained=True)`` or
-  ``"local-dir:<folder>"`` loads it;
-* ``README.md``: the model card ([`ncl_lightning.checkpoints.card`][]);
-* with ``format="torchvision"`` (or ``"all"``, where it applies)
-  ``torchvision_state_dict.pt``: the weights keyed as torchvision names them.
-
+[`export_backbone`][] writes ``model.safetensors`` (the weights, keys in our naming),
+``config.json`` (how to rebuild it; the equivalent torchvision model and how its keys compare
+with ours, measured when the export is made; timm's fields where the architecture is exactly
+timm's, so ``timm.create_model("hf-hub:<repo>", pretrained=True)`` loads it), ``README.md``
+(the model card, [`ncl_lightning.checkpoints.card`][]) and, on request,
+``torchvision_state_dict.pt`` (the weights keyed as torchvision names them).
 [`load_backbone`][ncl_lightning.checkpoints.load.load_backbone] reads the folder back.
 
 Our [`ResNet`][ncl_lightning.nn.ResNet] registers torchvision's children under their own
-names, so its keys are torchvision's: of ``torchvision.models.resnet18``'s 122 keys, 120
-are ours and the 2 others are the classifier ``fc.weight`` and ``fc.bias`` (ours has no
-classifier); timm's ``resnet18`` with ``num_classes=0`` has exactly our 120. With the
-ImageNet stem (7x7 ``conv1``, padding 3, 3 channels) every tensor has torchvision's shape;
-with the CIFAR stem ``conv1.weight`` is ``[64, C, 3, 3]`` (torchvision: ``[64, 3, 7, 7]``)
-and there is no max-pool, so torchvision's model takes the weights once its ``conv1`` and
-``maxpool`` are replaced like ours.
+names: of ``torchvision.models.resnet18``'s 122 keys, 120 are ours (the classifier ``fc`` is
+not); timm's ``resnet18`` with ``num_classes=0`` has exactly our 120. With the CIFAR stem
+``conv1.weight`` is ``[64, C, 3, 3]`` and there is no max-pool, so torchvision's model takes
+the weights once its ``conv1`` and ``maxpool`` are replaced like ours.
 """
 
 from __future__ import annotations
@@ -174,16 +163,6 @@ def _wanted_files(format: str, maps: Mapping[str, KeyMap], what: str) -> list[st
     return files
 
 
-def _check_out_dir(out: Path, overwrite: bool) -> None:
-    check_output_dir("out_dir", out)
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ConfigError(
-            f"out_dir: {out} exists and is not empty; choose a new folder or pass "
-            "overwrite=True (--overwrite) to replace the export's files in it",
-            key="out_dir",
-        )
-
-
 def _source(
     checkpoint: str | Path | nn.Module,
 ) -> tuple[nn.Module, dict[str, Any] | None, Path | None]:
@@ -229,16 +208,6 @@ def export_config(
     return config
 
 
-def _bytes(name: str, state: Mapping[str, torch.Tensor], maps: Mapping[str, KeyMap]) -> bytes:
-    if name == WEIGHTS_FILE:
-        from safetensors.torch import save
-
-        return save(dict(state), metadata={"format": "pt"})
-    buffer = io.BytesIO()
-    torch.save(renamed(state, maps["torchvision"]), buffer)
-    return buffer.getvalue()
-
-
 def export_backbone(
     checkpoint: str | Path | nn.Module,
     out_dir: str | Path,
@@ -277,11 +246,19 @@ def export_backbone(
         >>> export_backbone("runs/cifar10_ncl/last.ckpt", "export/ncl-resnet18")
         >>> encoder = load_backbone("export/ncl-resnet18")
     """
+    from safetensors.torch import save
+
     check_choice("format", format, EXPORT_FORMATS)
     backbone, ckpt, source = _source(checkpoint)
     name = source.name if source is not None else type(backbone).__name__
     out = Path(out_dir).expanduser()
-    _check_out_dir(out, overwrite)
+    check_output_dir("out_dir", out)
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ConfigError(
+            f"out_dir: {out} exists and is not empty; choose a new folder or pass "
+            "overwrite=True (--overwrite) to replace the export's files in it",
+            key="out_dir",
+        )
     maps = key_maps(backbone)
     files = _wanted_files(format, maps, f"{type(backbone).__name__} ({name})")
     state = {k: v.detach().cpu().contiguous().clone() for k, v in backbone.state_dict().items()}
@@ -289,15 +266,17 @@ def export_backbone(
     method = ckpt[RECORD_KEY].get("method") if ckpt else None
     config = export_config(backbone, keyed, method)
     contents = {
+        WEIGHTS_FILE: save(state, metadata={"format": "pt"}),
         CONFIG_FILE: (json.dumps(config, indent=2, sort_keys=False) + "\n").encode(),
         CARD_FILE: model_card(config, ckpt, source, files, license).encode(),
     }
-    for file in files:
-        if file not in contents:
-            contents[file] = _bytes(file, state, keyed)
-    for file in files:
-        with atomic_write(out / file, size=len(contents[file])) as f:
-            f.write(contents[file])
+    if TORCHVISION_FILE in files:
+        buffer = io.BytesIO()
+        torch.save(renamed(state, keyed["torchvision"]), buffer)
+        contents[TORCHVISION_FILE] = buffer.getvalue()
+    for file, data in contents.items():
+        with atomic_write(out / file, size=len(data)) as f:
+            f.write(data)
     for stale in set(EXPORT_FILES) - set(files):
         (out / stale).unlink(missing_ok=True)
     return out

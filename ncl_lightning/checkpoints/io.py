@@ -1,16 +1,13 @@
 """Atomic checkpoint writes: a kill while saving never leaves a broken ``last.ckpt``.
 
-Lightning's ``TorchCheckpointIO`` writes local files through an fsspec transaction whose
-temporary file lives in the system temp folder; committing it is a ``shutil.move``,
-which copies (and can be cut half-way) when that folder is on another file system, and
-nothing is synced to disk. [`AtomicCheckpointIO`][] writes a temporary file beside
-the target, syncs it and renames it over the target (``os.replace``: atomic on POSIX
-and Windows), so a reader sees either the old complete file or the new complete one.
-
-A full disk while writing raises one
-[`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] (the previous file kept, nothing
-half-written; see [`ncl_lightning.foundation.disk`][]). ``ncl-cli`` installs it on every Trainer;
-from Python pass ``Trainer(plugins=[AtomicCheckpointIO()])``.
+Lightning's ``TorchCheckpointIO`` commits a local file with a ``shutil.move`` from the
+system temp folder (a copy, which can be cut half-way, when that is another file system)
+and syncs nothing. [`AtomicCheckpointIO`][] writes through
+[`atomic_write`][ncl_lightning.foundation.disk.atomic_write] instead: beside the target,
+synced, renamed over it; a full disk raises one
+[`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] and keeps the previous
+file. ``ncl-cli`` installs it on every Trainer; from Python pass
+``Trainer(plugins=[AtomicCheckpointIO()])``.
 """
 
 from __future__ import annotations
@@ -49,12 +46,8 @@ def tensor_bytes(obj: Any) -> int:
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:
-    """``torch.save(obj, path)`` that replaces ``path`` only once the new file is complete.
-
-    Written by [`ncl_lightning.foundation.disk.atomic_write`][]: the free space is
-    checked against the tensors' size first; a full disk (or quota, or file-size limit)
-    raises one [`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] naming the path and
-    the space needed, and leaves the previous file and no temporary file.
+    """``torch.save(obj, path)`` that replaces ``path`` only once the new file is complete
+    (the free space checked against the tensors' size first; module docstring).
 
     Args:
         obj: What ``torch.save`` accepts (a checkpoint dict).

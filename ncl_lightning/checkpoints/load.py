@@ -2,16 +2,11 @@
 
 Every checkpoint of the package carries a small record (``checkpoint["ncl_lightning"]``,
 written by [`write_record`][ncl_lightning.methods.record.write_record]): the method's class
-path and how to build its backbone (``{"class_path", "init_args"}``). With it,
-[`load_backbone`][] rebuilds the encoder of a CL, NCL, BayesNCL, NCE or probe checkpoint
-from the file alone.
-
-Files are read with ``torch.load(weights_only=True)``: only tensors and plain containers
-are unpickled, so a checkpoint carrying a pickled object that would run code is refused
-before anything in it executes. The structure is validated and every class path the file
-names must come from a trusted module before anything is imported
-([`ncl_lightning.checkpoints.check`][]); the classes must then be ``nn.Module``
-(backbone) or ``LightningModule`` (method) subclasses.
+path and how to build its backbone (``{"class_path", "init_args"}``), so
+[`load_backbone`][] rebuilds the encoder from the file alone. Files are read with
+``torch.load(weights_only=True)`` (a pickled object that would run code is refused before
+anything in it executes) and checked ([`ncl_lightning.checkpoints.check`][]) before any
+class they name is imported.
 """
 
 from __future__ import annotations
@@ -30,7 +25,6 @@ import torch
 from torch import nn
 
 from ncl_lightning.checkpoints.check import (
-    DOTTED,
     TRUSTED_ENV,
     CheckpointError,
     CheckpointNotFoundError,
@@ -41,6 +35,7 @@ from ncl_lightning.checkpoints.check import (
 from ncl_lightning.checkpoints.record import (
     RECORD_FORMAT,
     RECORD_KEY,
+    class_path,
     same_class,
     trained_backbone_spec,
 )
@@ -55,13 +50,8 @@ CONFIG_FILE = "config.json"
 
 
 def read_checkpoint(path: str | Path, trusted: Iterable[str] = ()) -> dict[str, Any]:
-    """Read one of our checkpoints with tensor-only unpickling, and validate it.
-
-    The one reader of every checkpoint of the package: the structure is checked
-    ([`check_structure`][ncl_lightning.checkpoints.check.check_structure]) and every class path
-    it names must come from a trusted module
-    ([`check_class_paths`][ncl_lightning.checkpoints.check.check_class_paths]), before anything
-    in it is used or imported.
+    """Read one of our checkpoints with tensor-only unpickling, and validate it (the one
+    reader of every checkpoint of the package; [`ncl_lightning.checkpoints.check`][]).
 
     Args:
         path: Checkpoint file.
@@ -103,7 +93,12 @@ def read_checkpoint(path: str | Path, trusted: Iterable[str] = ()) -> dict[str, 
 def _import_class(path: str, base: type, what: str, source: Path | str) -> type:
     module_name, _, name = str(path).rpartition(".")
     if not is_trusted(module_name):
-        raise CheckpointError(f"{source}: {what} class {path!r} is not from a trusted module")
+        raise CheckpointError(
+            f"{source}: {what} names {path!r} from a module that is not trusted (not "
+            f"imported: importing runs its code); if you trust it, set "
+            f"{TRUSTED_ENV}={module_name}",
+            key="path",
+        )
     try:
         obj = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError, ValueError):
@@ -115,13 +110,22 @@ def _import_class(path: str, base: type, what: str, source: Path | str) -> type:
 
 def build_backbone_from_spec(spec: dict[str, Any], source: Path | str = "checkpoint") -> nn.Module:
     """Instantiate ``{"class_path", "init_args"}`` after checking it names an ``nn.Module``."""
-    if not isinstance(spec, dict) or "class_path" not in spec:
+    if not isinstance(spec, dict) or not isinstance(spec.get("class_path"), str):
         raise CheckpointError(f"{source}: malformed backbone record {spec!r}")
     cls = _import_class(spec["class_path"], nn.Module, "backbone", source)
     init_args = spec.get("init_args") or {}
     if not isinstance(init_args, dict):
         raise CheckpointError(f"{source}: backbone init_args must be a mapping, got {init_args!r}")
     return cls(**init_args)
+
+
+def _rebuild(spec: dict[str, Any], record_format: Any, source: Path | str) -> nn.Module:
+    """The backbone ``spec`` was trained as (never downloading weights), carrying its spec."""
+    spec = trained_backbone_spec(spec, record_format)
+    backbone = build_backbone_from_spec(spec, source)
+    if not isinstance(getattr(backbone, "spec", None), dict):
+        backbone.spec = spec  # modules that load it record the same architecture
+    return backbone
 
 
 def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Module:
@@ -162,19 +166,12 @@ def load_backbone(path: str | Path, backbone: nn.Module | None = None) -> nn.Mod
 def backbone_from_checkpoint(
     ckpt: dict[str, Any], path: str | Path, backbone: nn.Module | None = None
 ) -> nn.Module:
-    """[`load_backbone`][] of a checkpoint already read by [`read_checkpoint`][] (the file
-    is not read again).
+    """[`load_backbone`][] of a checkpoint already read by [`read_checkpoint`][] (not read again).
 
     Args:
-        ckpt: The checkpoint dict, as [`read_checkpoint`][] returns it (checked).
+        ckpt: The checkpoint dict [`read_checkpoint`][] returned.
         path: The file it was read from (named in errors).
         backbone: As [`load_backbone`][]'s.
-
-    Returns:
-        The backbone ``[B, C, H, W] -> [B, out_dim]`` with the checkpoint's weights.
-
-    Raises:
-        CheckpointError: As [`load_backbone`][].
     """
     if backbone is None:
         spec = ckpt[RECORD_KEY].get("backbone")
@@ -183,10 +180,7 @@ def backbone_from_checkpoint(
                 f"{path} does not record how to build its backbone (a Python-built backbone "
                 "without `spec`); pass load_backbone(path, backbone=<architecture>)"
             )
-        spec = trained_backbone_spec(spec, ckpt[RECORD_KEY].get("format"))
-        backbone = build_backbone_from_spec(spec, path)
-        if not isinstance(getattr(backbone, "spec", None), dict):
-            backbone.spec = spec  # modules that load it record the same architecture
+        backbone = _rebuild(spec, ckpt[RECORD_KEY].get("format"), path)
     state = {
         k[len(BACKBONE_PREFIX) :]: v
         for k, v in ckpt["state_dict"].items()
@@ -208,9 +202,11 @@ def _load_strictly(backbone: nn.Module, state: dict[str, Any], path: Path | str)
     return backbone
 
 
-def read_export_config(path: Path) -> dict[str, Any]:
-    """The ``config.json`` of an exported backbone (``path``: its folder or weights file),
-    checked to name a trusted ``class_path`` with ``init_args`` (nothing imported here)."""
+def _load_exported(path: Path, backbone: nn.Module | None) -> nn.Module:
+    """``load_backbone`` of an exported folder or its ``.safetensors`` file."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
     folder = path if path.is_dir() else path.parent
     config_path = folder / CONFIG_FILE
     if not path.exists():
@@ -227,28 +223,12 @@ def read_export_config(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{config_path}: cannot read it as JSON ({err})") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
-    class_path = config.get("class_path")
-    if not isinstance(class_path, str) or not DOTTED.match(class_path):
-        raise CheckpointError(f"{config_path}: 'class_path' must be a dotted class path, got "
-                              f"{class_path!r}")  # fmt: skip
-    if not isinstance(config.get("init_args") or {}, dict):
-        raise CheckpointError(f"{config_path}: 'init_args' must be a mapping")
-    if not is_trusted(class_path):
-        raise CheckpointError(
-            f"{config_path}: 'class_path' names {class_path!r} from a module that is not "
-            f"trusted (not imported: importing runs its code); if you trust this export, set "
-            f"{TRUSTED_ENV}={class_path.rpartition('.')[0]}",
-            key="path",
-        )
-    return config
-
-
-def _load_exported(path: Path, backbone: nn.Module | None) -> nn.Module:
-    """``load_backbone`` of an exported folder or its ``.safetensors`` file."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    config = read_export_config(path)
+    if backbone is None:
+        # An export holds the trained weights: never download pretrained ones on top (a
+        # hand-edited config.json may ask for them).
+        init_args = config.get("init_args") or {}
+        spec = {"class_path": config.get("class_path"), "init_args": init_args}
+        backbone = _rebuild(spec, RECORD_FORMAT, config_path)
     weights = path / WEIGHTS_FILE if path.is_dir() else path
     if not weights.is_file():
         raise CheckpointNotFoundError(
@@ -258,14 +238,6 @@ def _load_exported(path: Path, backbone: nn.Module | None) -> nn.Module:
         state = load_file(weights, device="cpu")  # tensors only, by design
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"cannot read {weights}: {err}") from None
-    if backbone is None:
-        spec = {"class_path": config["class_path"], "init_args": config.get("init_args") or {}}
-        # An export holds the trained weights: never download pretrained ones on top (a
-        # hand-edited config.json may ask for them).
-        spec = trained_backbone_spec(spec, RECORD_FORMAT)
-        backbone = build_backbone_from_spec(spec, path)
-        if not isinstance(getattr(backbone, "spec", None), dict):
-            backbone.spec = spec
     return _load_strictly(backbone, state, weights)
 
 
@@ -329,16 +301,12 @@ def check_state_fits(ckpt: dict[str, Any], model: nn.Module, path: str | Path) -
     A fit resuming it also restores its optimizer state, whose parameter groups are
     checked once the optimizers are built
     ([`check_optimizer_groups`][ncl_lightning.checkpoints.optimizer_groups.check_optimizer_groups])."""
-    state = ckpt["state_dict"]
-    own = model.state_dict()
-    theirs = {k: tuple(v.shape) for k, v in own.items()}
-    # An entry of the file without a shape (not a tensor) is not compared: it takes the model's.
-    ours = {k: tuple(v.shape) if hasattr(v, "shape") else theirs.get(k, ())
-            for k, v in state.items()}  # fmt: skip
+    ours = {k: tuple(v.shape) for k, v in ckpt["state_dict"].items()}  # tensors: checked
+    theirs = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     missing, unexpected, differs = state_diff(ours, theirs)
     shapes = [f"{k} {ours[k]} vs {theirs[k]}" for k in differs]
     written_by = ckpt[RECORD_KEY].get("method")
-    expected = f"{type(model).__module__}.{type(model).__qualname__}"
+    expected = class_path(type(model))
     same = written_by is None or same_class(written_by, expected)
     if not (missing or unexpected or shapes) and same:
         return
@@ -364,6 +332,5 @@ __all__ = [
     "load_backbone",
     "load_method",
     "read_checkpoint",
-    "read_export_config",
     "state_diff",
 ]

@@ -1,18 +1,12 @@
 """A checkpoint's optimizer groups on resume: checked against this run's, and this run's
 typed hyper-parameters laid over them.
 
-Lightning restores a checkpoint's ``optimizer_states`` with ``Optimizer.load_state_dict``,
-which refuses state of another shape with a raw ``ValueError`` after the run has set
-itself up ("loaded state dict has a different number of parameter groups"). That happens
-when a method's parameter groups changed since the checkpoint was written (BayesNCL's
-gating head got groups of its own: 4 groups before, 5 now). [`check_optimizer_groups`][]
-says so in one line, naming the file, the group counts and sizes and what to do instead.
-
-Only a fit restores optimizer state (``test``/``validate``/``predict`` read the weights):
-``ncl-cli`` runs the check when a resumed fit starts, once the optimizers are built and
-before Lightning loads their state
-([`OptimizerGroupsCheck`][]). When values typed on the command line change the optimizer,
-[`ResumeOverrides`][] puts them into the restored state once it is loaded.
+Lightning restores ``optimizer_states`` with ``Optimizer.load_state_dict``, which refuses
+state of another shape with a raw ``ValueError`` after the run has set itself up (a
+method's parameter groups changed since the checkpoint was written: BayesNCL's gating head
+got groups of its own). ``ncl-cli`` checks them when a resumed fit starts, before Lightning
+loads their state ([`OptimizerGroupsCheck`][]), and puts values typed on the command line
+into the restored state once it is loaded ([`ResumeOverrides`][]).
 """
 
 from __future__ import annotations

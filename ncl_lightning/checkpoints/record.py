@@ -19,8 +19,10 @@ RECORD_FORMAT = 2
 # Format 2 (2026-11-26): the ResNet CIFAR stem pads ``conv1`` by 2, as the releases do; a
 # format-1 record's ResNet with a CIFAR stem and no ``stem_padding`` was trained with 1.
 _RESNETS = ("ResNet", "resnet18", "resnet34", "resnet50")
+_BACKBONES = ("ncl_lightning.nn", "ncl_lightning.nn.backbones")
 # Backbones that would download weights: the init argument that turns it off.
 _DOWNLOADS = {"TimmBackbone": ("pretrained", False), "TorchvisionBackbone": ("weights", None)}
+_EXTERNAL = ("ncl_lightning.nn", "ncl_lightning.nn.external")
 
 
 def class_path(obj: type) -> str:
@@ -81,17 +83,6 @@ def same_class(path_a: str | None, path_b: str) -> bool:
     return found[0] is found[1]
 
 
-def _without_download(spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec`` of a timm / torchvision backbone with its pretrained weights turned off."""
-    init_args = spec.get("init_args")
-    module, _, name = str(spec.get("class_path", "")).rpartition(".")
-    ours = module in ("ncl_lightning.nn", "ncl_lightning.nn.external")
-    off = _DOWNLOADS.get(name) if ours else None
-    if off is None or not isinstance(init_args, dict) or not init_args.get(off[0]):
-        return spec
-    return {**spec, "init_args": {**init_args, off[0]: off[1]}}
-
-
 def trained_backbone_spec(spec: Any, record_format: Any) -> Any:
     """The spec that rebuilds the architecture a backbone was trained with.
 
@@ -108,15 +99,16 @@ def trained_backbone_spec(spec: Any, record_format: Any) -> Any:
         spec: ``{"class_path", "init_args"}`` of the record (or anything else, unchanged).
         record_format: The record's ``format``.
     """
-    if isinstance(spec, dict):
-        spec = _without_download(spec)
-    if not isinstance(spec, dict) or not isinstance(record_format, int) or record_format >= 2:
+    init_args = spec.get("init_args") or {} if isinstance(spec, dict) else None
+    if not isinstance(init_args, dict):
         return spec
-    init_args = spec.get("init_args") or {}
     module, _, name = str(spec.get("class_path", "")).rpartition(".")
-    ours = module in ("ncl_lightning.nn", "ncl_lightning.nn.backbones") and name in _RESNETS
-    if not ours or not isinstance(init_args, dict) or "stem_padding" in init_args:
-        return spec
-    if init_args.get("stem", "cifar") != "cifar":
-        return spec
-    return {**spec, "init_args": {**init_args, "stem_padding": 1}}
+    changes = {}
+    off = _DOWNLOADS.get(name) if module in _EXTERNAL else None
+    if off is not None and init_args.get(off[0]):
+        changes[off[0]] = off[1]
+    older = isinstance(record_format, int) and record_format < 2
+    cifar = "stem_padding" not in init_args and init_args.get("stem", "cifar") == "cifar"
+    if older and cifar and module in _BACKBONES and name in _RESNETS:
+        changes["stem_padding"] = 1
+    return {**spec, "init_args": {**init_args, **changes}} if changes else spec

@@ -1,26 +1,8 @@
-"""Base LightningDataModule yielding multi-view training batches and clean eval batches.
+"""The base LightningDataModule: multi-view training batches, clean evaluation batches.
 
-A concrete DataModule only says how to build its untransformed datasets
-(``build_split``) and which augmentation suits it (``default_augmentation``); this base
-wraps them with the views and the clean transform and makes the loaders. It knows
-nothing about the method that consumes the batches.
-
-Batches:
-    * ``train_dataloader``: ``(views, labels)``, ``views`` a list of ``n_views`` float
-      tensors ``[B, C, H, W]`` (independent augmentations of the same images),
-      ``labels`` a LongTensor ``[B]``; shuffled, last incomplete batch dropped.
-      Supervised runs (probes, fine-tuning, NCE) use ``n_views: 1`` and
-      ``train_transform: crop_flip``. With ``augment_on: device`` the loader yields
-      uint8 images ``[B, C, S, S]`` and the views are made on the training device, after
-      the transfer ([`MultiViewDataModule.on_after_batch_transfer`][]), by
-      [`BatchAugmentation`][ncl_lightning.data.batch_augmentation.BatchAugmentation]: same batch
-      format for the method, same distribution of augmentations.
-    * ``val_dataloader`` / ``test_dataloader`` / ``predict_dataloader``: ``(images,
-      labels)`` with ``images`` ``[B, C, H, W]`` through the clean (non-augmented)
-      transform; in order, no batch dropped.
-
-``B`` is the per-device batch: ``batch_size``, or ``batch_size // world_size`` with
-``batch_scope: global`` ([`ncl_lightning.data.batch_scope`][]).
+A concrete DataModule says how to build its untransformed splits (``build_split``) and
+which augmentation suits it (``default_augmentation``); this base adds the views, the
+clean transform and the loaders, and knows nothing about the method consuming them.
 """
 
 from __future__ import annotations
@@ -172,22 +154,16 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         raise NotImplementedError(f"{type(self).__name__} must implement default_augmentation")
 
     def split_size(self, split: Split) -> int:
-        """Number of samples of ``split``, for [`check_inputs`][].
-
-        The default builds the split (cached by [`base_dataset`][], so ``setup`` does
-        not build it again): right for in-memory data. DataModules whose building is
-        expensive (image decoding) override it with a count that reads no image.
-        """
+        """Number of samples of ``split``, for [`check_inputs`][]: by building it (cached);
+        DataModules whose building is expensive override it with a count."""
         return len(self.base_dataset(split))  # type: ignore[arg-type]
 
     def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
         """Check, before any training, that ``stage`` can get the data it needs.
 
-        Read-only: nothing is written or downloaded, and image folders are listed, not
-        decoded ([`split_size`][]); scans are cached on the instance, so ``setup``
-        (which calls this first) does not repeat them. The CLI
-        calls it before ``trainer.fit``/``test``, so a bad path fails before any output
-        is written. Subclasses extend it (missing folders or files) and call ``super()``.
+        Read-only (nothing written or downloaded, folders listed, not decoded); the CLI
+        calls it before ``trainer.fit``/``test`` and ``setup`` calls it first. Subclasses
+        extend it (missing folders or files) and call ``super()``.
 
         Args:
             stage: ``fit``, ``validate``, ``test``, ``predict`` or ``None`` (all splits).
@@ -213,9 +189,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
     # ---------------------------------------------------------------------- workers
     @property
     def num_workers(self) -> int:
-        """Loader worker processes: the configured ``num_workers``, or with ``None``
-        ``default_workers`` for this pipeline, its
-        files and, once a trainer is attached, its devices per machine."""
+        """The configured ``num_workers``, or ``default_workers`` of this pipeline."""
         return self._auto_workers()[0] if self._num_workers is None else self._num_workers
 
     @property
@@ -231,8 +205,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         return loader_options(self.num_workers, self.pin_memory, persistent, self.prefetch_factor)
 
     def loader_summary(self) -> str:
-        """The training loader's settings for the batch line of ``fit``
-        (``describe_loader``)."""
+        """The training loader's settings for the batch line of ``fit``."""
         rule = "configured" if self._num_workers is not None else self._auto_workers()[1]
         return describe_loader(
             self.num_workers,
@@ -252,8 +225,8 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
 
     @property
     def source_size(self) -> int:
-        """Side of the uint8 images the device augmentation crops from: the evaluation
-        resize (e.g. 256 for 224 crops) or the image size."""
+        """Side of the uint8 images the device views crop from: ``eval_resize`` or
+        ``image_size``."""
         return self.eval_resize or self.image_size
 
     def base_dataset(self, split: Split) -> Dataset:
@@ -285,8 +258,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
             self.test_dataset = TransformedDataset(self.base_dataset("test"), clean)
 
     def capture_views(self, mode: str | None) -> None:
-        """Compile the device views' tensor part (``augment_on: device``; a no-op for CPU
-        views): asked for by a method whose ``step_mode`` captures the step."""
+        """Compile the device views' tensor part (``augment_on: device``; else a no-op)."""
         if self.device_views is not None:
             self.device_views.capture(mode)
 
@@ -303,9 +275,7 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
 
     def transferred_images(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """``(uint8 images [B, C, S, S], labels [B])`` of a transferred training batch
-        (``augment_on: device``), for the device views. Overridden where the loader yields
-        indices of images held on the device
-        ([`HeldOnDeviceDataModule`][ncl_lightning.data.held.HeldOnDeviceDataModule])."""
+        (``augment_on: device``), for the device views."""
         images, labels = batch
         return images, labels
 
@@ -369,10 +339,8 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         return self._loader(self.test_dataset, "test", train=False)
 
     def clean_dataloader(self, split: Split, rank: int = 0, world_size: int = 1) -> DataLoader:
-        """Clean, non-augmented ``(images [B, C, H, W], labels [B])`` of ``split``, in
-        order, no batch dropped, without ``setup`` (expected activation, kNN banks,
-        feature selection, transfer probes). Rank ``rank`` of ``world_size`` gets samples
-        ``rank::world_size``."""
+        """Clean ``(images [B, C, H, W], labels [B])`` of ``split`` in order, no batch
+        dropped, without ``setup``; rank ``rank`` of ``world_size`` gets ``rank::world_size``."""
         clean = self.augmentation.clean(resize=self.eval_resize)
         base = self.base_dataset(split)
         if world_size > 1:
@@ -385,15 +353,9 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
 
     def view_dataloader(self, split: Split, rank: int = 0, world_size: int = 1) -> DataLoader:
         """Augmented ``(views, labels)`` of an evaluation split in batches that mix the
-        classes (SEPIN's pairs and in-batch negatives).
-
-        The split is put in a random order seeded by the data's ``seed`` (the same on every
-        rank) and cut into batches of the configured ``batch_size`` (with ``batch_scope:
-        global`` the whole global batch, whose negatives the gathered training loss sees);
-        rank ``rank`` of ``world_size`` gets batches ``rank::world_size``, so the batches do
-        not depend on the number of ranks. The last incomplete batch is dropped if a full
-        one exists. The order and the views of sample ``i`` depend only on ``(seed, i)``
-        ([`EvalViewSampler`][]): not on the global generator, the workers or a resume.
+        classes (SEPIN's pairs and in-batch negatives), in the order and with the views of
+        [`EvalViewSampler`][] (batches of the configured ``batch_size``: the whole global
+        batch with ``batch_scope: global``).
 
         Args:
             split: ``"val"`` or ``"test"``.

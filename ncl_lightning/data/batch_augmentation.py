@@ -15,18 +15,14 @@ them to a uint8 batch ``[B, C, H, W]`` with a handful of batched tensor ops:
 * blur is one grouped convolution with a per-sample kernel (the identity tap where a
   sample is not blurred).
 
-Parameters are drawn on the CPU (from a seeded ``torch.Generator`` or the global RNG),
-packed into one ``[B, 18]`` tensor and copied to the device once (from pinned memory on a
-GPU, so asynchronously). Nothing after that reads a device value on the host: no
-``nonzero``, ``item`` or subset indexing, so a GPU batch never waits for the host and the
-host only queues about 250 operators per batch, whatever its size. The reference code
-needs NVIDIA DALI for this; plain torch ops run wherever torch runs.
+Parameters are drawn on the CPU ([`ncl_lightning.data.view_params`][]) and copied to the
+device once; nothing after that reads a device value on the host, so a GPU batch never
+waits for the host (about 250 queued operators per batch, whatever its size).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -180,7 +176,8 @@ class BatchAugmentation(nn.Module):
         """
         check_shape("images", images, ("B", self.augmentation.channels, "H", "W"))
         packed = self.draw(images, n_views)
-        return list(self.views_fn(images, packed, n_views).chunk(n_views))
+        views = (self._compiled or self.apply_packed)(images, packed, n_views)
+        return list(views.chunk(n_views))
 
     def draw(self, images: Tensor, n_views: int = 1) -> Tensor:
         """The packed parameters ``[n_views * B, 18]`` of ``n_views`` views of every image
@@ -190,12 +187,7 @@ class BatchAugmentation(nn.Module):
         return params_to(self.sample(n, height, width), images.device)
 
     def apply(self, images: Tensor, params: ViewParams) -> Tensor:
-        """Apply drawn ``params`` to ``images`` ``[B, C, H, W]``; float32 ``[B, C, S, S]``.
-
-        The parameters reach the device in one copy (pinned on a GPU); every op then runs
-        on the whole batch with per-sample factors and masks, so the host only queues
-        work: no host read of a device value, no per-op transfer, no subset indexing.
-        """
+        """Apply drawn ``params`` to ``images`` ``[B, C, H, W]``; float32 ``[B, C, S, S]``."""
         return self.apply_packed(images, params_to(params, images.device))
 
     def apply_packed(self, images: Tensor, packed: Tensor, n_views: int = 1) -> Tensor:
@@ -209,11 +201,6 @@ class BatchAugmentation(nn.Module):
         x = self._geometry(images, packed, n_views)
         x = self._colour(x, packed)
         return x.sub_(self.mean.to(x.device)).div_(self.std.to(x.device))  # x is ours
-
-    @property
-    def views_fn(self) -> Callable[..., Tensor]:
-        """[`apply_packed`][], or its compiled form once [`capture`][] was called."""
-        return self._compiled or self.apply_packed
 
     def capture(self, mode: str | None) -> None:
         """Run [`apply_packed`][] as a ``torch.compile`` graph (``mode``:
@@ -229,10 +216,6 @@ class BatchAugmentation(nn.Module):
     def geometry(self, x: Tensor, params: ViewParams) -> Tensor:
         """Crop, rotate, flip and resize ``[B, C, H, W]`` to ``[B, C, S, S]``."""
         return self._geometry(x, params_to(params, x.device))
-
-    def colour(self, x: Tensor, params: ViewParams) -> Tensor:
-        """Jitter (random order per sample), grayscale, blur and solarise ``[B, C, S, S]``."""
-        return self._colour(x, params_to(params, x.device))
 
     def _geometry(self, images: Tensor, packed: Tensor, n_views: int = 1) -> Tensor:
         """``n_views`` crops of every image of ``images`` ``[B, C, H, W]`` (uint8, or float

@@ -80,12 +80,16 @@ class _CIFARDataModule(HeldOnDeviceDataModule):
             f"extracted files as {self.layout()}"
         )
 
-    def _not_found(self, reason: str) -> DataNotFoundError:
-        return DataNotFoundError(
-            f"data.init_args.root: {self.name} not found in {self.folder} ({reason}): pass "
-            "`--data.init_args.download true` (YAML `download: true`) to download it, or "
-            + self._placement()
-        )
+    def _require_files(self) -> None:
+        missing = self._missing_files()
+        if missing:
+            all_missing = len(missing) == len(self._all_files())
+            reason = "no data files" if all_missing else f"missing {', '.join(missing)}"
+            raise DataNotFoundError(
+                f"data.init_args.root: {self.name} not found in {self.folder} ({reason}): "
+                "pass `--data.init_args.download true` (YAML `download: true`) to download "
+                "it, or " + self._placement()
+            )
 
     def _download_failed(self, err: BaseException) -> DataNotFoundError:
         cause = download_failure_cause(err, self.dataset_cls.url)
@@ -109,11 +113,8 @@ class _CIFARDataModule(HeldOnDeviceDataModule):
             DataNotFoundError: Files missing, no valid archive in ``root`` and
                 ``download`` false; the message says how to get them.
         """
-        missing = self._missing_files()
-        if missing and not self.download and not self._archive_ok():
-            if len(missing) == len(self._all_files()):
-                raise self._not_found("no data files")
-            raise self._not_found(f"missing {', '.join(missing)}")
+        if not self.download and not self._archive_ok():
+            self._require_files()
         super().check_inputs(stage, world_size)
 
     def split_size(self, split: Split) -> int:
@@ -145,11 +146,7 @@ class _CIFARDataModule(HeldOnDeviceDataModule):
             return self.base_dataset("val")
         if self._missing_files():
             self.prepare_data()  # no-op unless an archive is placed or download=True
-        missing = self._missing_files()
-        if len(missing) == len(self._all_files()):
-            raise self._not_found("no data files")
-        if missing:
-            raise self._not_found(f"missing {', '.join(missing)}")
+        self._require_files()
         try:
             data = self.dataset_cls(str(self.root), train=split == "train", download=False)
         except RuntimeError as err:  # torchvision's md5 check
@@ -200,22 +197,8 @@ class CIFAR10DataModule(_CIFARDataModule):
 class CIFAR100DataModule(_CIFARDataModule):
     """CIFAR-100: 50k training / 10k test images, 32x32 RGB, 100 fine classes.
 
-    Args:
-        root: Folder holding (or to receive) ``cifar-100-python``.
-        download: Download the archive if the files are missing (never otherwise).
-        hold_on_device: Hold the uint8 training set (150 MB) on the training device: the
-            loader yields only the drawn indices and labels, in the main process
-            (``num_workers: null`` gives 0), and the images are gathered on the device
-            ([`HeldOnDeviceDataModule`][]); same batches and views as without it. Needs
-            ``augment_on: device``.
-        **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
-            ``num_workers``, ``n_views``, ``augmentation``, ``pin_memory``, ...).
-
-    Raises:
-        DataNotFoundError: At ``check_inputs`` (called by ``setup``) when the files
-            are missing and cannot be obtained; the message names the folder and how to
-            fix it.
-        ConfigError: ``hold_on_device`` without ``augment_on: device``.
+    Arguments and errors as [`CIFAR10DataModule`][], with ``root`` holding (or to receive)
+    ``cifar-100-python``.
     """
 
     dataset_cls = CIFAR100

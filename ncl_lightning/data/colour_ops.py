@@ -58,11 +58,8 @@ _HSV_OFFSETS = (5.0, 3.0, 1.0)
 
 
 def hue_shift(x: Tensor, turns6: Tensor) -> Tensor:
-    """[`adjust_hue`][] with the shift ``turns6`` ``[B, 1, 1, 1]`` in sixths of a turn.
-
-    Works on the three channel planes (no index tensor, no rolled copy of the batch) and
-    in place on its own temporaries: about 8 batch-sized allocations where the
-    ``max``-index-and-``roll`` form needed 12, the same values."""
+    """[`adjust_hue`][] with the shift ``turns6`` ``[B, 1, 1, 1]`` in sixths of a turn, on
+    the three channel planes and in place on its own temporaries."""
     r, g, b = x[:, 0:1], x[:, 1:2], x[:, 2:3]
     maxc = torch.maximum(torch.maximum(r, g), b)  # [B, 1, H, W]
     delta = maxc - torch.minimum(torch.minimum(r, g), b)
@@ -85,11 +82,7 @@ _TINY = torch.finfo(torch.float32).tiny
 
 def adjust_hue(x: Tensor, factor: Tensor) -> Tensor:
     """Rotate the hue by ``factor`` turns in HSV, per sample (``factor`` ``[B]`` in
-    [-0.5, 0.5]), as torchvision's ``adjust_hue``; a one-channel image is returned as is.
-
-    About 20 whole-batch tensor ops, whatever the batch: RGB -> hue, then the closed form
-    of HSV -> RGB on all three channels at once.
-    """
+    [-0.5, 0.5]), as torchvision's ``adjust_hue``; a one-channel image is returned as is."""
     if x.shape[1] == 1:
         return x
     return hue_shift(x, 6.0 * per_sample(factor))

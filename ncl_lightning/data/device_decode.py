@@ -45,32 +45,14 @@ class EncodedBatch(NamedTuple):
     labels: Tensor
 
 
-def read_bytes(path: str) -> Tensor:
-    """The bytes of the JPEG file ``path`` as a uint8 tensor ``[n]``.
+class EncodedFiles(Dataset):
+    """Items ``(bytes, length, label)`` of the JPEG files of ``samples`` (``(path, label)``
+    pairs), batched into an [`EncodedBatch`][]; a key is an index or an ``(index,
+    sample_seed)`` pair (the views are seeded on the device per batch). ``__getitems__``
+    pads the batch's files to one length, so the default collate stacks them.
 
     Raises:
-        CorruptImageError: The file is not a JPEG (nvJPEG decodes JPEG only; the message
-            says to set ``decode_on: cpu`` for other formats).
-    """
-    with open(path, "rb") as f:
-        data = f.read()
-    if not data.startswith(JPEG_MAGIC):
-        raise corrupt_image_error(
-            path, "not a JPEG file, and decode_on: device decodes JPEG only (set decode_on: cpu)"
-        )
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
-
-
-class EncodedFiles(Dataset):
-    """Items ``(bytes, length, label)`` of image files, batched into an [`EncodedBatch`][].
-
-    Takes plain indices or the ``(index, sample_seed)`` keys of
-    [`EpochSampler`][ncl_lightning.data.seeding.EpochSampler] (the seed is not needed: the
-    views are drawn on the device per batch). ``__getitems__`` pads the batch's files to
-    one length, so the loader's default collate stacks them.
-
-    Args:
-        samples: ``(path, label)`` pairs.
+        CorruptImageError: A file is not a JPEG (the message says to set ``decode_on: cpu``).
     """
 
     def __init__(self, samples: Sequence[tuple[str, int]]) -> None:
@@ -81,8 +63,15 @@ class EncodedFiles(Dataset):
 
     def __getitem__(self, key: int | tuple[int, int]) -> EncodedBatch:
         path, label = self.samples[key[0] if isinstance(key, tuple) else key]
-        data = read_bytes(path)
-        return EncodedBatch(data, torch.tensor(len(data)), torch.tensor(label))
+        with open(path, "rb") as f:
+            data = f.read()
+        if not data.startswith(JPEG_MAGIC):  # nvJPEG decodes JPEG only
+            raise corrupt_image_error(
+                path,
+                "not a JPEG file, and decode_on: device decodes JPEG only (set decode_on: cpu)",
+            )
+        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return EncodedBatch(encoded, torch.tensor(len(data)), torch.tensor(label))
 
     def __getitems__(self, keys: list[Any]) -> list[EncodedBatch]:
         items = [self[key] for key in keys]
@@ -123,5 +112,4 @@ __all__ = [
     "EncodedBatch",
     "EncodedFiles",
     "decode_batch",
-    "read_bytes",
 ]

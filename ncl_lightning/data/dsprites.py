@@ -2,22 +2,9 @@
 
 The NCL paper (Wang et al., ICLR 2024, Table 6) evaluates disentanglement on dSprites
 (Matthey et al., 2017); the grid and its renderer live in
-[`ncl_lightning.data.sprite_render`][]. ``DSpritesDataModule`` serves disjoint random
-train / val / test subsets of the grid for contrastive pre-training and disentanglement
-evaluation (MIG, Chen et al., 2018):
-
-* ``train_dataloader``: ``(views, factors)``, ``views`` a list of ``n_views`` float
-  tensors ``[B, 1, 64, 64]`` (independent draws of the view augmentation on the same
-  sprites: [`SpriteAugmentation`][] or SimCLR's views,
-  [`SimCLRSpriteViews`][ncl_lightning.data.SimCLRSpriteViews]), ``factors`` int64
-  ``[B, 5]``; shuffled, last incomplete batch dropped.
-* ``val_dataloader`` / ``test_dataloader``: clean ``(images [B, 1, 64, 64], factors
-  [B, 5])`` in order, no batch dropped.
-
-Randomness follows the one scheme of [`ncl_lightning.data.seeding`][]: the epoch's order
-and every sample's seed come from ``(seed, epoch, sample)`` ([`EpochSampler`][]), a
-batch's views from [`batch_seed`][] of its keys, so runs are the same with any number
-of workers and a run resumed from a mid-epoch checkpoint continues exactly.
+[`ncl_lightning.data.sprite_render`][]. Randomness follows [`ncl_lightning.data.seeding`][]:
+the epoch's order from ``(seed, epoch)``, a batch's views from [`batch_seed`][] of its
+keys, so any number of workers and a mid-epoch resume give the same batches.
 """
 
 from __future__ import annotations
@@ -29,13 +16,12 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 
-from ncl_lightning.data.batch_scope import check_train_batches
 from ncl_lightning.data.loader_defaults import describe_loader, loader_options
 from ncl_lightning.data.seeding import (
     DATA_KEY,
     EvalViewSampler,
+    GeneratedData,
     KeyDataset,
-    ResumableData,
     ResumableLoader,
     batch_seed,
     seeded_generator,
@@ -64,21 +50,10 @@ SpriteViews = SpriteAugmentation | SimCLRSpriteViews
 
 
 class RenderBatch:
-    """``collate_fn``: the keys of a batch -> rendered ``(images, factors)``, or
-    ``(views, factors)`` when an augmentation is given.
-
-    A key is a position in ``grid_indices`` or an ``(position, sample_seed)`` pair
-    ([`EpochSampler`][], [`EvalViewSampler`][]); the views of a batch are drawn
-    from a generator seeded with [`batch_seed`][] of its keys, so they do not depend on
-    the worker that renders them or on a resume.
-
-    Args:
-        grid_indices: Flat grid indices ``[N]`` of the split.
-        augmentation: View augmentation (called as ``augmentation(images, generator)``);
-            ``None`` renders clean images.
-        n_views: Views per sprite.
-        factor_jitter: Steps by which each view moves the factors first (0: none).
-    """
+    """``collate_fn``: the keys of a batch (positions in ``grid_indices`` ``[N]``, or
+    ``(position, sample_seed)`` pairs) -> rendered ``(images, factors)``, or ``n_views``
+    ``(views, factors)`` of ``augmentation(images, generator)`` with a generator seeded
+    by [`batch_seed`][] of the keys; ``factor_jitter``: see [`DSpritesDataModule`][]."""
 
     def __init__(
         self,
@@ -119,7 +94,7 @@ class RenderBatch:
         return moved
 
 
-class DSpritesDataModule(ResumableData, L.LightningDataModule):
+class DSpritesDataModule(GeneratedData, L.LightningDataModule):
     """Procedural dSprites for contrastive pre-training and disentanglement metrics.
 
     ``train_size + val_size + test_size`` distinct grid indices are drawn at construction
@@ -162,6 +137,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
     """
 
     num_classes: int = 0
+    size_key = "train_size"
     in_channels: int = 1
     image_size: int = IMAGE_SIZE
     factor_names: tuple[str, ...] = DSPRITES_FACTOR_NAMES
@@ -228,20 +204,6 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         check_choice("split", split, splits)
         return splits[split]
 
-    def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
-        """Check that every rank gets one training batch (generated data: no files).
-
-        Raises:
-            DataError: ``train_size // world_size < batch_size`` when fitting.
-        """
-        if stage in ("fit", None):
-            hint = " or raise data.init_args.train_size"
-            check_train_batches(self.train_size, world_size, self.batch_size, True, hint)
-
-    def setup(self, stage: str | None = None) -> None:
-        """Check the inputs for ``stage`` (the data is generated: nothing to build)."""
-        self.check_inputs(stage, self.trainer.world_size if self.trainer is not None else 1)
-
     def _loader(
         self, collate: RenderBatch, sampler: Sampler | None = None, train: bool = False
     ) -> DataLoader:
@@ -256,8 +218,7 @@ class DSpritesDataModule(ResumableData, L.LightningDataModule):
         )
 
     def loader_summary(self) -> str:
-        """The training loader's settings, for the batch line a run prints at the start
-        of ``fit`` (``describe_loader``)."""
+        """The training loader's settings for the batch line of ``fit``."""
         pinned = self.pin_memory and torch.cuda.is_available()
         return describe_loader(self.num_workers, "configured", pinned, True, self.prefetch_factor)
 

@@ -24,6 +24,7 @@ from ncl_lightning.data.device_decode import DecodeOn
 from ncl_lightning.data.folder_cache import (
     DecodedCacheMixin,
     ImageListDataset,
+    listing,
     verify_images,
     warn_skipped,
 )
@@ -32,8 +33,6 @@ from ncl_lightning.data.scan import FolderScan, warn_skipped_links
 from ncl_lightning.data.transforms import SimCLRAugmentation, scaled_augmentation
 from ncl_lightning.foundation.errors import DataError, DataNotFoundError
 from ncl_lightning.foundation.validation import check_int
-
-SHOWN = 5  # paths or names listed in a message before "(+N more)"
 
 
 def require_dir(path: Path, what: str, key: str = "data", expected: str = "") -> Path:
@@ -49,31 +48,6 @@ def require_dir(path: Path, what: str, key: str = "data", expected: str = "") ->
         detail = f" (expected {expected})" if expected else ""
         raise DataNotFoundError(f"{key}: {what} folder not found: {path}{detail}")
     return path
-
-
-def list_class_folders(
-    split_dir: Path, key: str = "data", scan: FolderScan | None = None
-) -> list[str]:
-    """Sorted names of the sub-folders (classes) of ``split_dir``; a clear error if none.
-
-    Args:
-        split_dir: The split folder.
-        key: Config key named in the errors.
-        scan: The split's scan (records the class-folder links it will not follow);
-            ``None``: a scan whose only tree is ``split_dir``.
-    """
-    require_dir(split_dir, "split", key, "<class>/<image>")
-    classes = (scan or FolderScan([split_dir])).subfolders(split_dir)
-    if not classes:
-        raise DataNotFoundError(
-            f"{key}: no class folders in {split_dir} (expected <class>/<image>)"
-        )
-    return classes
-
-
-def _listing(names: Sequence[str]) -> str:
-    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
-    return ", ".join(names[:SHOWN]) + more
 
 
 def scan_class_folders(
@@ -113,7 +87,7 @@ def scan_class_folders(
     if missing:
         raise DataNotFoundError(
             f"{key}: {what + ' ' if what else ''}class folder(s) missing under {split_dir}: "
-            f"{_listing(missing)} ({len(missing)} of {len(classes)} classes){hint}"
+            f"{listing(missing)} ({len(missing)} of {len(classes)} classes){hint}"
         )
     scan = scan or FolderScan([split_dir])
     samples: list[tuple[str, int]] = []
@@ -261,11 +235,12 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
                 )
             warn_skipped_links(scan.skipped, split_dir, key)
             return [(path, 0) for path in found]
-        extra = sorted(set(list_class_folders(split_dir, key, scan)) - set(self.classes))
+        require_dir(split_dir, "split", key, "<class>/<image>")
+        extra = sorted(set(scan.subfolders(split_dir)) - set(self.classes))
         if extra:
             raise DataError(
                 f"{key}: {split_dir} has class folder(s) absent from the training folder "
-                f"{self.split_folder('train')}: {_listing(extra)}"
+                f"{self.split_folder('train')}: {listing(extra)}"
             )
         hint = f"; the classes are the sub-folders of {self.split_folder('train')}"
         return scan_class_folders(split_dir, self.classes, key, hint=hint, scan=scan)
@@ -280,6 +255,6 @@ class ImageFolderDataModule(DecodedCacheMixin, MultiViewDataModule):
 
 
 __all__ = [
-    "DecodedCacheMixin", "ImageFolderDataModule", "ImageListDataset", "list_class_folders",
+    "DecodedCacheMixin", "ImageFolderDataModule", "ImageListDataset",
     "require_dir", "scan_class_folders", "verify_images", "warn_skipped",
 ]  # fmt: skip

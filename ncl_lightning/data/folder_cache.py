@@ -28,18 +28,9 @@ SHOWN = 5  # paths listed in a message before "and N more"
 def verify_images(
     samples: Sequence[tuple[str, int]], threads: int | None = None
 ) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
-    """Decode every image once and split off the unreadable ones.
-
-    A full decode (``Image.open(...).convert("RGB")``, what the loader does) of every
-    file, in a thread pool (PIL releases the GIL while decoding).
-
-    Args:
-        samples: ``(path, label)`` pairs.
-        threads: Decoding threads; ``None``: ``min(32, cores + 4)``.
-
-    Returns:
-        ``(readable samples, [(path, reason), ...] of the unreadable ones)``, in order.
-    """
+    """Decode every image of ``samples`` once, as the loader does, in a thread pool of
+    ``threads`` (PIL releases the GIL); ``(readable samples, [(path, reason), ...] of the
+    unreadable ones)``, in order."""
 
     def problem(sample: tuple[str, int]) -> str | None:
         try:
@@ -55,15 +46,19 @@ def verify_images(
     return kept, skipped
 
 
+def listing(names: Sequence[str]) -> str:
+    """The first [`SHOWN`][] of ``names``, then how many more."""
+    more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+    return ", ".join(names[:SHOWN]) + more
+
+
 def warn_skipped(skipped: Sequence[tuple[str, str]], total: int, folder: Path) -> None:
     """One warning (rank zero) for the unreadable images left out of ``folder``."""
-    if not skipped:
-        return
-    shown = ", ".join(f"{path} ({reason})" for path, reason in skipped[:SHOWN])
-    more = f" and {len(skipped) - SHOWN} more" if len(skipped) > SHOWN else ""
-    rank_zero_warn(
-        f"skipped {len(skipped)} unreadable image(s) of {total} in {folder}: {shown}{more}"
-    )
+    if skipped:
+        shown = listing([f"{path} ({reason})" for path, reason in skipped])
+        rank_zero_warn(
+            f"skipped {len(skipped)} unreadable image(s) of {total} in {folder}: {shown}"
+        )
 
 
 class ImageListDataset(Dataset):
@@ -128,10 +123,8 @@ class DecodedCacheMixin:
         self._scans: dict[Path, list[tuple[str, int]]] = {}
 
     def use_decode(self, decode_on: DecodeOn) -> None:
-        """Check and keep ``decode_on``: ``device`` (JPEG decoding on the training GPU,
-        [`ncl_lightning.data.device_decode`][]) needs ``augment_on: device`` and
-        ``cache: none`` (a cache holds decoded images); the CUDA device is checked by
-        [`check_inputs`][], once the trainer is known.
+        """Check and keep ``decode_on``: ``device`` needs ``augment_on: device`` and
+        ``cache: none``; the CUDA device is checked by [`check_inputs`][].
 
         Raises:
             ConfigError: A ``decode_on`` other than ``cpu`` or ``device``, or ``device``
@@ -155,18 +148,13 @@ class DecodedCacheMixin:
 
     @property
     def reads_files(self) -> bool:
-        """With ``cache: none`` and ``decode_on: cpu`` the loader workers decode an image
-        file per item, which sizes the automatic workers of ``augment_on: device``
-        ([`default_workers`][ncl_lightning.data.loader_defaults.default_workers]); with
-        ``decode_on: device`` they only read the files' bytes."""
+        """With ``cache: none`` and ``decode_on: cpu`` the workers decode a file per item."""
         return getattr(self, "cache", "none") == "none" and self.decode_on == "cpu"
 
     def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
-        """The base checks (folders listed, batch size), then what ``setup`` or the first
-        batch would find only once the run has started, so that it fails before anything
-        is written: a disk ``cache_dir`` that cannot be a writable folder, and (without
-        ``skip_corrupt``) the first image of every class folder of the splits ``stage``
-        needs, decoded (a folder of files that are no images fails here).
+        """The base checks, then a disk ``cache_dir`` that cannot be a writable folder and
+        (without ``skip_corrupt``) the first image of every class folder of the splits
+        ``stage`` needs, decoded: fails before anything is written.
 
         Raises:
             ConfigError: ``cache_dir`` is a file or cannot be created (names the key).

@@ -1,16 +1,10 @@
 """The uint8 training split held on the training device (``hold_on_device: true``).
 
-Small image sets (CIFAR: 150 MB of uint8 for 50,000 images; the digits) fit on any
-accelerator many times over. Held there as one tensor, the training loader no longer
-copies images at all: it yields the drawn indices and their labels, and the transfer hook
-gathers the images on the device (``index_select``: no host read, no worker process)
-before the device views ([`DeviceViews`][ncl_lightning.data.views.DeviceViews]) are made.
-
-The indices come from the same [`EpochSampler`][ncl_lightning.data.seeding.EpochSampler]
-as the ordinary loader, with the same batch size and ``drop_last``, and the device views
-are seeded per batch as before: the same seed gives the same batches and views as
-``hold_on_device: false``, a mid-epoch resume goes on with the same next batch, and DDP
-shards the indices as it shards the images.
+Small image sets (CIFAR: 150 MB of uint8) fit on any accelerator: held there as one
+tensor, the training loader yields only the drawn indices and labels, and the transfer
+hook gathers the images on the device. The indices come from the same
+[`EpochSampler`][ncl_lightning.data.seeding.EpochSampler] and the device views are seeded
+per batch as before: same batches and views as ``hold_on_device: false``, exact resume.
 """
 
 from __future__ import annotations
@@ -29,12 +23,9 @@ HELD_RULE = "images held on the device"
 
 
 class HeldIndices(Dataset):
-    """``(index, label)`` items of a split whose images are held elsewhere.
-
-    Takes a plain index or the ``(index, sample_seed)`` keys of
-    [`EpochSampler`][ncl_lightning.data.seeding.EpochSampler] (whose seed it ignores: the
-    device views are seeded per batch). Collated, a batch is ``(indices [B], labels [B])``,
-    both int64.
+    """``(index, label)`` items of a split whose images are held elsewhere; a key is an
+    index or an ``(index, sample_seed)`` pair (the device views are seeded per batch).
+    Collated, a batch is ``(indices [B], labels [B])``, both int64.
 
     Args:
         labels: Integer tensor ``[N]``, the labels of the held images.
@@ -56,25 +47,16 @@ class HeldIndices(Dataset):
 
 
 def held_split(dataset: Dataset, size: int, name: str) -> tuple[Tensor, Tensor]:
-    """The images and labels of an in-memory training split, for holding on the device.
-
-    Args:
-        dataset: The untransformed training split: a [`TensorImageDataset`][] (a
-            ``DecodedImages`` without its skipped rows).
-        size: Side ``S`` the device views crop from (``source_size``).
-        name: The DataModule's class name, for the error.
-
-    Returns:
-        uint8 images ``[N, C, S, S]`` (the dataset's own tensor when nothing is skipped)
-        and int64 labels ``[N]``, row ``i`` being item ``i`` of ``dataset``.
+    """The uint8 images ``[N, C, size, size]`` and int64 labels ``[N]`` of the in-memory
+    training split ``dataset`` (rows of skipped files left out), for holding on the device.
 
     Raises:
-        DataError: The split is not one uint8 tensor of side ``size``.
+        DataError: The split is not a [`TensorImageDataset`][] of uint8 images of side
+            ``size`` (the message names the DataModule ``name``).
     """
     images = getattr(dataset, "images", None)
     if (
         not isinstance(dataset, TensorImageDataset)
-        or images is None
         or images.dtype != torch.uint8
         or tuple(images.shape[-2:]) != (size, size)
     ):
@@ -83,9 +65,7 @@ def held_split(dataset: Dataset, size: int, name: str) -> tuple[Tensor, Tensor]:
             f"tensor [N, C, {size}, {size}] in memory; set hold_on_device: false"
         )
     keep = getattr(dataset, "keep", None)  # DecodedImages: rows of unreadable files left out
-    if keep is None:
-        return images, dataset.labels
-    return images[keep], dataset.labels[keep]
+    return (images, dataset.labels) if keep is None else (images[keep], dataset.labels[keep])
 
 
 class HeldOnDeviceDataModule(MultiViewDataModule):

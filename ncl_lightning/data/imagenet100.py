@@ -57,33 +57,34 @@ def load_imagenet100_classes(class_list: str | None = None) -> list[str]:
     return sorted(wnids)
 
 
+def class_list_hint(class_list: str | None, count: int) -> str:
+    """The missing-class error's pointer to where the ``count`` classes are listed."""
+    source = (
+        SHIPPED_CLASS_LIST if class_list is None else f"{class_list} (data.init_args.class_list)"
+    )
+    return f"; the {count} classes are listed in {source}"
+
+
 class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
     """ImageNet-100 at 224 px with the SimCLR ImageNet augmentation.
 
     Labels are the positions of the WNIDs in sorted order. ImageNet has no labelled
     test split, so the test split is the validation folder (logged at ``setup``). The
     validation folder must be sorted into ``<wnid>/`` sub-folders, like the training one.
-    Evaluation: resize the shorter side to 256, center-crop 224.
+    Evaluation: resize the shorter side to 256, center-crop 224. ``cache``,
+    ``skip_corrupt`` and ``decode_on`` work as in
+    [`ImageFolderDataModule`][ncl_lightning.data.ImageFolderDataModule].
 
     Args:
         root: ImageNet root holding ``train_dir`` and ``val_dir`` (1000 or 100 classes).
         class_list: File of WNIDs to use instead of the shipped ImageNet-100 list.
         train_dir: Training folder, relative to ``root``.
         val_dir: Validation folder, relative to ``root``.
-        cache: Decoded-once cache, ``none``, ``memory`` or ``disk``, stored at 256 px
-            (as [`ImageFolderDataModule`][ncl_lightning.data.ImageFolderDataModule]'s ``cache``).
+        cache: Decoded-once cache, ``none``, ``memory`` or ``disk``, stored at 256 px.
         cache_dir: Folder of the ``disk`` cache.
-        skip_corrupt: Leave out the images that cannot be decoded (one warning per split
-            naming them; listed in ``skipped_images``) instead of failing with
-            [`CorruptImageError`][ncl_lightning.foundation.errors.CorruptImageError]. Cost: with
-            ``cache: none``, ``setup`` decodes every image of the splits it builds once more (a
-            thread pool; minutes for the 126k ImageNet-100 training images); with a cache, the
-            check is the cache's decode pass (free).
-        decode_on: Where the training JPEGs are decoded with ``cache: none``: ``cpu``
-            (PIL, in the loader workers) or ``device`` (nvJPEG on the training GPU, the
-            workers only read the files: ``ncl_lightning.data.device_decode``; needs
-            ``augment_on: device``, a CUDA trainer and JPEG files). Evaluation images are
-            decoded on the CPU either way.
+        skip_corrupt: Leave out the images that cannot be decoded (with ``cache: none``,
+            ``setup`` decodes every image once more: minutes for the 126k training images).
+        decode_on: ``cpu`` or ``device`` (nvJPEG; needs ``augment_on: device``).
         **kwargs: Loader and view options of [`MultiViewDataModule`][] (``batch_size``,
             ``num_workers``, ``n_views``, ``augmentation``, ``augment_on``, ...).
 
@@ -139,12 +140,7 @@ class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):
         split_dir = require_dir(
             self.split_folder(split), f"ImageNet-100 {name}", key, "<wnid>/<image>"
         )
-        source = (
-            f"{self.class_list} (data.init_args.class_list)"
-            if self.class_list is not None
-            else SHIPPED_CLASS_LIST
-        )
-        hint = f"; the {len(self.classes)} classes are listed in {source}"
+        hint = class_list_hint(self.class_list, len(self.classes))
         folders = [self.root / d for d in self.split_dirs.values()]
         scan = FolderScan([self.root, *folders])
         return scan_class_folders(split_dir, self.classes, key, "ImageNet-100", hint, scan)

@@ -58,19 +58,13 @@ def default_workers(
 ) -> int:
     """Loader workers of each training process when ``num_workers`` is ``None``.
 
-    ``augment_on: cpu``: every CPU this process may run on ([`available_cpus`][])
-    shared among the training processes of the machine ([`local_processes`][]), less
-    one for the training process itself, at least 1: 16 CPUs and one GPU give 15
-    workers, 16 CPUs and 2 GPUs 7 each. No fixed cap: the workers make the views, and
-    at the former cap of 8 they were the bottleneck of a 16-core GPU machine (66 ms per
-    batch of 256 two-view CIFAR images). ``augment_on: device``: at most
-    ``DEVICE_AUGMENT_WORKERS`` (2), since the workers only index and copy uint8 images
-    or read encoded files (``decode_on: device``); when they decode an image file per
-    item (``reads_files``: an image folder with ``cache: none`` decoded on the CPU), half
-    of the ``cpu`` count, at least 1 (7 of 16 CPUs): a decode and resize to the 256-px
-    source is ~3 ms of a 500x375 JPEG, against ~10-60 ms for the CPU views, and the
-    training process keeps the other cores for its own host work (with 15 decoding
-    workers it was starved of CPU).
+    ``augment_on: cpu``: the CPUs this process may run on ([`available_cpus`][]) shared
+    among the machine's training processes ([`local_processes`][]), less one for the
+    training process, at least 1 (16 CPUs and one GPU: 15; the workers make the views).
+    ``augment_on: device``: at most ``DEVICE_AUGMENT_WORKERS`` (2), the workers only index
+    uint8 images or read encoded files; when they decode an image file per item
+    (``reads_files``) half of the ``cpu`` count, at least 1, leaving the training process
+    cores for its own host work.
 
     Args:
         augment_on: Where the training views are made.
@@ -112,11 +106,8 @@ def loader_options(
 ) -> dict[str, Any]:
     """``DataLoader`` keyword arguments for ``workers`` processes: memory pinned only where
     CUDA is, persistent workers and ``prefetch_factor`` only with workers (torch refuses a
-    prefetch factor without them).
-
-    Denormals are not flushed to zero in the workers: that would make a worker's views
-    differ from the main process' (``num_workers`` must not change a batch); the
-    package's blurs have no denormal taps instead (``data.colour_ops.TAP_FLOOR``)."""
+    prefetch factor without them). Denormals are not flushed in the workers: a worker's
+    views must equal the main process' (the blurs have no denormal taps instead)."""
     return {
         "num_workers": workers,
         "pin_memory": pin_memory and torch.cuda.is_available(),

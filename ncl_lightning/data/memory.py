@@ -1,14 +1,11 @@
 """In-memory uint8 image datasets and the decoded-once cache of image folders.
 
-Small datasets (CIFAR, the digits) are held as one uint8 tensor ``[N, C, H, W]``: a
-quarter of the float32 memory, shared by fork with the loader workers, and exactly what
-the batched device augmentation (``
-BatchAugmentation``) wants. Image folders can be decoded once into the same form
-([`decode_images`][]), in memory or in a memory-mapped ``.npy`` file that later runs
-(and the other DDP ranks of a node) reuse, so JPEG decoding leaves the training loop.
-The file is written by [`ncl_lightning.foundation.disk.atomic_write`][]: a full disk is
-one [`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] before the decoding starts,
-never a SIGBUS or a half-written cache.
+Small datasets (CIFAR, the digits) are held as one uint8 tensor ``[N, C, H, W]``, the form
+the device augmentation takes; image folders can be decoded once into the same form
+([`decode_images`][]), in memory or in a memory-mapped ``.npy`` file that later runs and
+the other ranks reuse, written by [`ncl_lightning.foundation.disk.atomic_write`][] (a full
+disk is one [`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] before the
+decoding starts, never a SIGBUS or a half-written cache).
 """
 
 from __future__ import annotations
@@ -274,6 +271,7 @@ def decode_images(
         DiskFullError: The ``disk`` cache does not fit (checked before decoding; the
             message names the file, the space it needs and the space free).
     """
+    check_cache(mode, cache_dir, ("memory", "disk"))
     labels = torch.tensor([label for _, label in samples], dtype=torch.long)
     shape = (len(samples), 3, size, size)
     if mode == "memory":
@@ -284,12 +282,7 @@ def decode_images(
 
         skipped = _decode_into(put, dataset, size, num_workers, samples, skip_corrupt)
         return DecodedImages(images, labels, skipped)
-    check_choice("cache", mode, ("memory", "disk"))
-    if cache_dir is None:
-        raise ConfigError(
-            "cache='disk' needs cache_dir (a folder for the decoded images)", key="cache_dir"
-        )
-    folder = Path(cache_dir).expanduser()
+    folder = Path(cache_dir).expanduser()  # type: ignore[arg-type]
     path = folder / f"{_cache_key(samples, size)}.npy"
     record = path.with_suffix(".skipped.json")  # files left out when the cache was written
     if not path.is_file():
@@ -308,9 +301,12 @@ def decode_images(
         return DecodedImages(torch.from_numpy(images), labels, skipped)  # type: ignore[arg-type]
 
 
-def check_cache(mode: str, cache_dir: str | None) -> None:
-    """Raise [`ConfigError`][] for an unknown cache mode or ``disk`` without ``cache_dir``."""
-    check_choice("cache", mode, get_args(CacheMode))
+def check_cache(
+    mode: str, cache_dir: str | Path | None, modes: tuple[str, ...] = get_args(CacheMode)
+) -> None:
+    """Raise [`ConfigError`][] for a cache mode not in ``modes`` or ``disk`` without
+    ``cache_dir``."""
+    check_choice("cache", mode, modes)
     if mode == "disk" and not cache_dir:
         raise ConfigError(
             "data.init_args.cache_dir: cache='disk' needs cache_dir (a folder for the "

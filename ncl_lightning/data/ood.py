@@ -28,7 +28,7 @@ from ncl_lightning.data.folder import (
     verify_images,
     warn_skipped,
 )
-from ncl_lightning.data.imagenet100 import SHIPPED_CLASS_LIST, load_imagenet100_classes
+from ncl_lightning.data.imagenet100 import class_list_hint, load_imagenet100_classes
 from ncl_lightning.data.scan import FolderScan
 from ncl_lightning.data.seeding import TransformedDataset
 from ncl_lightning.data.transforms import SimCLRAugmentation, imagenet_augmentation
@@ -162,18 +162,24 @@ class ImageNetOODDataModule(MultiViewDataModule):
         self.skipped_images: dict[str, list[tuple[str, str]]] = {}
         # name -> (folder holding the <wnid> folders, what to call it, resize)
         self._sets: dict[str, tuple[Path, str, int]] = {}
-        roots = (stylized_root, sketch_root, imagenet_c_root)
-        self._roots = [_path(r) for r in roots if r is not None]  # no link may lead into
-        if stylized_root is not None:
-            self._sets["stylized"] = (_path(stylized_root), "Stylized-ImageNet", self.eval_resize)
-        if sketch_root is not None:
-            self._sets["sketch"] = (_path(sketch_root), "ImageNet-Sketch", self.eval_resize)
-        if imagenet_c_root is not None:
-            root = _path(imagenet_c_root)
+        stylized, sketch, corrupted = (
+            None if r is None else Path(r).expanduser()
+            for r in (stylized_root, sketch_root, imagenet_c_root)
+        )
+        self._roots = [r for r in (stylized, sketch, corrupted) if r is not None]  # no link in
+        if stylized is not None:
+            self._sets["stylized"] = (stylized, "Stylized-ImageNet", self.eval_resize)
+        if sketch is not None:
+            self._sets["sketch"] = (sketch, "ImageNet-Sketch", self.eval_resize)
+        if corrupted is not None:
             for c in self.corruptions:
                 for s in self.severities:
                     what = f"ImageNet-C {c} severity {s}"
-                    self._sets[f"imagenet_c/{c}/{s}"] = (root / c / str(s), what, self.image_size)
+                    self._sets[f"imagenet_c/{c}/{s}"] = (
+                        corrupted / c / str(s),
+                        what,
+                        self.image_size,
+                    )
         self.test_names: list[str] = list(self._sets)
         self.test_datasets: list[Dataset] | None = None
         self._scans: dict[str, list[tuple[str, int]]] = {}
@@ -210,12 +216,7 @@ class ImageNetOODDataModule(MultiViewDataModule):
         else:
             key = f"data.init_args.{name}_root"
             require_dir(folder, what, key, "<wnid>/<image>")
-        source = (
-            f"{self.class_list} (data.init_args.class_list)"
-            if self.class_list is not None
-            else SHIPPED_CLASS_LIST
-        )
-        hint = f"; the {len(self.classes)} classes are listed in {source}"
+        hint = class_list_hint(self.class_list, len(self.classes))
         scan = FolderScan(self._roots)
         self._scans[name] = scan_class_folders(folder, self.classes, key, what, hint, scan)
         return self._scans[name]
@@ -275,10 +276,6 @@ class ImageNetOODDataModule(MultiViewDataModule):
 
     def val_dataloader(self) -> DataLoader:
         raise _test_only("validate")
-
-
-def _path(root: str) -> Path:
-    return Path(root).expanduser()
 
 
 def _test_only(stage: str | None) -> ConfigError:

@@ -1,27 +1,13 @@
 """Randomness of the training data as a pure function of (seed, epoch, sample).
 
 A resumed run must see exactly the batches and views the uninterrupted run would have
-seen. Loader workers, persistent or not, and Lightning's order of hooks (the first
-iterator of a process is made before ``on_train_epoch_start``) make any scheme that
-re-seeds a global generator fragile, so nothing here reads a global RNG:
-
-* [`EpochSampler`][] draws the epoch's permutation from ``(seed, epoch)``, shards it
-  over ranks like ``DistributedSampler`` (which it subclasses, so Lightning keeps it
-  under DDP) and yields ``(index, sample_seed)`` keys with
-  ``sample_seed = mix_seed(seed, epoch, index)``;
-* [`SeededTransformDataset`][] applies its random transform with the CPU generator
-  set to the key's seed (restored afterwards, so the training process' own stream is
-  untouched when loading in the main process).
-
-The views of a sample then depend only on the seed, the epoch and the sample: the same
-with 0 or 8 workers, persistent or not, and after a resume.
-
-Vectorised data (dSprites, sparse coding) is built a whole batch at a time: a
-[`KeyDataset`][] hands the batch's keys to the ``collate_fn``, which draws the
-batch's randomness from [`batch_seed`][] of those keys. Data drawn once at
-construction (splits, dictionaries, samples) uses ``seeded_generator(seed, DATA_KEY,
-stream)``. Every DataModule's training data is thus a function of (seed, epoch, sample)
-and resumes exactly ([`ResumableData`][]).
+seen, with any number of workers, persistent or not. Re-seeding a global generator is
+fragile under Lightning's order of hooks, so nothing here reads a global RNG:
+[`EpochSampler`][] yields ``(index, sample_seed)`` keys drawn from ``(seed, epoch)``,
+[`SeededTransformDataset`][] applies its transform under the key's seed, and vectorised
+data (dSprites, sparse coding) draws a batch's randomness from [`batch_seed`][] of its
+keys ([`KeyDataset`][]). Data drawn once at construction uses ``seeded_generator(seed,
+DATA_KEY, stream)``. [`ResumableData`][] keeps the position in checkpoints.
 """
 
 from __future__ import annotations
@@ -34,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-from ncl_lightning.data.batch_scope import ScopedBatch
+from ncl_lightning.data.batch_scope import ScopedBatch, check_train_batches
 from ncl_lightning.foundation.internals import (
     batches_fetched_total,
     batches_processed,
@@ -73,13 +59,7 @@ def mix_seed(*values: int) -> int:
 
 def mix_seeds(prefix: tuple[int, ...], last: list[int]) -> list[int]:
     """``[mix_seed(*prefix, v) for v in last]``, vectorised (numpy's uint64 arithmetic
-    wraps modulo 2**64 as the mask does): the per-sample keys of an epoch without one
-    Python call per sample.
-
-    Args:
-        prefix: The leading values, e.g. ``(seed, epoch)``.
-        last: The last value of each key, e.g. the dataset indices.
-    """
+    wraps modulo 2**64 as the mask does): an epoch's keys without a Python call each."""
     state = np.uint64(_mixed_state(prefix))
     values = np.asarray([int(v) & _MASK for v in last], dtype=np.uint64)
     mixed = (state ^ values) * np.uint64(0xBF58476D1CE4E5B9)
@@ -271,6 +251,28 @@ class ResumableData(ScopedBatch):
         )
 
 
+class GeneratedData(ResumableData):
+    """[`ResumableData`][] of a DataModule whose data is generated in memory (no files):
+    ``setup`` only runs [`check_inputs`][]. ``size_key`` names the attribute (and config
+    key) of the training split's size."""
+
+    size_key: str
+
+    def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
+        """Check that every rank gets one training batch when fitting.
+
+        Raises:
+            DataError: Fewer training samples per rank than ``batch_size``.
+        """
+        if stage in ("fit", None):
+            size, hint = getattr(self, self.size_key), f" or raise data.init_args.{self.size_key}"
+            check_train_batches(size, world_size, self.batch_size, True, hint)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Check the inputs for ``stage`` (the data is generated: nothing to build)."""
+        self.check_inputs(stage, self.trainer.world_size if self.trainer is not None else 1)
+
+
 class ResumableLoader(DataLoader):
     """The training ``DataLoader`` of a [`ResumableData`][] DataModule.
 
@@ -359,6 +361,7 @@ __all__ = [
     "EVAL_KEY",
     "EpochSampler",
     "EvalViewSampler",
+    "GeneratedData",
     "KeyDataset",
     "ResumableData",
     "ResumableLoader",

@@ -1,26 +1,10 @@
 """Synthetic sparse-coding data with random-masking views (Pokle et al., AISTATS 2022).
 
 Pokle, Tian, Li, Risteski, "Contrasting the landscape of contrastive and non-contrastive
-learning", AISTATS 2022: inputs follow the sparse coding model ``x = M z + ε`` with a
-column-orthonormal dictionary ``M`` ``[p, d]``, a sparse latent ``z ∈ R^d`` and Gaussian
-noise ``ε ~ N(0, σ² I_p)`` (``σ² = log(d) / d`` by default). The two views of ``x`` are
-random masks of its coordinates:
-
-* ``"independent"``: ``v_1 = D_1 x``, ``v_2 = D_2 x`` with independent diagonal
-  ``D_i`` whose entries are Bernoulli(``α``);
-* ``"dependent"``: ``v_1 = 2 D x``, ``v_2 = 2 (I - D) x`` with one Bernoulli(``α``) mask
-  ``D`` (complementary views; the factor 2 makes them unbiased at the paper's ``α = 1/2``).
-
-Batches of ``SparseCodingDataModule``:
-    * ``train_dataloader``: ``(views, z)``, ``views`` a list ``[v_1, v_2]`` of float
-      tensors ``[B, p]`` (masks drawn afresh for every batch, reproducibly), ``z`` the
-      latents ``[B, d]``; shuffled, last incomplete batch dropped.
-    * ``val_dataloader``: clean ``(x [B, p], z [B, d])`` in order, no batch dropped.
-
-Randomness follows the one scheme of [`ncl_lightning.data.seeding`][]: the dictionary and
-the samples come from ``seeded_generator(seed, DATA_KEY, stream)``, the epoch's order from
-``(seed, epoch)`` ([`EpochSampler`][]) and a batch's masks from [`batch_seed`][] of
-its keys, so a run resumed from a mid-epoch checkpoint continues exactly.
+learning", AISTATS 2022: inputs ``x = M z + ε`` ([`SparseCodingModel`][]) whose two views
+are random masks of their coordinates ([`mask_views`][]). The dictionary and samples
+come from ``seeded_generator(seed, DATA_KEY, stream)``, a batch's masks from
+[`batch_seed`][] of its keys ([`ncl_lightning.data.seeding`][]): exact resume.
 """
 
 from __future__ import annotations
@@ -35,11 +19,10 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from ncl_lightning.data.batch_scope import check_train_batches
 from ncl_lightning.data.seeding import (
     DATA_KEY,
+    GeneratedData,
     KeyDataset,
-    ResumableData,
     ResumableLoader,
     batch_seed,
     seeded_generator,
@@ -58,11 +41,6 @@ ViewScheme = Literal["independent", "dependent"]
 
 # Data drawn at construction: seeded_generator(seed, DATA_KEY, stream).
 _DICTIONARY_STREAM, _TRAIN_STREAM, _VAL_STREAM = 0, 1, 2
-
-
-def default_noise_var(d: int) -> float:
-    """The paper's default noise variance ``σ² = log(d) / d`` (0 for ``d = 1``)."""
-    return math.log(d) / d
 
 
 def random_dictionary(p: int, d: int, generator: torch.Generator | None = None) -> Tensor:
@@ -94,8 +72,9 @@ def mask_views(
     """Two random-masking views of ``x`` (Pokle et al., 2022).
 
     ``"independent"``: ``(D_1 x, D_2 x)`` with independent Bernoulli(``alpha``) diagonal
-    masks; ``"dependent"``: ``(2 D x, 2 (I - D) x)`` with one Bernoulli(``alpha``) mask.
-    Every row (sample) gets its own masks.
+    masks; ``"dependent"``: ``(2 D x, 2 (I - D) x)`` with one Bernoulli(``alpha``) mask
+    (complementary views, unbiased at the paper's ``alpha = 1/2``). Every row (sample)
+    gets its own masks.
 
     Args:
         x: Inputs ``[..., p]``.
@@ -179,7 +158,7 @@ class SparseCodingModel:
     @property
     def sigma2(self) -> float:
         """The noise variance in use (``noise_var`` or ``log(d) / d``)."""
-        return default_noise_var(self.d) if self.noise_var is None else self.noise_var
+        return math.log(self.d) / self.d if self.noise_var is None else self.noise_var
 
     @property
     def count(self) -> int:
@@ -217,17 +196,9 @@ class SparseCodingModel:
 
 
 class MaskBatch:
-    """``collate_fn``: the ``(index, sample_seed)`` keys of a batch -> ``([v_1, v_2], z)``.
-
-    The masks are drawn from a generator seeded with [`batch_seed`][] of the keys: a
-    function of the run's seed, the epoch and the batch's samples.
-
-    Args:
-        inputs: Samples ``x`` ``[n, p]``.
-        latents: Their latents ``z`` ``[n, d]``.
-        alpha: Probability that a coordinate survives a mask.
-        views: ``"independent"`` or ``"dependent"`` ([`mask_views`][]).
-    """
+    """``collate_fn``: the ``(index, sample_seed)`` keys of a batch -> ``([v_1, v_2], z)``
+    of ``inputs`` ``[n, p]`` and ``latents`` ``[n, d]``, masked by [`mask_views`][] with a
+    generator seeded by [`batch_seed`][] of the keys."""
 
     def __init__(self, inputs: Tensor, latents: Tensor, alpha: float, views: ViewScheme) -> None:
         self.inputs, self.latents, self.alpha, self.views = inputs, latents, alpha, views
@@ -251,7 +222,7 @@ class CleanBatch:
         return self.inputs.index_select(0, index), self.latents.index_select(0, index)
 
 
-class SparseCodingDataModule(ResumableData, L.LightningDataModule):
+class SparseCodingDataModule(GeneratedData, L.LightningDataModule):
     """Sparse-coding vectors with random-masking views (Pokle et al., AISTATS 2022).
 
     The dictionary and the training / validation samples are fixed at construction
@@ -291,6 +262,7 @@ class SparseCodingDataModule(ResumableData, L.LightningDataModule):
     """
 
     num_classes: int = 0
+    size_key = "n"
     n_views: int = 2
 
     def __init__(
@@ -331,20 +303,6 @@ class SparseCodingDataModule(ResumableData, L.LightningDataModule):
         self.val_inputs, self.val_latents = self.model.sample(
             val_n, seeded_generator(seed, DATA_KEY, _VAL_STREAM)
         )
-
-    def check_inputs(self, stage: str | None = None, world_size: int = 1) -> None:
-        """Check that every rank gets one training batch (generated data: no files).
-
-        Raises:
-            DataError: ``n // world_size < batch_size`` when fitting.
-        """
-        if stage in ("fit", None):
-            hint = " or raise data.init_args.n"
-            check_train_batches(self.n, world_size, self.batch_size, True, hint)
-
-    def setup(self, stage: str | None = None) -> None:
-        """Check the inputs for ``stage`` (the data is generated at construction)."""
-        self.check_inputs(stage, self.trainer.world_size if self.trainer is not None else 1)
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled ``([v_1, v_2], z)``: views ``[B, p]``, latents ``[B, d]``."""

@@ -1,17 +1,10 @@
 """Sparse latents ``z ∈ {-1, 0, 1}^d`` (or ``{0, 1}^d``) of the sparse-coding model.
 
 Two laws of the support, both used by [`ncl_lightning.data.SparseCodingModel`][]:
-
-* ``"bernoulli"``: every entry is non-zero independently with probability ``β``,
-  conditioned on at least one non-zero entry ([`bernoulli_latents`][]);
-* ``"fixed_count"``: exactly ``k`` non-zero entries per sample at uniformly random
-  positions ([`fixed_count_latents`][]). This is the generator of Pokle et al.'s code
-  (``ashwinipokle/contrastive_landscape``, ``data_model/gen_sparse_coding_data.py``,
-  ``gen_z``): with ``β = nonzero_prob`` it uses ``k = max(⌈dβ⌉, ⌈dβ/2⌉ + 1)`` non-zeros,
-  of which ``⌈dβ/2⌉ = ⌈k/2⌉`` are ``-1`` and the other ``⌊k/2⌋`` are ``+1``, the
-  positions a uniform random permutation. At ``d = 10`` that is ``k = 2`` (one ``-1``,
-  one ``+1``) for ``β = 0.1`` and ``0.2`` and ``k = 3`` (two ``-1``, one ``+1``) for
-  ``β = 0.3`` ([`paper_nonzero_count`][]).
+``"bernoulli"`` ([`bernoulli_latents`][]) and ``"fixed_count"``, the generator of Pokle et
+al.'s code (``ashwinipokle/contrastive_landscape``,
+``data_model/gen_sparse_coding_data.py``, ``gen_z``): [`fixed_count_latents`][] with
+[`paper_nonzero_count`][] non-zeros.
 """
 
 from __future__ import annotations

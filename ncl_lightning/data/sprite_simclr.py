@@ -2,19 +2,10 @@
 
 The NCL paper (Wang et al., ICLR 2024, App. F.1, Table 6) trains CL and NCL on dSprites
 "following the settings of Abdi et al. (2019)", that is with SimCLR's augmentations
-(Chen et al., 2020): random resized crops, horizontal flips, colour jitter and Gaussian
-blur. Unlike [`SpriteAugmentation`][ncl_lightning.data.SpriteAugmentation], these views
-*change* ground-truth factors (a crop moves and rescales the sprite, a flip mirrors
-position and orientation), so the two views of a pair share the sprite's identity but not
-its factor values, and instance discrimination has to single out what survives.
-
-[`sprite_simclr_augmentation`][] gives the recipe for one-channel 64x64 sprites (SimCLR's
-colour strength 0.8 on the two operations that mean something on a grey image,
-brightness and contrast; saturation, hue and grayscale are left out). [`SimCLRSpriteViews`][]
-applies any one-channel [`SimCLRAugmentation`][ncl_lightning.data.SimCLRAugmentation] to a
-batch of rendered sprites with the batched, seeded pipeline of
-[`BatchAugmentation`][ncl_lightning.data.BatchAugmentation], so a batch's views depend only
-on the generator the data module seeds from the batch's keys.
+(Chen et al., 2020). Unlike [`SpriteAugmentation`][ncl_lightning.data.SpriteAugmentation],
+these views *change* ground-truth factors (a crop moves and rescales the sprite, a flip
+mirrors position and orientation), so the two views of a pair share the sprite's
+identity but not its factor values.
 """
 
 from __future__ import annotations
@@ -30,19 +21,13 @@ from ncl_lightning.data.view_params import sample_view_params
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.validation import check_shape
 
-# Chen et al. (2020), App. A: colour jitter strength s = 1 gives 0.8 brightness/contrast.
+# Chen et al. (2020), App. A, on one channel: SimCLRAugmentation's defaults (crop, flip,
+# colour strength 0.8 with p=0.8, blur p=0.5 with σ ~ U(0.1, 2)) without the colour-only
+# operations and without normalisation.
 _SPRITE_SIMCLR: dict[str, Any] = {
-    "crop_scale": (0.08, 1.0),
-    "crop_ratio": (3.0 / 4.0, 4.0 / 3.0),
-    "brightness": 0.8,
-    "contrast": 0.8,
     "saturation": 0.0,
     "hue": 0.0,
-    "jitter_p": 0.8,
     "grayscale_p": 0.0,
-    "blur_p": 0.5,
-    "blur_sigma": (0.1, 2.0),
-    "flip_p": 0.5,
     "solarize_p": 0.0,
     "mean": (0.0,),
     "std": (1.0,),

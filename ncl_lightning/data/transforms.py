@@ -72,13 +72,7 @@ class SeparableGaussianBlur(v2.GaussianBlur):
     costs ~70 ms per blurred view (denormal tail taps) against ~2-4 ms here. Other inputs
     (PIL, integer tensors) go to torchvision's kernel.
 
-    Args:
-        kernel_size: Odd kernel side.
-        sigma: ``(min, max)`` of the uniform σ draw, in pixels.
     """
-
-    def __init__(self, kernel_size: int, sigma: tuple[float, float]) -> None:
-        super().__init__(kernel_size, sigma=sigma)
 
     def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
         if isinstance(inpt, Tensor) and inpt.is_floating_point():

@@ -86,11 +86,8 @@ def fit_linear_probe(
         weight = torch.zeros(num_classes, x.shape[1], device=x.device, requires_grad=True)
         bias = torch.zeros(num_classes, device=x.device, requires_grad=True)
         opt = torch.optim.SGD([weight, bias], lr=lr, momentum=0.9)
-        steps_per_epoch = math.ceil(len(xs) / batch_size)
-        total = epochs * steps_per_epoch
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total))
-        )
+        total = epochs * math.ceil(len(xs) / batch_size)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, total)
         gen = torch.Generator().manual_seed(seed)
         for _ in range(epochs):
             order = torch.randperm(len(xs), generator=gen).to(x.device)

@@ -17,7 +17,6 @@ from torch import Tensor
 
 from ncl_lightning.checkpoints.load import load_backbone
 from ncl_lightning.evaluation.features import extract_features
-from ncl_lightning.foundation.errors import UsageError
 from ncl_lightning.foundation.protocols import CleanData, require_extra
 from ncl_lightning.foundation.validation import check_at_least, check_positive
 from ncl_lightning.methods.classifier import accuracy_metrics, first_view
@@ -86,8 +85,6 @@ class KNNClassifier(L.LightningModule):
 
     def _evaluate(self, batch: Any, stage: str) -> Encoded:
         x, y = first_view(batch)
-        if self._bank is None:
-            raise UsageError("kNN bank not built: evaluate with ncl-cli test or validate")
         h = self.backbone(x)
         bank, labels = self._bank
         scores = weighted_knn_predict(

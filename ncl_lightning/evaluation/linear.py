@@ -1,28 +1,12 @@
-"""Offline linear probe and full fine-tuning of a pretrained checkpoint, on ``h`` or ``z``.
+"""Offline linear probe and full fine-tuning of a pretrained checkpoint, on ``h`` or ``z``
+(docs/evaluation.md).
 
-Both start from any checkpoint the package writes (tensor-only loading) and classify, by
-``space``:
-
-* ``h`` (default): the *encoder* output ``[B, D]``, the protocol of SimCLR, NCL and
-  BayesNCL's main tables. Only the backbone is rebuilt ([`ncl_lightning.load_backbone`][]).
-* ``z``: the *projector* output the method trains on, ``method.encode(x).z`` ``[B, d]``: after
-  NCL's non-negative map, after BayesNCL's gate, NCE's representation ``σ+(g(h))``; the
-  NCL paper compares both spaces in Table 7 (Wang et al., ICLR 2024). The whole method
-  is rebuilt ([`ncl_lightning.load_method`][]); a checkpoint whose module has no projector
-  (a linear probe's, NCE without a projector) is refused with a
-  [`ConfigError`][ncl_lightning.foundation.errors.ConfigError] naming ``space``.
-
-The probe freezes everything it reads: weights, and BatchNorm statistics (the frozen
-modules stay in eval mode), so only the linear layer learns. Fine-tuning trains the
-encoder, and for ``z`` also the modules on the way to ``z`` (``Z_PATH``: projector,
-non-negative map, BayesNCL's gating head) but not the method's other heads (online
-probe, NCE's classifier, predictors). NCL paper: 30 epochs.
-
-Metrics are logged as ``{stage}/offline_linear/acc_top{1,5}`` and
-``{stage}/offline_finetune/acc_top{1,5}`` for ``h``, ``offline_linear_z`` and
-``offline_finetune_z`` for ``z``, distinct from the ``online`` probe of pre-training.
-A config selects the space with ``model.init_args.space`` (``--model.init_args.space z``
-on the command line).
+``space: h`` (default) classifies the encoder output ``[B, D]`` (only the backbone is
+rebuilt, [`ncl_lightning.load_backbone`][]); ``space: z`` the method's ``encode(x).z``
+``[B, d]`` (the whole method is rebuilt, [`ncl_lightning.load_method`][]; NCL paper, Table
+7). The probe freezes everything it reads, BatchNorm statistics included; fine-tuning
+trains the encoder and, for ``z``, the modules of ``Z_PATH``. Metrics:
+``{stage}/offline_linear{,_z}/acc_top{1,5}`` and ``{stage}/offline_finetune{,_z}/...``.
 """
 
 from __future__ import annotations
@@ -49,16 +33,9 @@ with ``space: z`` (those the method has)."""
 
 
 def z_width(method: L.LightningModule, checkpoint: str) -> int:
-    """Width ``d`` of ``method.encode(x).z`` ``[B, d]``: its projector's ``out_dim``.
-
-    Args:
-        method: The pretrained module ([`load_method`][ncl_lightning.load_method]).
-        checkpoint: Its file, named in the error.
-
-    Raises:
-        ConfigError: ``method`` has no projector with an integer ``out_dim`` (a probe or
-            kNN checkpoint, NCE without a projector), or no ``encode``.
-    """
+    """Width ``d`` of ``method.encode(x).z`` ``[B, d]``: its projector's ``out_dim``; a
+    ``ConfigError`` naming ``checkpoint`` when there is none (a probe or kNN checkpoint,
+    NCE without a projector) or no ``encode``."""
     width = getattr(getattr(method, "projector", None), "out_dim", None)
     if not callable(getattr(method, "encode", None)) or not isinstance(width, int):
         raise ConfigError(

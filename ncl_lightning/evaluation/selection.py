@@ -40,6 +40,7 @@ from ncl_lightning.callbacks.schedule import run_dir
 from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.data.base import MultiViewDataModule
 from ncl_lightning.evaluation.features import extract_features, probe_accuracy
+from ncl_lightning.evaluation.linear import z_width
 from ncl_lightning.foundation.errors import ConfigError, UsageError
 from ncl_lightning.foundation.protocols import CleanData, require_extra
 from ncl_lightning.foundation.validation import (
@@ -76,18 +77,9 @@ def default_ks(d: int) -> list[int]:
 def select_dims(
     ea: Tensor, k: int, rule: str, seed: int, pre_map_ea: Tensor | None = None
 ) -> Tensor:
-    """Indices ``[k]`` of the kept dims under ``rule`` (one of ``RULES``).
-
-    Args:
-        ea: Expected activations ``[d]`` of the features ``z`` (rule ``ea``; its width
-            sets the range of ``random``).
-        k: Number of dims to keep.
-        rule: ``ea`` (top-k of ``ea``), ``ea_no_relu`` (top-k of ``pre_map_ea``) or
-            ``random`` (a random k, seeded).
-        seed: Seed of ``random``.
-        pre_map_ea: Expected activations ``[d]`` of the features before the
-            non-negative map; needed by ``ea_no_relu``.
-    """
+    """Indices ``[k]`` of the kept dims under ``rule``: ``ea`` (top-k of the expected
+    activations ``ea`` ``[d]`` of ``z``), ``ea_no_relu`` (top-k of ``pre_map_ea`` ``[d]``,
+    those before the non-negative map) or ``random`` (k of the ``d``, seeded by ``seed``)."""
     check_choice("rule", rule, RULES)
     if rule == "ea":
         return select_by_expected_activation(ea, k)
@@ -97,17 +89,6 @@ def select_dims(
         return select_by_expected_activation(pre_map_ea, k)
     gen = torch.Generator().manual_seed(seed)
     return torch.randperm(ea.shape[0], generator=gen)[:k].to(ea.device)
-
-
-def _feature_width(method: L.LightningModule, space: str) -> int:
-    """Width ``d`` of the selected space: projector ``out_dim`` (z) or backbone (h)."""
-    head = method.projector if space == "z" else method.backbone
-    width = getattr(head, "out_dim", None)
-    if not isinstance(width, int):
-        raise ConfigError(
-            f"{type(method).__name__} has no {space} width (out_dim) to select from", key="space"
-        )
-    return width
 
 
 class FeatureSelection(L.LightningModule):
@@ -152,12 +133,12 @@ class FeatureSelection(L.LightningModule):
         self.save_hyperparameters(ignore=["transfer"])
         self.method = load_method(checkpoint).requires_grad_(False)
         # Check ks against the feature width now, before any image is encoded.
-        width = _feature_width(self.method, space)
+        width = z_width(self.method, checkpoint) if space == "z" else self.method.backbone.out_dim
         if ks is not None:
             check_ks(ks, width)
         self.transfer = transfer
         self._train: tuple[Tensor, Tensor] | None = None
-        self._train_pre_map: Tensor | None = None
+        self._pre_map_ea: Tensor | None = None  # EA [d] before the map (rule ea_no_relu)
         self._test: list[tuple[Tensor, Tensor]] = []
         self.results: dict[str, dict[int, dict[str, float]]] = {}
 
@@ -190,11 +171,11 @@ class FeatureSelection(L.LightningModule):
         return extract_features(encode, loader, self.device)
 
     def on_test_start(self) -> None:
-        self._train_pre_map = None
+        self._pre_map_ea = None
         if "ea_no_relu" in self.rules:  # one pass of the encoder for both
             both, y = self._clean(self.trainer.datamodule, "train", pre_map=True)
-            z, self._train_pre_map = both.chunk(2, dim=1)
-            self._train = (z, y)
+            z, pre_map = both.chunk(2, dim=1)
+            self._train, self._pre_map_ea = (z, y), expected_activation(pre_map)
         else:
             self._train = self._clean(self.trainer.datamodule, "train")
         self._test = []
@@ -204,8 +185,6 @@ class FeatureSelection(L.LightningModule):
         self._test.append((self.encode(x).float(), y))
 
     def on_test_epoch_end(self) -> None:
-        if self._train is None:
-            raise UsageError("training features missing: run FeatureSelection with ncl-cli test")
         test = (
             gather_uneven(torch.cat([z for z, _ in self._test])),
             gather_uneven(torch.cat([y for _, y in self._test])),
@@ -215,16 +194,12 @@ class FeatureSelection(L.LightningModule):
             transfer = (self._clean(self.transfer, "train"), self._clean(self.transfer, "val"))
         d = self._train[0].shape[1]
         ks = self.hparams.ks or default_ks(d)
-        check_ks(ks, d)
         ea = expected_activation(self._train[0])
-        pre_map_ea = None
-        if self._train_pre_map is not None:
-            pre_map_ea = expected_activation(self._train_pre_map)
         fit = {"epochs": self.hparams.probe_epochs, "lr": self.hparams.probe_lr}
         self.results = {rule: {} for rule in self.rules}
         for rule in self.rules:
             for k in ks:
-                dims = select_dims(ea, k, rule, self.hparams.seed, pre_map_ea)
+                dims = select_dims(ea, k, rule, self.hparams.seed, self._pre_map_ea)
                 row = self.evaluate_dims(dims, test, transfer, fit)
                 self.results[rule][k] = row
                 for name, value in row.items():

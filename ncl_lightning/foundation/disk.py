@@ -2,24 +2,15 @@
 room, never half-written.
 
 Checkpoints ([`ncl_lightning.checkpoints.io`][]) and the decoded-image disk cache
-([`ncl_lightning.data.memory.decode_images`][]) are written by [`atomic_write`][]:
-
-* into a temporary file in the target's folder (same file system, so the final
-  ``os.replace`` is atomic), synced, then renamed over the target: a reader sees the
-  old complete file or the new complete one;
-* when the size is known (the cache's exactly, a checkpoint's from its tensors), the
-  free space is checked before anything is written; with ``preallocate`` the blocks are
-  also reserved (``posix_fallocate``), so a full disk is reported before hours of work,
-  not after. Data goes through ``write(2)``, never into a memory map of a sparse file
-  (whose page faults on a full disk kill the process with SIGBUS);
-* a full disk, a quota or a file-size limit (``ENOSPC``, ``EDQUOT``, ``EFBIG``) met at any
-  point (writing, syncing, renaming) removes the temporary file, leaves the target as it
-  was and raises one [`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] naming the
-  path and the space it needs against the space free (``ncl-cli`` prints it in one
-  line); any other error or an interrupt removes the temporary file and is re-raised;
-* a process killed while writing leaves its temporary file; [`remove_stale`][] (run
-  when the checkpoint writer or the cache next starts in that folder) deletes those of
-  processes that are no longer alive, never one of a live process.
+([`ncl_lightning.data.memory.decode_images`][]) are written by [`atomic_write`][]: into a
+temporary file in the target's folder, synced, then renamed over the target (``os.replace``:
+a reader sees the old complete file or the new one). A full disk, a quota or a file-size
+limit (``ENOSPC``, ``EDQUOT``, ``EFBIG``) met at any point raises one
+[`DiskFullError`][ncl_lightning.foundation.errors.DiskFullError] naming the path and the space
+it needs against the space free, and leaves the target as it was. Data goes through
+``write(2)``, never into a memory map of a sparse file (whose page faults on a full disk kill
+the process with SIGBUS). A killed writer's temporary file is deleted by [`remove_stale`][]
+when the next writer starts in that folder.
 """
 
 from __future__ import annotations
@@ -38,17 +29,14 @@ from typing import BinaryIO
 
 from ncl_lightning.foundation.errors import DiskFullError
 
-#: errno -> what the user is told.
+#: errno -> (what the user is told, the first thing to try; the hint says where else to write).
 DISK_FULL = {
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EFBIG: "file too large for this process or file system",
-}
-#: errno -> the first thing to try (the caller's hint says where else to write).
-REMEDY = {
-    errno.ENOSPC: "free space there",
-    errno.EDQUOT: "free space within your quota",
-    errno.EFBIG: "raise the file size limit (`ulimit -f`)",
+    errno.ENOSPC: ("no space left on the device", "free space there"),
+    errno.EDQUOT: ("disk quota exceeded", "free space within your quota"),
+    errno.EFBIG: (
+        "file too large for this process or file system",
+        "raise the file size limit (`ulimit -f`)",
+    ),
 }
 #: A temporary file of another host is stale once unmodified this long (its writer,
 #: alive, would be adding to it).
@@ -81,10 +69,6 @@ def free_bytes(folder: str | Path) -> int | None:
         return None
 
 
-def _kept(path: Path) -> str:
-    return f"the previous {path.name} is kept" if path.exists() else "nothing was written"
-
-
 def disk_full_error(
     path: str | Path,
     code: int,
@@ -113,22 +97,13 @@ def disk_full_error(
     if free is not None:
         parts.append(f"{format_bytes(free)} free in {path.parent}")
     detail = f" ({', '.join(parts)})" if parts else ""
-    todo = f"{REMEDY.get(code, 'free space there')}, or {hint or 'write elsewhere'}"
-    reason = DISK_FULL.get(code, os.strerror(code))
-    message = f"cannot write {path}: {reason}{detail}; {todo}; {_kept(path)}"
+    reason, remedy = DISK_FULL[code]
+    todo = f"{remedy}, or {hint or 'write elsewhere'}"
+    kept = f"the previous {path.name} is kept" if path.exists() else "nothing was written"
+    message = f"cannot write {path}: {reason}{detail}; {todo}; {kept}"
     err = DiskFullError(message, path=str(path), needed=needed, free=free)
     err.errno = code
     return err
-
-
-def check_free_space(
-    path: str | Path, needed: int, *, estimate: bool = False, hint: str = ""
-) -> None:
-    """Raise [`DiskFullError`][] when ``path``'s folder has fewer than ``needed`` bytes
-    free (nothing is written; an unknown free space passes)."""
-    free = free_bytes(Path(path).parent)
-    if free is not None and free < needed:
-        raise disk_full_error(path, errno.ENOSPC, needed, estimate=estimate, hint=hint)
 
 
 def disk_full_errno(err: BaseException | None) -> int | None:
@@ -180,12 +155,6 @@ def _reserve(fd: int, size: int) -> None:
             raise
 
 
-def temporary_path(path: str | Path) -> Path:
-    """``<folder>/.<name>.tmp-<pid>``: where [`atomic_write`][] puts ``path`` first."""
-    path = Path(path)
-    return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}")
-
-
 @contextlib.contextmanager
 def atomic_write(
     path: str | Path,
@@ -205,7 +174,7 @@ def atomic_write(
         estimate: ``size`` is an estimate (a lower bound: the check passes files that
             may still not fit; those fail on the write, as cleanly).
         preallocate: Reserve ``size`` bytes at once (exact sizes only).
-        temp: The temporary file (default: [`temporary_path`][]).
+        temp: The temporary file (default: ``<folder>/.<name>.tmp-<pid>``).
         hint: Where else to write (the disk-full message's last resort), e.g. which
             setting moves the file to another disk.
 
@@ -217,11 +186,12 @@ def atomic_write(
             ``path`` untouched).
     """
     path = Path(path)
-    temp = Path(temp) if temp is not None else temporary_path(path)
+    temp = Path(temp or path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}"))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if size is not None:
-            check_free_space(path, size, estimate=estimate, hint=hint)
+        free = free_bytes(path.parent)
+        if size is not None and free is not None and free < size:
+            raise disk_full_error(path, errno.ENOSPC, size, estimate=estimate, hint=hint)
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     except OSError as err:  # no room for the folder or the file's entry (inodes)
         if isinstance(err, DiskFullError) or err.errno not in DISK_FULL:
@@ -312,12 +282,10 @@ __all__ = [
     "DISK_FULL",
     "TMP_MARK",
     "atomic_write",
-    "check_free_space",
     "disk_full_errno",
     "disk_full_error",
     "format_bytes",
     "free_bytes",
     "host_tag",
     "remove_stale",
-    "temporary_path",
 ]

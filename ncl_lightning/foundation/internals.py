@@ -2,28 +2,19 @@
 
 Every other module calls the small functions here. When an upgrade moves one of these
 names, [`missing_private_apis`][] lists it and the test suite fails with a message naming
-the name and this module (``tests/foundation/test_internals.py``), instead of a run failing
-later in some unrelated place.
+the name and this module (``tests/foundation/test_internals.py``). What is used, and why:
 
-What is used, and why:
-
-* ``lightning.pytorch.core.mixins.hparams_mixin._given_hyperparameters``: the parsed
-  config LightningCLI hands to ``save_hyperparameters`` while it builds a module. Whether it
-  is set tells a module built by ``ncl-cli`` (its hyper-parameters are the config, class
-  paths included) from one built in Python; loading a nested checkpoint must clear it.
-* ``HyperparametersMixin._hparams_initial``: the copy of the hyper-parameters the loggers
-  write; values a module fills in from the DataModule at ``setup`` (``batch_size``,
-  ``num_classes``) are recorded there too ([`record_hparams`][]).
-* ``Trainer.fit_loop.setup_data``: builds the training loader a ``max_steps`` run has not
-  built yet, so the schedule knows the steps of an epoch ([`build_train_loader`][]).
-* ``Trainer.fit_loop`` progress counters: the epoch and the batch a training epoch is at,
-  for the exact mid-epoch resume of the DataModules and for naming the step in errors.
-* ``LightningCLI._parse_ckpt_path``: overridden by ``ncl-cli`` to read a checkpoint safely
-  and lay the user's values over its hyper-parameters ([`override_ckpt_path_parsing`][]).
-* ``Trainer._logger_connector``: whether Lightning writes this step's logged values
-  ([`logs_this_step`][]).
-* ``wandb.proto.wandb_internal_pb2.Record`` and the layout of an offline run's ``.wandb`` file
-  (undocumented; wandb 0.31 has no reader): the numbers the plot draws ([`history_rows`][]).
+* ``hparams_mixin._given_hyperparameters``: set while LightningCLI builds a module, so it
+  tells a module built by ``ncl-cli`` from one built in Python ([`built_by_cli`][],
+  [`outside_cli`][]).
+* ``HyperparametersMixin._hparams_initial``: the hyper-parameters the loggers write
+  ([`record_hparams`][]).
+* ``Trainer.fit_loop`` (``_FitLoop``, ``_TrainingEpochLoop``): ``setup_data`` and the
+  progress counters ([`build_train_loader`][], [`batches_processed`][], ...).
+* ``LightningCLI._parse_ckpt_path`` ([`override_ckpt_path_parsing`][]).
+* ``Trainer._logger_connector`` ([`logs_this_step`][]).
+* ``wandb.proto.wandb_internal_pb2.Record`` and the layout of an offline run's ``.wandb``
+  file (wandb has no reader): the numbers the plot draws ([`history_rows`][]).
 """
 
 from __future__ import annotations

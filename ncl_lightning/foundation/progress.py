@@ -5,11 +5,9 @@ on ``stderr`` (the scripts' tables stay alone on ``stdout``)::
     [run 3/105] done in 2m01s: landscape SimCLR sparsity=0.1 seed=2 | elapsed 6m13s | ETA 3h25m
     [run] 105 done in 3h31m (2 reused)
 
-The ETA is ``elapsed / finished * remaining`` (with parallel workers: the time between
-completions); units reused from an earlier run (``skip``) count as done but not in the
-mean. [`quiet_lightning`][] hides Lightning's per-run INFO banners inside a ``with`` block;
-[`library_notices_off`][] drops the two notices every Lightning run repeats that no
-setting turns off (``ncl-cli`` runs inside it).
+The ETA is ``elapsed / finished * remaining``; units reused from an earlier run (``skip``)
+count as done but not in the mean. [`quiet_lightning`][] hides Lightning's per-run INFO
+banners; [`library_notices_off`][] drops the notices no Lightning setting turns off.
 """
 
 from __future__ import annotations

@@ -1,34 +1,12 @@
 """What callbacks, evaluation modules and ``ncl-cli`` may ask of a DataModule beyond Lightning.
 
-Every DataModule is a ``LightningDataModule``; the extras below are optional, and each is
-a ``typing.Protocol`` (``runtime_checkable``: ``isinstance(datamodule, ViewData)``
-tells whether a DataModule has it). A caller that needs an extra checks for its protocol
-and raises a one-line error naming the missing extra; a caller that can do without one
-(e.g. feature statistics without class labels) skips that part. The DataModules of
-[`ncl_lightning.data`][] provide them; the protocols sit in the foundation so that any
-layer can check for an extra without importing ``data``.
-
-Who provides and who calls each:
-
-* [`ChecksInputs`][] (every DataModule): ``ncl-cli`` before fit/test.
-* [`ClassLabels`][] (every DataModule; 0 when no class labels): ``FeatureStatistics``,
-  the CLI's link into ``model.init_args.num_classes``.
-* [`ImageShape`][] (image DataModules, dSprites): the CLI's links into the backbone,
-  ``methods.preflight.example_batch``.
-* [`MultiViewData`][] (image DataModules, dSprites, sparse coding): ``ncl-cli``
-  (``n_views`` against the method's ``views_per_image``).
-* [`CleanData`][] (image DataModules, dSprites): the kNN monitor's bank,
-  ``FeatureSelection``.
-* [`ViewData`][] (image DataModules, dSprites): ``FeatureStatistics(sepin=True)``.
-* [`PictureData`][] (image DataModules): ``TopActivations``.
-* [`FactorData`][] (dSprites): ``Disentanglement`` (per-factor names).
-* [`MultipleTestSets`][] (``ImageNetOODDataModule``): ``OODReport``, ``Classifier``.
-* [`GroundTruthDictionary`][] (``SparseCodingDataModule``): ``WarmStart``,
-  ``DictionaryRecoveryMonitor``, the landscape study.
-
-Two protocols are not DataModule extras: the non-finite guard attaches itself to the
-module it guards ([`FiniteCheckHost`][]), and the training step calls what it was given
-([`FiniteCheck`][]).
+Each optional extra is a ``runtime_checkable`` ``typing.Protocol``: a caller that needs one
+checks ``isinstance(datamodule, Extra)`` ([`require_extra`][] raises a one-line error
+naming the missing extra); a caller that can do without one skips that part. The
+DataModules of [`ncl_lightning.data`][] provide them; the protocols sit in the foundation so
+that any layer can check for an extra without importing ``data``. [`FiniteCheckHost`][] and
+[`FiniteCheck`][] are not DataModule extras: the non-finite guard attaches itself to the
+module it guards, and the training step calls what it was given.
 """
 
 from __future__ import annotations
@@ -195,19 +173,15 @@ class FiniteCheck(Protocol):
 
     def check_loss(self, module: Any, loss: Any) -> bool:
         """Judge at once: ``True`` when finite; otherwise stop (raises) or skip (``False``)."""
-        ...
 
     def check_loss_later(self, module: Any, loss: Any) -> bool:
         """Judge on the device, the verdict read at the next batch; ``True`` under a trainer."""
-        ...
 
     def after_finite(self, effect: Callable[[], None]) -> None:
         """Run ``effect`` once the batch is known to be finite (dropped if it is not)."""
-        ...
 
     def judge_pending(self, module: Any) -> None:
         """Read the deferred verdict now, while the batch's gradients still exist."""
-        ...
 
 
 @runtime_checkable
@@ -216,4 +190,3 @@ class FiniteCheckHost(Protocol):
 
     def attach_finite_check(self, check: FiniteCheck) -> None:
         """Use ``check`` for the training steps run by the module's current trainer."""
-        ...

@@ -9,7 +9,7 @@ valid names and suggests the closest one, never a silent fallback.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from ncl_lightning.foundation.errors import ConfigError, did_you_mean
@@ -91,9 +91,3 @@ class Registry(Generic[T]):
         if isinstance(spec, type):
             return spec(**kwargs)
         return spec  # an already-built object (module instance or plain function)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._factories
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names)

@@ -2,10 +2,8 @@
 
 Each check names the argument (the key under ``init_args`` in a config) and carries it as
 ``err.key``: ``<key> must be ..., got <value>``. NaN and infinities fail every numeric check.
-These are the only copies: modules, DataModules, metrics and callbacks all call them
-(``tests/foundation/test_validation.py`` fails on such a message written anywhere else).
-Tensors given as arguments are checked here too: their shape ([`check_shape`][]) and
-the range of their labels or indices ([`check_indices`][]).
+These are the only copies (``tests/foundation/test_validation.py`` fails on such a message
+written anywhere else).
 """
 
 from __future__ import annotations
@@ -46,22 +44,6 @@ def check_int(key: str, value: Any, low: int = 1) -> None:
     ``bool`` and floats such as ``2.0`` fail, NumPy integers pass)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise ConfigError(f"{key} must be an integer >= {low}, got {value!r}", key=key)
-
-
-def check_count_or_fraction(key: str, value: Any, int_low: int, allow_zero: bool) -> None:
-    """``ConfigError`` unless ``value`` is an integer ``>= int_low`` (a count) or a float
-    fraction in ``[0, 1]`` (``allow_zero``) or ``(0, 1]`` (a share of the whole)."""
-    if not isinstance(value, bool) and isinstance(value, numbers.Integral):
-        check_int(key, value, int_low)
-        return
-    ok = isinstance(value, float) and (0.0 <= value <= 1.0 if allow_zero else 0.0 < value <= 1.0)
-    if not ok:
-        low = "[0.0" if allow_zero else "(0.0"
-        raise ConfigError(
-            f"{key} must be an integer >= {int_low} (a count) or a fraction in {low}, 1.0], "
-            f"got {value!r}",
-            key=key,
-        )
 
 
 def check_range(key: str, value: float, low: float, high: float, closed: str = "[]") -> None:

@@ -33,13 +33,10 @@ from ncl_lightning.foundation.validation import check_shape
 from ncl_lightning.nn.gather import gather_no_grad, gather_with_grad, rank
 
 
-# ``F.normalize`` divides by ``max(‖z‖, eps)``. For a row that is exactly zero (or below
-# ``eps``) that makes its gradient ``(∂L/∂ẑ) / eps``: with ``eps = 1e-12`` about ``1e11``
-# times the usual size. Non-negative features reach the zero vector in normal training: a
-# ReLU'd projector output whose positive entries are all gated off (BayesNCL), or all of whose
-# entries are negative (NCL). One such row in a batch sent gradients of ``5e10`` into
-# BatchNorm weights and biases (which LARS does not adapt), so they reached ``1e9``-``1e28``
-# in two steps with a finite loss.
+# Why not ``F.normalize``: a zero row (non-negative features reach it in normal training,
+# all entries gated off or negative) gets the gradient ``(∂L/∂ẑ) / eps``, ~1e11 times the
+# usual size; one such row sent ``5e10`` into BatchNorm parameters (which LARS does not
+# adapt), and they reached ``1e9``-``1e28`` in two steps with a finite loss.
 def normalize_rows(z: Tensor, eps: float = 1e-12) -> Tensor:
     """``z / max(‖z‖, eps)`` row-wise, with no gradient through rows of norm ``<= eps``.
 

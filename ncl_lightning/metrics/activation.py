@@ -6,13 +6,13 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
-from ncl_lightning.foundation.validation import check_int, check_shape
+from ncl_lightning.foundation.validation import check_shape
+from ncl_lightning.metrics.base import FeatureMetric
 from ncl_lightning.metrics.functional.sparsity import l2_normalize_rows
 
 
-class ExpectedActivation(Metric):
+class ExpectedActivation(FeatureMetric):
     """Per-dimension expected activation ``EA_i = mean_x ẑ_i(x)``.
 
     See ``functional.expected_activation``; rank dims for feature selection with
@@ -27,20 +27,14 @@ class ExpectedActivation(Metric):
 
     # A per-dimension vector, not a score.
     higher_is_better = None
-    is_differentiable = False
-    full_state_update = False
 
     activation_sum: Tensor
     num_samples: Tensor
 
     def __init__(self, num_features: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        check_int("num_features", num_features)
-        self.num_features = num_features
-        self.add_state(
-            "activation_sum", torch.zeros(num_features, dtype=torch.float64), dist_reduce_fx="sum"
-        )
-        self.add_state("num_samples", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        super().__init__(num_features, **kwargs)
+        self.add_sum_state("activation_sum", num_features)
+        self.add_sum_state("num_samples", dtype=torch.long)
 
     def update(self, z: Tensor) -> None:
         """Accumulate a batch of features ``[N, num_features]``."""

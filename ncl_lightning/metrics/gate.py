@@ -6,13 +6,13 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
-from ncl_lightning.foundation.validation import check_int, check_shape
+from ncl_lightning.foundation.validation import check_shape
+from ncl_lightning.metrics.base import FeatureMetric
 from ncl_lightning.metrics.functional.gate import open_frequency, open_frequency_summary
 
 
-class OpenFrequency(Metric):
+class OpenFrequency(FeatureMetric):
     """How often each dimension's gate is open; ``compute`` returns summary scalars.
 
     Args:
@@ -23,18 +23,14 @@ class OpenFrequency(Metric):
     """
 
     higher_is_better = None
-    is_differentiable = False
-    full_state_update = False
 
     open_count: Tensor
     num_samples: Tensor
 
     def __init__(self, num_features: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        check_int("num_features", num_features)
-        self.num_features = num_features
-        self.add_state("open_count", torch.zeros(num_features, dtype=torch.float64), "sum")
-        self.add_state("num_samples", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        super().__init__(num_features, **kwargs)
+        self.add_sum_state("open_count", num_features)
+        self.add_sum_state("num_samples", dtype=torch.long)
 
     def update(self, mask: Tensor) -> None:
         """Add a batch of masks ``[N, d]``."""

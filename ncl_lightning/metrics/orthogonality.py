@@ -1,9 +1,5 @@
-"""Streaming orthogonality error (NCL paper, Wang et al., ICLR 2024, Sec. 5).
-
-Keeps the Gram matrix ``S = Σ_x ẑ(x) ẑ(x)ᵀ`` and a per-dimension activation count, both
-reduced by sum, so DDP gives the same value as one process on all data; memory is
-``O(d²)``, independent of the number of samples.
-"""
+"""Streaming orthogonality error (NCL paper, Wang et al., ICLR 2024, Sec. 5) in ``O(d²)``
+memory, independent of the number of samples."""
 
 from __future__ import annotations
 
@@ -11,9 +7,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
-from ncl_lightning.foundation.validation import check_at_least, check_choice, check_int, check_shape
+from ncl_lightning.foundation.validation import check_choice, check_shape
+from ncl_lightning.metrics.base import FeatureMetric
 from ncl_lightning.metrics.functional.orthogonality import (
     ORTHOGONALITY_REDUCTIONS,
     OrthogonalityReduction,
@@ -23,11 +19,8 @@ from ncl_lightning.metrics.functional.orthogonality import (
 from ncl_lightning.metrics.functional.sparsity import activation_mask
 
 
-class OrthogonalityError(Metric):
+class OrthogonalityError(FeatureMetric):
     """Mean ``|cos|`` between active feature columns; see ``functional.orthogonality_error``.
-
-    The column-normalised Gram matrix is derived at compute time as
-    ``G_ij = S_ij / sqrt(S_ii S_jj)`` from the summed ``S = ẑᵀẑ`` (float64).
 
     Args:
         num_features: Feature dimension ``d`` (>= 1).
@@ -41,8 +34,6 @@ class OrthogonalityError(Metric):
 
     # 0 = orthogonal dimensions, the NCL ideal.
     higher_is_better = False
-    is_differentiable = False
-    full_state_update = False
 
     gram: Tensor
     activation_count: Tensor
@@ -54,16 +45,11 @@ class OrthogonalityError(Metric):
         reduction: OrthogonalityReduction = "off_diagonal",
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        check_int("num_features", num_features)
-        check_at_least("eps", eps, 0.0)
+        super().__init__(num_features, eps, **kwargs)
         check_choice("reduction", reduction, ORTHOGONALITY_REDUCTIONS)
-        self.num_features = num_features
-        self.eps = eps
         self.reduction: OrthogonalityReduction = reduction
-        d = num_features
-        self.add_state("gram", torch.zeros(d, d, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("activation_count", torch.zeros(d, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_sum_state("gram", num_features, num_features)
+        self.add_sum_state("activation_count", num_features, dtype=torch.long)
 
     def update(self, z: Tensor) -> None:
         """Accumulate a batch of features ``[N, num_features]``."""

@@ -6,9 +6,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
-from ncl_lightning.foundation.validation import check_at_least, check_int, check_shape
+from ncl_lightning.foundation.validation import check_int, check_shape
+from ncl_lightning.metrics.base import FeatureMetric
 from ncl_lightning.metrics.functional.profile import (
     EMPTY_INDEX,
     DimensionProfile,
@@ -20,7 +20,7 @@ from ncl_lightning.metrics.functional.profile import (
 )
 
 
-class FeatureProfile(Metric):
+class FeatureProfile(FeatureMetric):
     """EA, activation frequency, class counts and top-``k`` samples of every dimension.
 
     The sums reduce over ranks by addition and the top-``k`` slots by concatenation and a
@@ -43,7 +43,6 @@ class FeatureProfile(Metric):
     """
 
     higher_is_better = None
-    is_differentiable = False
     # ``forward`` then updates the accumulated state itself (whose top-k slots ``update``
     # merges back to k) instead of concatenating a batch state onto it: memory stays bounded.
     full_state_update = True
@@ -58,19 +57,15 @@ class FeatureProfile(Metric):
     def __init__(
         self, num_features: int, num_classes: int, eps: float = 1e-5, top_k: int = 16, **kwargs: Any
     ) -> None:
-        super().__init__(**kwargs)
-        check_int("num_features", num_features)
+        super().__init__(num_features, eps, **kwargs)
         check_int("num_classes", num_classes)
         check_int("top_k", top_k)
-        check_at_least("eps", eps, 0)
-        self.num_features, self.num_classes, self.eps, self.top_k = (
-            num_features, num_classes, eps, top_k,
-        )  # fmt: skip
+        self.num_classes, self.top_k = num_classes, top_k
         d, c = num_features, num_classes
-        self.add_state("num_samples", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("ea_sum", torch.zeros(d, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("class_counts", torch.zeros(d, c, dtype=torch.long), dist_reduce_fx="sum")
-        self.add_state("class_mass", torch.zeros(d, c, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_sum_state("num_samples", dtype=torch.long)
+        self.add_sum_state("ea_sum", d)
+        self.add_sum_state("class_counts", d, c, dtype=torch.long)
+        self.add_sum_state("class_mass", d, c)
         self.add_state("top_values", torch.full((top_k, d), -torch.inf), dist_reduce_fx="cat")
         self.add_state(
             "top_index", torch.full((top_k, d), EMPTY_INDEX, dtype=torch.long), dist_reduce_fx="cat"
@@ -86,20 +81,13 @@ class FeatureProfile(Metric):
         self.class_counts += sums.class_counts
         self.class_mass += sums.class_mass
         values, index = top_activating(z, sample_index, self.top_k)
-        kept_values, kept_index = self._top_slots()
         self.top_values, self.top_index = merge_top_k(
-            torch.cat([kept_values, values.to(kept_values.dtype)]),
-            torch.cat([kept_index, index]),
+            torch.cat([self.top_values, values.to(self.top_values.dtype)]),
+            torch.cat([self.top_index, index]),
             self.top_k,
         )
-
-    def _top_slots(self) -> tuple[Tensor, Tensor]:
-        """The top-k states as ``[M, d]``: a ``cat`` reduction over ranks (or ``forward``'s
-        merge) stacks them into ``[R, k, d]``."""
-        d = self.num_features
-        return self.top_values.reshape(-1, d), self.top_index.reshape(-1, d)
 
     def compute(self) -> DimensionProfile:
         """The profile of every sample seen (on every rank once synced)."""
         sums = ProfileSums(self.num_samples, self.ea_sum, self.class_counts, self.class_mass)
-        return profile_from_sums(sums, *merge_top_k(*self._top_slots(), self.top_k))
+        return profile_from_sums(sums, *merge_top_k(self.top_values, self.top_index, self.top_k))

@@ -1,18 +1,14 @@
-"""Streaming effective rank (Roy & Vetterli, 2007; used in NCL, Wang et al., ICLR 2024).
-
-Keeps the Gram matrix ``S = Σ_x ẑ(x) ẑ(x)ᵀ`` (float64, reduced by sum); the singular values
-of the stacked features are ``sqrt(eig(S))``, so memory is ``O(d²)`` for any ``N``.
-"""
+"""Streaming effective rank (Roy & Vetterli, 2007; used in NCL, Wang et al., ICLR 2024)
+from the summed Gram matrix ``S = Σ_x ẑ(x) ẑ(x)ᵀ``: ``O(d²)`` memory for any ``N``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
-from torchmetrics import Metric
 
-from ncl_lightning.foundation.validation import check_int, check_shape
+from ncl_lightning.foundation.validation import check_shape
+from ncl_lightning.metrics.base import FeatureMetric
 from ncl_lightning.metrics.functional.orthogonality import feature_gram
 from ncl_lightning.metrics.functional.rank import (
     effective_rank_from_gram,
@@ -20,7 +16,7 @@ from ncl_lightning.metrics.functional.rank import (
 )
 
 
-class EffectiveRank(Metric):
+class EffectiveRank(FeatureMetric):
     """Effective rank ``exp(H(s / Σ s))`` of ``ẑ``; see ``functional.effective_rank``.
 
     Args:
@@ -32,17 +28,12 @@ class EffectiveRank(Metric):
 
     # More effective dimensions = less dimensional collapse.
     higher_is_better = True
-    is_differentiable = False
-    full_state_update = False
 
     gram: Tensor
 
     def __init__(self, num_features: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        check_int("num_features", num_features)
-        self.num_features = num_features
-        d = num_features
-        self.add_state("gram", torch.zeros(d, d, dtype=torch.float64), dist_reduce_fx="sum")
+        super().__init__(num_features, **kwargs)
+        self.add_sum_state("gram", num_features, num_features)
 
     def update(self, z: Tensor) -> None:
         """Accumulate a batch of features ``[N, num_features]``."""
@@ -58,14 +49,8 @@ class SpectralEntropy(EffectiveRank):
     """Spectral entropy ``H(s / Σ s)`` of ``ẑ`` in nats, ``ln`` of the effective rank.
 
     The quantity the NCL and BayesNCL releases log under the name ``effective_rank``; see
-    ``functional.spectral_entropy``. It keeps the same state as
-    [`EffectiveRank`][ncl_lightning.metrics.EffectiveRank].
-
-    Args:
-        num_features: Feature dimension ``d`` (>= 1).
-
-    Update:
-        ``z``: features ``[N, num_features]``.
+    ``functional.spectral_entropy``. Arguments, updates and state are
+    [`EffectiveRank`][ncl_lightning.metrics.EffectiveRank]'s.
     """
 
     def compute(self) -> Tensor:

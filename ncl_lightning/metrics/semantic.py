@@ -1,11 +1,5 @@
 """Streaming semantic consistency (NCL paper, Wang et al., ICLR 2024, Sec. 5) and semantic
-entropy H_s (BayesNCL paper, ICML 2026).
-
-``SemanticConsistency`` and ``SemanticEntropy`` keep ``[d, C]`` class counts (and class
-mass), reduced by sum. ``TopKSemanticConsistency`` keeps, per dimension, the ``top_k``
-largest activations seen so far and their labels (``[top_k, d]``, reduced by "cat" and
-re-selected), so memory never grows with the number of samples.
-"""
+entropy H_s (BayesNCL paper, ICML 2026); memory never grows with the number of samples."""
 
 from __future__ import annotations
 
@@ -13,9 +7,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
-from ncl_lightning.foundation.validation import check_at_least, check_choice, check_int, check_shape
+from ncl_lightning.foundation.validation import check_choice, check_int, check_shape
+from ncl_lightning.metrics.base import FeatureMetric
+from ncl_lightning.metrics.functional.profile import merge_top_k
 from ncl_lightning.metrics.functional.semantic import (
     ENTROPY_WEIGHTINGS,
     EntropyWeighting,
@@ -30,13 +25,16 @@ from ncl_lightning.metrics.functional.semantic import (
 from ncl_lightning.metrics.functional.sparsity import activation_mask, l2_normalize_rows
 
 
-def _check_args(num_features: int, num_classes: int, eps: float) -> None:
-    check_int("num_features", num_features)
-    check_int("num_classes", num_classes)
-    check_at_least("eps", eps, 0.0)
+class _ClassMetric(FeatureMetric):
+    """A ``FeatureMetric`` of features with labels in ``[0, num_classes)``."""
+
+    def __init__(self, num_features: int, num_classes: int, eps: float, **kwargs: Any) -> None:
+        super().__init__(num_features, eps, **kwargs)
+        check_int("num_classes", num_classes)
+        self.num_classes = num_classes
 
 
-class SemanticConsistency(Metric):
+class SemanticConsistency(_ClassMetric):
     """Semantic consistency (×100) over activated samples; see ``functional.semantic_consistency``.
 
     Args:
@@ -49,22 +47,14 @@ class SemanticConsistency(Metric):
     """
 
     higher_is_better = True
-    is_differentiable = False
-    full_state_update = False
 
     class_counts: Tensor
 
     def __init__(
         self, num_features: int, num_classes: int, eps: float = 1e-5, **kwargs: Any
     ) -> None:
-        super().__init__(**kwargs)
-        _check_args(num_features, num_classes, eps)
-        self.num_features, self.num_classes, self.eps = num_features, num_classes, eps
-        self.add_state(
-            "class_counts",
-            torch.zeros(num_features, num_classes, dtype=torch.long),
-            dist_reduce_fx="sum",
-        )
+        super().__init__(num_features, num_classes, eps, **kwargs)
+        self.add_sum_state("class_counts", num_features, num_classes, dtype=torch.long)
 
     def update(self, z: Tensor, labels: Tensor) -> None:
         """Accumulate features ``[N, num_features]`` with labels ``[N]``."""
@@ -76,7 +66,7 @@ class SemanticConsistency(Metric):
         return semantic_consistency_from_counts(self.class_counts)
 
 
-class TopKSemanticConsistency(Metric):
+class TopKSemanticConsistency(_ClassMetric):
     """Top-k semantic consistency (×100): class purity of each dim's ``top_k`` activations.
 
     Streams the ``top_k`` largest ``ẑ_i`` of every dimension and their labels; the
@@ -95,8 +85,6 @@ class TopKSemanticConsistency(Metric):
     """
 
     higher_is_better = True
-    is_differentiable = False
-    full_state_update = False
 
     top_values: Tensor
     top_labels: Tensor
@@ -110,25 +98,16 @@ class TopKSemanticConsistency(Metric):
         eps: float = 1e-5,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        _check_args(num_features, num_classes, eps)
+        super().__init__(num_features, num_classes, eps, **kwargs)
         check_int("top_k", top_k)
-        self.num_features, self.num_classes = num_features, num_classes
-        self.top_k, self.eps = top_k, eps
+        self.top_k = top_k
         d = num_features
         # -inf / -1 mark empty slots; "cat" stacks the ranks' states, compute re-selects.
         self.add_state("top_values", torch.full((top_k, d), -torch.inf), dist_reduce_fx="cat")
         self.add_state(
             "top_labels", torch.full((top_k, d), -1, dtype=torch.long), dist_reduce_fx="cat"
         )
-        self.add_state("activation_count", torch.zeros(d, dtype=torch.long), dist_reduce_fx="sum")
-
-    def _select(self, values: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
-        # After a DDP sync (or forward) the states may be [W, k, d] or [W * k, d].
-        values = values.reshape(-1, self.num_features)
-        labels = labels.reshape(-1, self.num_features)
-        top = values.topk(min(self.top_k, values.shape[0]), dim=0)
-        return top.values, labels.gather(0, top.indices)
+        self.add_sum_state("activation_count", d, dtype=torch.long)
 
     def update(self, z: Tensor, labels: Tensor) -> None:
         """Merge features ``[N, num_features]`` with labels ``[N]`` into the top-k states."""
@@ -136,10 +115,12 @@ class TopKSemanticConsistency(Metric):
         labels = check_features_labels(z, labels, self.num_classes, self.eps)
         z = z.detach()
         z_hat = l2_normalize_rows(z).to(self.top_values.dtype)
-        values = torch.cat([self.top_values.reshape(-1, self.num_features), z_hat])
         batch_labels = labels[:, None].expand(-1, self.num_features)
-        all_labels = torch.cat([self.top_labels.reshape(-1, self.num_features), batch_labels])
-        self.top_values, self.top_labels = self._select(values, all_labels)
+        self.top_values, self.top_labels = merge_top_k(
+            torch.cat([self.top_values, z_hat]),
+            torch.cat([self.top_labels, batch_labels]),
+            self.top_k,
+        )
         self.activation_count += activation_mask(z, self.eps).sum(dim=0)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -148,37 +129,31 @@ class TopKSemanticConsistency(Metric):
         Keeps the states at exactly ``[top_k, d]`` on every rank, which the DDP gather needs.
         """
         value = super().forward(*args, **kwargs)
-        self.top_values, self.top_labels = self._select(self.top_values, self.top_labels)
+        self.top_values, self.top_labels = merge_top_k(self.top_values, self.top_labels, self.top_k)
         return value
 
     def compute(self) -> Tensor:
         """Top-k consistency in ``[100 / C, 100]`` (NaN when no dim is active)."""
-        values, labels = self._select(self.top_values, self.top_labels)
+        values, labels = merge_top_k(self.top_values, self.top_labels, self.top_k)
         counts = top_k_class_counts(labels, self.num_classes, valid=values > -torch.inf)
         return semantic_consistency_from_counts(counts, self.activation_count > 0)
 
 
-class SemanticEntropy(Metric):
+class SemanticEntropy(_ClassMetric):
     """Semantic entropy ``H_s`` (nats); see ``functional.semantic_entropy``.
-
-    ``weighting="activation"`` (the paper's ``p_i(c) ∝ Σ_{x∈c} |ẑ_i(x)|``),
-    ``"frequency"`` ("semantic entropy (frequency)", ``p_i(c) ∝ #activated in c``) or
-    ``"mean_activation"`` (the BayesNCL release's variant: each class's mass divided by its
-    size).
 
     Args:
         num_features: Feature dimension ``d`` (>= 1).
         num_classes: Number of classes ``C`` (>= 1).
         eps: Threshold on the row-normalised magnitude for "activated" (>= 0).
-        weighting: ``"activation"``, ``"frequency"`` or ``"mean_activation"``.
+        weighting: ``"activation"`` (the paper's), ``"frequency"`` or
+            ``"mean_activation"`` (the BayesNCL release's), as in the functional.
 
     Update:
         ``z``: features ``[N, num_features]``; ``labels``: integer labels ``[N]``.
     """
 
     higher_is_better = False
-    is_differentiable = False
-    full_state_update = False
 
     class_mass: Tensor
     class_counts: Tensor
@@ -192,16 +167,12 @@ class SemanticEntropy(Metric):
         weighting: EntropyWeighting = "activation",
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        _check_args(num_features, num_classes, eps)
+        super().__init__(num_features, num_classes, eps, **kwargs)
         check_choice("weighting", weighting, ENTROPY_WEIGHTINGS)
-        self.num_features, self.num_classes = num_features, num_classes
-        self.eps, self.weighting = eps, weighting
-        shape = (num_features, num_classes)
-        self.add_state("class_mass", torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("class_counts", torch.zeros(shape, dtype=torch.long), dist_reduce_fx="sum")
-        sizes = torch.zeros(num_classes, dtype=torch.long)
-        self.add_state("class_sizes", sizes, dist_reduce_fx="sum")
+        self.weighting = weighting
+        self.add_sum_state("class_mass", num_features, num_classes)
+        self.add_sum_state("class_counts", num_features, num_classes, dtype=torch.long)
+        self.add_sum_state("class_sizes", num_classes, dtype=torch.long)
 
     def update(self, z: Tensor, labels: Tensor) -> None:
         """Accumulate features ``[N, num_features]`` with labels ``[N]``."""

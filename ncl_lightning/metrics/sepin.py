@@ -3,8 +3,6 @@
 Each ``update`` gets one batch of paired augmented views and evaluates the per-dimension
 SEPIN with that batch's in-batch negatives (as in training); the metric keeps the
 sample-weighted sum over batches, so it reduces across ranks with a plain sum.
-[`sepin_on_views`][] runs it over a loader of view pairs (the ``FeatureStatistics``
-callback and the atlas both call it).
 """
 
 from __future__ import annotations
@@ -15,9 +13,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics import Metric
 
-from ncl_lightning.foundation.validation import check_int, check_positive, check_shape
+from ncl_lightning.foundation.validation import check_positive, check_shape
+from ncl_lightning.metrics.base import FeatureMetric
 from ncl_lightning.metrics.functional.sepin import (
     DEFAULT_KS,
     check_ks,
@@ -26,7 +24,7 @@ from ncl_lightning.metrics.functional.sepin import (
 )
 
 
-class SEPIN(Metric):
+class SEPIN(FeatureMetric):
     """SEPIN@k: mean of the ``k`` largest per-dimension SEPIN values; see ``functional.sepin``.
 
     ``SEPIN_i ≈ L_NCE(z₋ᵢ) - L_NCE(z)`` is estimated per batch (the ``B`` pairs of a batch
@@ -51,8 +49,6 @@ class SEPIN(Metric):
 
     # More information carried by individual dimensions = more disentangled (Do & Tran).
     higher_is_better = True
-    is_differentiable = False
-    full_state_update = False
 
     sepin_sum: Tensor
     num_pairs: Tensor
@@ -65,15 +61,13 @@ class SEPIN(Metric):
         per_dimension: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        check_int("num_features", num_features)
+        super().__init__(num_features, **kwargs)
         check_positive("temperature", temperature)
-        self.num_features = num_features
         self.temperature = temperature
         self.ks = check_ks(ks)
         self.per_dimension = per_dimension
-        self.add_state("sepin_sum", torch.zeros(num_features), dist_reduce_fx="sum")
-        self.add_state("num_pairs", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_sum_state("sepin_sum", num_features, dtype=torch.float32)
+        self.add_sum_state("num_pairs", dtype=torch.long)
 
     def update(self, z1: Tensor, z2: Tensor) -> None:
         """Accumulate one batch of paired views ``[B, num_features]`` each."""

@@ -1,8 +1,4 @@
-"""Streaming sparsity / dead-dimension metrics (NCL paper, Wang et al., ICLR 2024).
-
-Both keep summed running statistics, so they stream over validation batches and reduce
-across ranks with a plain sum (DDP gives the same value as one process on all data).
-"""
+"""Streaming sparsity / dead-dimension metrics (NCL paper, Wang et al., ICLR 2024)."""
 
 from __future__ import annotations
 
@@ -12,7 +8,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ncl_lightning.foundation.validation import check_at_least, check_int, check_shape
+from ncl_lightning.foundation.validation import check_at_least, check_shape
+from ncl_lightning.metrics.base import FeatureMetric
 from ncl_lightning.metrics.functional.sparsity import activation_mask, zero_fraction
 
 
@@ -55,7 +52,7 @@ class Sparsity(Metric):
         return self.zero_fraction_sum / self.num_samples
 
 
-class ActiveDimensions(Metric):
+class ActiveDimensions(FeatureMetric):
     """Number (or fraction) of dimensions with ``|ẑ| > eps`` on at least one sample.
 
     Keeps a per-dimension activation count ``[num_features]`` (reduced by sum), so dead
@@ -71,23 +68,15 @@ class ActiveDimensions(Metric):
     """
 
     higher_is_better = True
-    is_differentiable = False
-    full_state_update = False
 
     activation_count: Tensor
 
     def __init__(
         self, num_features: int, eps: float = 1e-5, normalize: bool = False, **kwargs: Any
     ) -> None:
-        super().__init__(**kwargs)
-        check_int("num_features", num_features)
-        check_at_least("eps", eps, 0.0)
-        self.num_features = num_features
-        self.eps = eps
+        super().__init__(num_features, eps, **kwargs)
         self.normalize = normalize
-        self.add_state(
-            "activation_count", torch.zeros(num_features, dtype=torch.long), dist_reduce_fx="sum"
-        )
+        self.add_sum_state("activation_count", num_features, dtype=torch.long)
 
     def update(self, z: Tensor) -> None:
         """Accumulate a batch of features ``[N, num_features]``."""

@@ -24,7 +24,6 @@ _RESNETS: dict[int, tuple[Callable[..., torchvision.models.ResNet], int]] = {
     34: (torchvision.models.resnet34, 512),
     50: (torchvision.models.resnet50, 2048),
 }
-_STEMS = ("cifar", "imagenet")
 # conv1's zero padding when none is given: the releases' CIFAR stem (solo-learn
 # ``solo/methods/base.py``: 3x3, stride 1, padding 2), torchvision's 7x7 stem. The one rule
 # of the package: ResNet and the timm / torchvision wrappers (nn.external) follow it.
@@ -96,7 +95,7 @@ class ResNet(nn.Module, Backbone):
     ) -> None:
         super().__init__()
         check_choice("depth", depth, sorted(_RESNETS))
-        check_choice("stem", stem, _STEMS)
+        check_choice("stem", stem, STEM_PADDING)
         check_int("in_channels", in_channels)
         if stem_padding is not None:
             check_int("stem_padding", stem_padding, low=0)

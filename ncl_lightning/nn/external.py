@@ -1,22 +1,9 @@
-"""Backbones by name from timm and torchvision, without the classifier.
+"""Backbones by name from timm ([`TimmBackbone`][]) and torchvision
+([`TorchvisionBackbone`][]), without the classifier, with the CIFAR stem where it applies.
 
-* [`TimmBackbone`][] — any model of ``timm.create_model`` (ViT-S/16, ResNet-50,
-  ConvNeXt, ...) built with ``num_classes=0``: its pooled features.
-* [`TorchvisionBackbone`][] — any classification model of
-  ``torchvision.models.get_model`` with its last linear layer replaced by ``Identity``.
-
-Both offer the CIFAR stem switch where it applies (ResNets: 3x3 stride-1 ``conv1``
-padded by 2 and no max-pool, the CIFAR stem of [`ResNet`][ncl_lightning.nn.ResNet] and of
-the NCL and BayesNCL releases; timm ViTs: 32x32 images cut into 4x4 patches) and refuse it
-with a one-line [`ConfigError`][ncl_lightning.foundation.errors.ConfigError] where it
-does not. timm and torchvision are imported when a backbone is built, so
-``import ncl_lightning`` stays light.
-
-Pretrained weights (``pretrained: true``, ``weights: DEFAULT``) are downloaded on first use
-(timm: from the Hugging Face hub; torchvision: from download.pytorch.org) unless they are
-in the local cache. A checkpoint never downloads them again: its record rebuilds the
-architecture without them (``pretrained: false`` / ``weights: null``) and loads the
-trained weights from the file
+timm and torchvision are imported when a backbone is built, so ``import ncl_lightning``
+stays light. A checkpoint never downloads pretrained weights again: its record rebuilds
+the architecture without them and loads the trained weights from the file
 ([`trained_backbone_spec`][ncl_lightning.checkpoints.record.trained_backbone_spec]).
 """
 

@@ -2,22 +2,9 @@
 ICML 2026): per-sample, per-dimension masks ``m`` that multiply the NCL features.
 
 Each gate maps open probabilities ``α = σ(g / T) ∈ (0, 1)`` ``[B, d]`` (``g`` the gating
-head's logits, ``T`` its sigmoid temperature) to a mask ``[B, d]``:
-
-* ``ste``: forward the hard mask ``1[α > threshold]``, backward through ``α``
-  (straight-through estimator, the paper's gate);
-* ``gumbel``: the BayesNCL release's Gumbel ablation (``gumbel_sigmoid`` in
-  ``solo/methods/bayesncl_helper_functions.py``): one Gumbel(0, 1) sample ``G`` added to the
-  raw logits, ``s = σ((g + G) / T)``, hard ``1[s > threshold]`` forward, straight-through
-  to ``s``. It is not a Bernoulli(α) sample: ``G`` has mean ≈ 0.577, so a gate opens with
-  probability ``1 − exp(−exp(T·(logit α − logit threshold)))`` (``1 − exp(−α/(1−α))`` at
-  ``T = 1``, threshold 0.5): more often than ``α`` (0.63 at ``α = 0.5``);
-* ``logistic``: the binary Concrete / Gumbel-sigmoid relaxation (Maddison et al., 2017;
-  Jang et al., 2017): logistic noise on ``logit α``, hard ``1[s > 0.5]``, an exact
-  Bernoulli(α) sample in the forward pass;
-* ``soft``: the probabilities themselves (ablation).
-
-At inference every gate is the deterministic hard mask ``1[α > threshold]``.
+head's logits, ``T`` its sigmoid temperature) to a mask ``[B, d]``: in training by its own
+rule (``ste``, the paper's; ``gumbel``, the release's ablation; ``logistic``; ``soft``), at
+inference by the deterministic hard mask ``1[α > threshold]``.
 """
 
 from __future__ import annotations
@@ -100,7 +87,7 @@ class Gate(nn.Module):
 
 @GATES.register("ste")
 class STEGate(Gate):
-    """Hard ``1[α > t]`` forward, ``∂m/∂α = 1`` backward."""
+    """Hard ``1[α > t]`` forward, ``∂m/∂α = 1`` backward (straight-through estimator)."""
 
     def train_mask(self, alpha: Tensor) -> Tensor:
         return straight_through(self.hard(alpha), alpha)
@@ -120,10 +107,14 @@ def _uniform(like: Tensor) -> Tensor:
 
 @GATES.register("gumbel")
 class GumbelGate(Gate):
-    """The BayesNCL release's Gumbel gate: ``s = σ((g + G) / T)``, ``G ~ Gumbel(0, 1)``,
-    hard ``1[s > threshold]`` forward, ``∂m/∂s = 1`` backward.
+    """The BayesNCL release's Gumbel gate (``gumbel_sigmoid`` in
+    ``solo/methods/bayesncl_helper_functions.py``): ``s = σ((g + G) / T)``,
+    ``G ~ Gumbel(0, 1)``, hard ``1[s > threshold]`` forward, ``∂m/∂s = 1`` backward.
 
-    ``g = T · logit α`` are the gating head's logits. Reproducible under
+    ``g = T · logit α`` are the gating head's logits. It is not a Bernoulli(α) sample:
+    ``G`` has mean ≈ 0.577, so a gate opens with probability
+    ``1 − exp(−exp(T·(logit α − logit threshold)))`` (``1 − exp(−α/(1−α))`` at ``T = 1``,
+    threshold 0.5): more often than ``α`` (0.63 at ``α = 0.5``). Reproducible under
     ``torch.manual_seed`` (it draws from the global generator). The release draws
     ``G = −log(−log(u + 1e-4) + 1e-4)``; here ``u`` is kept in ``[1e-6, 1 − 1e-6]``.
     """
@@ -136,8 +127,9 @@ class GumbelGate(Gate):
 
 @GATES.register("logistic")
 class LogisticGate(Gate):
-    """Binary Concrete sample ``s = σ((logit α + log u − log(1 − u)) / τ)``, hard
-    ``1[s > 0.5]`` forward (an exact Bernoulli(α) sample), straight-through to ``s``.
+    """Binary Concrete / Gumbel-sigmoid sample (Maddison et al., 2017; Jang et al., 2017)
+    ``s = σ((logit α + log u − log(1 − u)) / τ)``, hard ``1[s > 0.5]`` forward (an exact
+    Bernoulli(α) sample), straight-through to ``s``.
 
     Reproducible under ``torch.manual_seed`` (it draws from the global generator).
 

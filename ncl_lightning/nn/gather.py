@@ -19,11 +19,6 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def world_size() -> int:
-    """Number of ranks (1 without a process group)."""
-    return dist.get_world_size() if is_distributed() else 1
-
-
 def rank() -> int:
     """This process' rank (0 without a process group)."""
     return dist.get_rank() if is_distributed() else 0

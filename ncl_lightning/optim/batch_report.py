@@ -1,11 +1,7 @@
-"""The batch a run actually trains with, and the learning rates scaled from it.
-
-[`batch_layout`][] reads the per-device batch from the training loader Lightning built
-(the DataModule's ``batch_scope`` has already split a global batch there) and the device
-layout from the trainer; [`describe_batch`][] formats the one or two lines a run prints
-at the start of ``fit``. Learning rates follow the linear scaling rule of Goyal et al.
-(2017), ``lr = base_lr * samples per update / 256``, as SimCLR and solo-learn do.
-"""
+"""The batch a run actually trains with ([`batch_layout`][]), and the line a run prints
+at the start of ``fit`` about it and the learning rates scaled from it
+([`describe_batch`][]: the linear scaling rule of Goyal et al., 2017, as SimCLR and
+solo-learn use it)."""
 
 from __future__ import annotations
 
@@ -59,28 +55,13 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def per_device_batch(trainer: Any, fallback: int | None) -> int | None:
-    """The per-device batch of ``trainer``'s fit (``None``: unknown).
-
-    In order: the training loader's ``batch_size`` (the batch actually loaded), the
-    attached DataModule's ``per_device_batch_size`` (its ``batch_size`` split by
-    ``batch_scope``) or ``batch_size``, then ``fallback`` (the module's ``batch_size``).
-    """
-    loaded = _int_or_none(getattr(trainer.train_dataloader, "batch_size", None))
-    if loaded is not None:
-        return loaded
-    data = getattr(trainer, "datamodule", None)
-    for name in ("per_device_batch_size", "batch_size"):
-        value = _int_or_none(getattr(data, name, None))
-        if value is not None:
-            return value
-    return fallback
-
-
 def batch_layout(trainer: Any, fallback: int | None, required: bool) -> BatchLayout:
-    """The layout of ``trainer``'s fit, the per-device batch from [`per_device_batch`][]
-    (call after the training loader is built, e.g. after
-    ``trainer.estimated_stepping_batches``).
+    """The layout of ``trainer``'s fit (call after the training loader is built, e.g.
+    after ``trainer.estimated_stepping_batches``).
+
+    The per-device batch is, in order: the training loader's ``batch_size`` (the batch
+    actually loaded), the attached DataModule's ``per_device_batch_size`` (its
+    ``batch_size`` split by ``batch_scope``) or ``batch_size``, then ``fallback``.
 
     Args:
         trainer: The fitting trainer.
@@ -90,7 +71,13 @@ def batch_layout(trainer: Any, fallback: int | None, required: bool) -> BatchLay
     Raises:
         ConfigError: ``required`` and no integer batch size is known.
     """
-    per_device = per_device_batch(trainer, fallback)
+    per_device = _int_or_none(getattr(trainer.train_dataloader, "batch_size", None))
+    data = getattr(trainer, "datamodule", None)
+    for name in ("per_device_batch_size", "batch_size"):
+        if per_device is None:
+            per_device = _int_or_none(getattr(data, name, None))
+    if per_device is None:
+        per_device = fallback
     if per_device is None and required:
         raise ConfigError(
             "scale_lr needs the per-device batch size, and neither the training loader "
@@ -103,7 +90,7 @@ def batch_layout(trainer: Any, fallback: int | None, required: bool) -> BatchLay
         devices=trainer.num_devices,
         per_device=per_device,
         accumulation=trainer.accumulate_grad_batches,
-        batch_scope=getattr(trainer.datamodule, "batch_scope", None),
+        batch_scope=getattr(data, "batch_scope", None),
     )
 
 
@@ -117,7 +104,7 @@ def _rates(values: Sequence[float]) -> str:
 
 
 def _kept(unscaled: Sequence[float]) -> str:
-    """The clause of the rates that ``scale_lr`` leaves alone ('' when none)."""
+    """The clause of the rates ``scale_lr`` leaves alone ('' when none)."""
     kept = list(dict.fromkeys(unscaled))
     if not kept:
         return ""

@@ -1,11 +1,5 @@
-"""LARS: SGD with momentum and layer-wise adaptive rate scaling.
-
-Reference: You, Gitman & Ginsburg, "Large Batch Training of Convolutional Networks"
-(2017), as used for SimCLR (Chen et al., 2020) and solo-learn. Each parameter tensor
-("layer") gets its own trust ratio ``eta * ||p|| / (||g|| + wd * ||p||)`` that rescales
-its (weight-decayed) gradient before the momentum update, so the step size is relative
-to the weight norm rather than to the raw gradient scale of that layer.
-"""
+"""LARS: SGD with momentum and layer-wise adaptive rate scaling (You, Gitman & Ginsburg,
+"Large Batch Training of Convolutional Networks", 2017), as used for SimCLR and solo-learn."""
 
 from __future__ import annotations
 
@@ -36,13 +30,10 @@ class LARS(Optimizer):
     * ``p = p - lr * d``
 
     Multi-tensor: [`step`][] updates all the parameters of a group (per device and
-    dtype) with a constant number of ``torch._foreach_*`` calls, whatever the number of
-    tensors, and never synchronises with the host: the norms come from one
-    ``_foreach_norm`` and the trust ratios of all adapted tensors are computed at once on
-    the device. Parameters whose ``grad`` is ``None`` are skipped (no state is created);
-    the momentum buffer is ``state["momentum_buffer"]``, as in the per-tensor version, so
-    its checkpoints load. Scaling by the ``k`` ratios is one ``_foreach_mul_`` call, whose
-    CUDA kernels torch launches per tensor from C++ (0-d factors miss its fused path).
+    dtype) with a constant number of ``torch._foreach_*`` calls and never synchronises
+    with the host. Parameters whose ``grad`` is ``None`` are skipped (no state is
+    created); the momentum buffer is ``state["momentum_buffer"]``, as in the per-tensor
+    version, so its checkpoints load.
 
     **Captured** ([`capture`][]): the update runs as one ``torch.compile`` graph over every
     group, with the learning rate, weight decay and momentum of each group passed as one
@@ -203,13 +194,7 @@ class LARS(Optimizer):
         return not group["lars_exclude"] and not (group["exclude_bias_n_norm"] and p.ndim <= 1)
 
     def _update(self, group: dict[str, Any], params: list[Tensor], k: int) -> None:
-        """Update ``params`` (one device and dtype) in place without host synchronisation.
-
-        Args:
-            group: Their parameter group (``lr``, ``weight_decay``, ... as Python values).
-            params: ``n`` parameters with a ``grad``, the ``k`` adapted ones first.
-            k: How many of ``params`` get the trust ratio.
-        """
+        """Update ``params`` (one device and dtype, the ``k`` adapted ones first) in place."""
         grads: list[Tensor] = [p.grad for p in params]  # type: ignore[misc]
         lr, wd, momentum = group["lr"], group["weight_decay"], group["momentum"]
         # ``updates`` aliases the gradients (read-only) until an op makes new tensors.
@@ -240,18 +225,7 @@ class LARS(Optimizer):
 
     @staticmethod
     def _trust_ratios(norms: Tensor, lr: float, wd: float, eta: float, clip_lr: bool) -> Tensor:
-        """Layer-wise rates of ``k`` tensors at once, on the device (no host sync).
-
-        Args:
-            norms: ``(2, k)``: row 0 the parameter norms ``||p||``, row 1 ``||g||``.
-            lr: The group's learning rate.
-            wd: The group's weight decay.
-            eta: Trust coefficient.
-            clip_lr: Clip at the global learning rate: ``min(ratio / lr, 1)`` (if lr > 0).
-
-        Returns:
-            ``(k,)``: ``eta * ||p|| / (||g|| + wd * ||p||)``, or ``1`` where a norm is 0.
-        """
+        """Trust ratios ``(k,)`` from ``norms`` ``(2, k)`` (``||p||``, ``||g||``), on the device."""
         p_norm, g_norm = norms.unbind()
         ratio = eta * p_norm / (g_norm + wd * p_norm)
         ratio = torch.where((norms > 0).all(dim=0), ratio, 1.0)
@@ -265,15 +239,10 @@ def captured_update(
     hyper: Tensor,
     skip: Tensor,
 ) -> None:
-    """The LARS update of every group as tensor arithmetic (what [`LARS.capture`][]
-    compiles): the eager update's formulas with the learning rate, weight decay and
-    momentum read from ``hyper`` and every write masked by ``skip``.
-
-    Args:
-        groups: Per group ``(params, grads, momentum buffers, (k, eta, clip_lr,
-            nesterov))``, the ``k`` adapted parameters first.
-        hyper: ``[groups, 3]``: learning rate, weight decay, momentum of each group.
-        skip: 0-d bool: ``True`` leaves parameters and buffers unchanged.
+    """The eager update's formulas over every group (what [`LARS.capture`][] compiles):
+    ``groups`` holds ``(params, grads, momentum buffers, (k, eta, clip_lr, nesterov))``
+    with the ``k`` adapted parameters first, ``hyper`` ``[groups, 3]`` the learning rate,
+    weight decay and momentum of each, and a ``True`` ``skip`` leaves everything as it was.
     """
     for i, (params, grads, bufs, (k, eta, clip_lr, nesterov)) in enumerate(groups):
         lr, wd, momentum = hyper[i].unbind()

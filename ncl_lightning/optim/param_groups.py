@@ -19,7 +19,7 @@ NORM_LAYERS: tuple[type[nn.Module], ...] = (
     nn.LayerNorm,
     nn.GroupNorm,
     nn.LocalResponseNorm,
-    *((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ()),
+    nn.RMSNorm,
 )
 
 

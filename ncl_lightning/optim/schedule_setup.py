@@ -37,8 +37,8 @@ def configure_warmup_cosine(
         optimizer: Optimiser over the module's parameter groups (peak rates at batch 256).
         scale_lr: Multiply every group's rate by ``per-device batch * world *
             accumulation / 256`` (samples per update / 256, Goyal et al., 2017), except
-            the groups that set ``scale_lr: False`` themselves (a rate the paper gives for
-            every batch size, e.g. BayesNCL's gating head: [`group_is_scaled`][]).
+            the groups that set ``"scale_lr": False`` themselves (a rate the paper gives
+            for every batch size, e.g. BayesNCL's gating head).
         batch_size: The module's per-device batch size: used only when neither the
             training loader nor the attached DataModule gives an integer one
             ([`batch_layout`][ncl_lightning.optim.batch_report.batch_layout]).
@@ -51,10 +51,8 @@ def configure_warmup_cosine(
             ([`warmup_step`][ncl_lightning.optim.warmup_step]) instead of the cosine.
         gamma: Step-decay factor.
 
-    Prints once (rank zero) the devices, per-device and global batch, the peak rates and,
-    when the DataModule has a ``loader_summary()``, its loader settings (workers, pinned
-    memory, persistent workers, prefetch)
-    ([`describe_batch`][ncl_lightning.optim.batch_report.describe_batch]).
+    Prints once (rank zero) the line of
+    [`describe_batch`][ncl_lightning.optim.batch_report.describe_batch].
 
     Returns:
         What ``configure_optimizers`` returns: optimiser and a step-interval scheduler.
@@ -70,7 +68,7 @@ def configure_warmup_cosine(
     kept: list[float] = []  # the rates of groups that opt out of the scaling
     for group in optimizer.param_groups:
         configured = group["lr"]
-        if scale_lr and not group_is_scaled(group):
+        if scale_lr and not group.get("scale_lr", True):  # a per-group key torch keeps
             kept.append(configured)
             continue
         if scale_lr:
@@ -91,12 +89,6 @@ def configure_warmup_cosine(
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-def group_is_scaled(group: dict[str, Any]) -> bool:
-    """Whether ``scale_lr`` scales this parameter group's rate: unless the group says
-    ``"scale_lr": False`` (a per-group key, kept by every torch optimiser)."""
-    return bool(group.get("scale_lr", True))
-
-
 def check_schedule_length(max_epochs: int | None, max_steps: int | None) -> None:
     """The warmup-cosine schedule needs a finite run: ``trainer.max_epochs >= 1``, or
     ``trainer.max_steps >= 1`` with ``max_epochs`` -1 (what ``Trainer(max_steps=N)``
@@ -112,21 +104,12 @@ def check_schedule_length(max_epochs: int | None, max_steps: int | None) -> None
     )
 
 
-def steps_per_epoch(trainer: Any) -> int | None:
-    """Optimiser steps of one training epoch: ``ceil(num_training_batches /
-    accumulate_grad_batches)`` (``limit_train_batches`` included), ``None`` for a loader
-    without a length. Call after the training loader is built ([`schedule_steps`][])."""
-    batches = trainer.num_training_batches
-    if not math.isfinite(batches):
-        return None
-    return max(1, math.ceil(batches / trainer.accumulate_grad_batches))
-
-
 def schedule_steps(trainer: Any, warmup_epochs: float) -> tuple[int, int, int | None]:
     """``(total, warmup, per_epoch)`` optimiser steps of ``trainer``'s fit.
 
     ``total`` is ``trainer.estimated_stepping_batches`` (``max_steps``, or ``max_epochs``
-    epochs, whichever ends first), ``per_epoch`` [`steps_per_epoch`][] and ``warmup``
+    epochs, whichever ends first), ``per_epoch`` ``ceil(num_training_batches /
+    accumulate_grad_batches)`` (``None`` for a loader without a length) and ``warmup``
     ``round(warmup_epochs * per_epoch)``: a run stopped by ``max_steps`` warms up over the
     same steps as one stopped by ``max_epochs``. Builds the training loader when Lightning
     has not (``Trainer(max_steps=N)`` does not load it to count steps).
@@ -138,7 +121,10 @@ def schedule_steps(trainer: Any, warmup_epochs: float) -> tuple[int, int, int | 
     check_schedule_length(trainer.max_epochs, trainer.max_steps)
     total = trainer.estimated_stepping_batches
     build_train_loader(trainer)
-    per_epoch = steps_per_epoch(trainer)
+    batches = trainer.num_training_batches
+    per_epoch = None
+    if math.isfinite(batches):
+        per_epoch = max(1, math.ceil(batches / trainer.accumulate_grad_batches))
     if not math.isfinite(total) or total < 1:
         raise ConfigError(
             "the warmup-cosine schedule needs a finite run: the training loader has no "

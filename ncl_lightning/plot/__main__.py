@@ -1,13 +1,8 @@
 """``python -m ncl_lightning.plot RUN [RUN ...]``: curves of CSV and offline W&B runs.
 
-Reads Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``) and offline
-W&B runs (``<save_dir>/wandb/offline-run-*/run-<id>.wandb``, read by
-[`read_history`][ncl_lightning.plot.read_history]; a synced run's folder
-stays on disk). Several runs go on the same panels, one line (and legend entry) each.
-Every input is checked before anything is written ([`check_inputs`][]); an error of input
-(a folder without ``metrics.csv``, an unreadable CSV, nothing to draw, several versions
-without ``--all``, an output file of unknown format or in a folder that cannot be written)
-is one line ``python -m ncl_lightning.plot: error: <key or path>: <problem>``, exit status 2.
+Several runs go on the same panels, one line (and legend entry) each. Every input is checked
+before anything is written ([`check_inputs`][]); bad input is one line
+``python -m ncl_lightning.plot: error: <key or path>: <problem>``, exit status 2.
 """
 
 from __future__ import annotations
@@ -99,15 +94,8 @@ def parser() -> argparse.ArgumentParser:
 
 def check_inputs(args: argparse.Namespace) -> tuple[list[RunCurves], Path]:
     """Every argument, before anything is written: the output file (format, folder), the
-    runs (found, readable, one version each unless ``--all``), the labels and the metrics.
-
-    Returns:
-        The runs read and the image to write.
-
-    Raises:
-        ConfigError: A bad argument (names the option).
-        DataError: A run that is missing or cannot be read, or has nothing to draw.
-    """
+    runs (found, readable, one version each unless ``--all``), the labels and the metrics;
+    returns the runs read and the image to write."""
     out = args.out if args.out is not None else default_out(args.runs)
     check_out(out, "--out")
     if args.formats is not None:
@@ -120,16 +108,14 @@ def check_inputs(args: argparse.Namespace) -> tuple[list[RunCurves], Path]:
 def main(argv: Sequence[str] | None = None) -> None:
     """Draw the curves and print the file written; one-line errors, exit status 2."""
     args = parser().parse_args(argv)
-    run_main(PROG, lambda: _plot(args))
 
+    def plot() -> None:
+        runs, out = check_inputs(args)
+        panels = draw_curves(runs, out, args.metrics, args.x, args.formats)
+        names = ", ".join(r.label for r in runs)
+        print(f"{out}: {len(runs)} run(s) ({names}), x = {args.x}, panels: {', '.join(panels)}")
 
-def _plot(args: argparse.Namespace) -> None:
-    runs, out = check_inputs(args)
-    panels = draw_curves(runs, out, args.metrics, args.x, args.formats)
-    print(
-        f"{out}: {len(runs)} run(s) ({', '.join(r.label for r in runs)}), x = {args.x}, "
-        f"panels: {', '.join(panels)}"
-    )
+    run_main(PROG, plot)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,7 @@
-"""Training and validation curves of CSV runs: panels chosen from the logged columns.
+"""Training and validation curves of CSV and W&B runs: panels chosen from the logged columns.
 
-One panel per metric, one line per run (the same colour for a run in every panel, one
-legend above the panels). The figure has a fixed size and dpi (no tight bounding box):
-``min(3, panels)`` columns of 4 x 3 inch panels at 100 dpi, so its pixel size depends only
-on the number of panels.
+One panel per metric, one line per run (the same colour in every panel, one legend above the
+panels), ``min(3, panels)`` columns of 4 x 3 inch panels at a fixed dpi.
 """
 
 from __future__ import annotations
@@ -13,18 +11,20 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # files only, no display
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ncl_lightning.foundation.errors import ConfigError, DataError, did_you_mean
-from ncl_lightning.foundation.validation import check_choice
+from ncl_lightning.foundation.validation import check_choice, check_output_dir
 from ncl_lightning.plot.metrics_csv import Point, RunCurves, load_runs
 from ncl_lightning.plot.style import (
     COLOURS,
     DPI,
     FORMATS,
     LABEL_SIZE,
+    SMALL_SIZE,
     TICK_SIZE,
     TITLE_SIZE,
     check_formats,
@@ -60,13 +60,7 @@ IMAGE_FORMATS = tuple(
 def check_out(out: Path, key: str = "out") -> None:
     """``out`` can be written as an image: a known extension ([`IMAGE_FORMATS`][]), not a
     folder, not a read-only file, in a folder that is (or can be made) writable; nothing is
-    written (the folder is probed with a temporary folder, removed at once).
-
-    Raises:
-        ConfigError: Naming ``key`` and the path.
-    """
-    from ncl_lightning.foundation.validation import check_output_dir
-
+    written. Raises a ConfigError naming ``key`` and the path."""
     out = Path(out)
     formats = ", ".join(IMAGE_FORMATS)
     if out.is_dir():
@@ -189,23 +183,22 @@ def curves_figure(runs: Sequence[RunCurves], panels: Sequence[str], x: str = "st
                     continue
                 xs, ys = _xy(points, x)
                 marker = "o" if len(xs) <= MARKER_MAX else None
-                ax.plot(xs, ys, color=_colour(i), label=run.label, marker=marker, markersize=3)
+                colour = COLOURS[i % len(COLOURS)]
+                ax.plot(xs, ys, color=colour, label=run.label, marker=marker, markersize=3)
             ax.set_title(column, fontsize=TITLE_SIZE)
             ax.set_xlabel(X_LABELS[x], fontsize=TICK_SIZE)
             ax.grid(True)
         for ax in axes[len(panels) :]:
             fig.delaxes(ax)
-        handles = [Line2D([], [], color=_colour(i), label=r.label) for i, r in enumerate(runs)]
+        handles = [
+            Line2D([], [], color=COLOURS[i % len(COLOURS)], label=r.label)
+            for i, r in enumerate(runs)
+        ]
         fig.legend(
             handles=handles, loc="outside upper center", ncols=min(len(runs), 4),
             fontsize=LABEL_SIZE,
         )  # fmt: skip
     return fig
-
-
-def _colour(i: int) -> str:
-    """The colour of the ``i``-th run (the style's cycle, repeated)."""
-    return COLOURS[i % len(COLOURS)]
 
 
 def draw_curves(
@@ -284,3 +277,30 @@ def plot_curves(
     """
     draw_curves(load_runs(runs, labels, all_versions), out, metrics, x, formats)
     return Path(out)
+
+
+def mean_std_curves(
+    panels: dict[str, dict[str, list[tuple[Sequence[float], Sequence[float]]]]],
+    path: Path,
+    xlabel: str,
+    ylabel: str = "",
+) -> Path:
+    """Save the studies' curves over seeds: one panel per title, one line per label, the
+    mean ± std (sample std) of its runs' ``(x, y)`` curves, cut to the shortest run.
+    Returns the PNG written."""
+    with figure_style():
+        fig = new_figure((PANEL_SIZE[0] * len(panels), PANEL_SIZE[1]), layout="constrained")
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+        for ax, (title, lines) in zip(axes, panels.items(), strict=True):
+            for label, runs in lines.items():
+                length = min(len(y) for _, y in runs)
+                ys = np.array([y[:length] for _, y in runs])
+                std = ys.std(0, ddof=1) if len(runs) > 1 else np.zeros(length)
+                xs, mean = runs[0][0][:length], ys.mean(0)
+                marker = "o" if length <= MARKER_MAX else None
+                ax.plot(xs, mean, label=label, marker=marker, markersize=3)
+                ax.fill_between(xs, mean - std, mean + std, alpha=0.2)
+            ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+            ax.grid(True)
+            ax.legend(fontsize=SMALL_SIZE)
+    return save_figure(fig, path)[0]

@@ -1,16 +1,10 @@
 """Finding and reading Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``)
-and finding offline W&B runs (``<save_dir>/wandb/offline-run-*/run-<id>.wandb``).
+and offline W&B runs (``<save_dir>/wandb/offline-run-*/run-<id>.wandb``) as the same
+``(step, epoch, value)`` points, so both kinds of run are drawn alike.
 
-A W&B run file is read by [`read_history`][ncl_lightning.plot.read_history] (through
-[`history_rows`][ncl_lightning.foundation.internals.history_rows], the one reader of wandb's
-undocumented record format). It gives the same ``(step, epoch, value)`` points as a CSV
-file, so both kinds of run are drawn alike.
-
-The logger writes one row per logging call: the columns ``epoch`` and ``step``, then one
-column per logged key, left empty where that key was not logged by the call (a validation
-metric is empty on every training row, a training loss on every validation row). The
-reader keeps, for each column, only its filled cells, as ``(step, epoch, value)`` points.
-Only the standard library's [`csv`][] is used (no pandas).
+The logger writes one row per logging call, leaving empty the columns of the keys that call
+did not log; the reader keeps each column's filled cells only (the standard library's
+[`csv`][], no pandas).
 """
 
 from __future__ import annotations
@@ -26,10 +20,8 @@ from ncl_lightning.foundation.errors import ConfigError, DataError, DataNotFound
 from ncl_lightning.foundation.internals import history_rows
 
 METRICS_FILE = "metrics.csv"
-WANDB_FILE = "run-*.wandb"
-"""The record file of an offline W&B run folder (``offline-run-<time>-<id>/``)."""
-STEP_KEY, EPOCH_KEY = "trainer/global_step", "epoch"
-"""The keys of a W&B history row that give its points' step and epoch."""
+WANDB_FILE = "run-*.wandb"  # the record file of an offline W&B run folder
+STEP_KEY, EPOCH_KEY = "trainer/global_step", "epoch"  # a W&B history row's step and epoch
 INDEX_COLUMNS = ("epoch", "step")
 
 
@@ -116,15 +108,11 @@ def _number(cell: str, path: Path, line: int, column: str) -> float:
 
 
 def read_metrics(path: Path) -> dict[str, list[Point]]:
-    """Read one ``metrics.csv`` into its filled cells per column.
-
-    Args:
-        path: A Lightning ``CSVLogger`` ``metrics.csv``.
+    """Read one Lightning ``CSVLogger`` ``metrics.csv`` into its filled cells per column.
 
     Returns:
-        Column -> points ``(step, epoch, value)`` of its non-empty cells, in file order.
-        ``epoch`` is ``None`` in a file without an ``epoch`` column. Columns with no filled
-        cell are absent.
+        Column -> points ``(step, epoch, value)`` of its non-empty cells, in file order
+        (``epoch`` ``None`` in a file without an ``epoch`` column).
 
     Raises:
         DataError: The file cannot be read or decoded, has no header or no ``step`` column, a
@@ -208,12 +196,10 @@ def load_runs(
             f"({', '.join(str(p) for p in paths)})",
             key="labels",
         )
-    return [RunCurves(lab, p, _read(p)) for lab, p in zip(labels, paths, strict=True)]
-
-
-def _read(path: Path) -> dict[str, list[Point]]:
-    """A ``metrics.csv`` by [`read_metrics`][], a ``.wandb`` file by [`read_history`][]."""
-    return read_history(path) if path.suffix == ".wandb" else read_metrics(path)
+    return [
+        RunCurves(label, p, read_history(p) if p.suffix == ".wandb" else read_metrics(p))
+        for label, p in zip(labels, paths, strict=True)
+    ]
 
 
 def read_history(path: Path) -> dict[str, list[Point]]:

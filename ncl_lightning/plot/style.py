@@ -96,18 +96,10 @@ def check_formats(formats: Sequence[str], key: str = "formats") -> tuple[str, ..
 
 
 def save_figure(fig: Figure, path: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
-    """Write ``fig`` as ``path`` with each suffix of ``formats`` (``x.png``, ``x.pdf``,
-    ``x.svg``), at a fixed size (no tight bounding box) and without time stamps, so the
-    files depend only on the figure.
-
-    Args:
-        fig: The figure (made inside [`figure_style`][]).
-        path: The file; its suffix is replaced by each format's.
-        formats: Some of ``png``, ``pdf``, ``svg``.
-
-    Returns:
-        The files written, in the order of ``formats``.
-    """
+    """Write ``fig`` (made inside [`figure_style`][]) as ``path`` with each suffix of
+    ``formats`` (``x.png``, ``x.pdf``, ``x.svg``), at a fixed size (no tight bounding box)
+    and without time stamps, so the files depend only on the figure; returns the files
+    written, in the order of ``formats``."""
     written = []
     metadata = {"pdf": {"CreationDate": None, "ModDate": None}, "svg": {"Date": None}}
     with figure_style():

@@ -3,37 +3,18 @@
 For each pre-training config: ``fit`` it, then on its ``last.ckpt`` run the offline
 linear probe (``fit``), the kNN classifier (``test``), feature selection (``test``) and
 fine-tuning (``fit``), each from its own config; supervised CE/NCE configs are trained
-too. Prints (and writes) one markdown table::
+too. Prints (and writes ``<out>/results.md``) one markdown table; see docs/evaluation.md::
 
     python -m ncl_lightning.studies.chain \\
         --pretrain configs/subset/cifar10_subset_cl.yaml configs/subset/cifar10_subset_ncl.yaml \\
         --linear configs/eval/cifar10_subset_linear.yaml \\
         --knn configs/eval/cifar10_subset_knn.yaml \\
-        --selection configs/eval/cifar10_subset_feature_selection.yaml \\
-        --finetune configs/eval/cifar10_subset_finetune.yaml \\
-        --supervised configs/subset/cifar10_subset_ce.yaml configs/subset/cifar10_subset_nce.yaml \\
-        --out runs/eval_subset
+        --supervised configs/subset/cifar10_subset_ce.yaml --out runs/eval_subset
 
-``--spaces h z`` runs the linear probe and fine-tuning once per space: on the encoder
-output ``h`` (the configs' ``space: h``) and on the projector output ``z``
-(``--model.init_args.space z``; NCL paper, Table 7), into ``<out>/<config stem>/linear_z``
-and ``finetune_z``; the table gets the ``z linear top-1``, ``z linear top-5`` and
-``z fine-tune top-1`` columns beside the ``h`` ones (``results.json``: protocols
-``linear_z`` and ``finetune_z``). The default, ``--spaces h``, runs the ``h`` probes only.
-
-Every run is an ordinary ``ncl-cli`` run (its logs and checkpoints are under ``--out``);
-``--pretrain-arg`` / ``--eval-arg`` forward extra CLI arguments (e.g. shorter runs). Each
-run is announced on stderr (``[run k/N] <config> <protocol> | elapsed ... | ETA ...``);
-Lightning's per-run banners, bars, model summaries and test-metric tables are off
-unless ``--verbose``.
-
-``--seeds 0 1 2`` runs the whole chain once per seed into ``<out>/seed_<S>/`` (each with its
-own resumable ``results.json`` / ``results.md``; ``--seed_everything S`` is appended to every
-pre-training and evaluation run's arguments), then writes ``<out>/results.md`` with every
-cell as ``mean ± std`` over the seeds, the per-seed values and the differences beyond the
-spread, ``<out>/results_seeds.json`` and the mean accuracy-vs-k curves (see
-[`ncl_lightning.studies.chain_seeds`][]). Without ``--seeds`` one chain runs into
-``--out``.
+``--spaces h z`` runs the linear probe and fine-tuning on the encoder output ``h`` and on
+the projector output ``z`` (NCL paper, Table 7); ``--seeds 0 1 2`` runs the chain once per
+seed into ``<out>/seed_<S>/``, then reports ``mean ± std``
+([`ncl_lightning.studies.chain_seeds`][]).
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""The evaluation chain over several seeds: mean ± std of every table cell.
+"""The evaluation chain over several seeds (``chain --seeds``): mean ± std of every cell.
 
-``python -m ncl_lightning.studies.chain ... --seeds 0 1 2`` runs the whole chain once per
-seed into ``<out>/seed_<S>/`` (``--seed_everything S`` on every run) and then writes, from
-the seeds' results:
-
-* ``<out>/results.md``: the one-seed table's columns with each cell ``mean ± std`` over the
-  seeds that have it (sample std, n - 1; 0.0 for one seed), the per-seed values (``–``
-  where a seed lacks one) and every difference between two runs that exceeds the spread,
-  ``|mean_a - mean_b| > std_a + std_b`` (runs with at least two values only) and, with
-  ``--spaces h z``, each run's ``z`` probe against its ``h`` probe
-  ([`exceeding_spaces`][ncl_lightning.studies.chain_seeds.exceeding_spaces]);
-* ``<out>/results_seeds.json``: ``{seed: {config stem: results}}``;
-* ``<out>/accuracy_vs_k.png``: linear accuracy against k, at each k the mean over the seeds
-  that measured it.
+Writes ``<out>/results.md`` (the one-seed table's columns as ``mean ± std`` over the seeds
+that have a value, the per-seed values and the differences beyond the spread, between runs
+and, with ``--spaces h z``, between a run's ``h`` and ``z`` probes), ``results_seeds.json``
+(``{seed: {config stem: results}}``) and the mean ``accuracy_vs_k.png``.
 """
 
 from __future__ import annotations
@@ -25,7 +16,13 @@ from itertools import combinations
 from pathlib import Path
 
 from ncl_lightning.plot.pictures import accuracy_vs_k
-from ncl_lightning.studies.chain_table import COLUMNS, cell_values, markdown, selection_curves
+from ncl_lightning.studies.chain_table import (
+    COLUMNS,
+    cell_values,
+    markdown,
+    selection_curves,
+    selection_points,
+)
 from ncl_lightning.studies.spread import beyond_spread, mean_std
 
 Results = dict[str, dict[str, dict[str, float]]]  # config stem -> protocol -> metrics
@@ -76,9 +73,8 @@ def exceeding(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[st
         for a, b in combinations(table, 2):
             va = list(table[a].get(column, {}).values())
             vb = list(table[b].get(column, {}).values())
-            if beyond_spread(va, vb, "{:.1f}".format):
-                (hi, vhi), (lo, vlo) = sorted(((a, va), (b, vb)), key=lambda x: -mean_std(x[1])[0])
-                lines.append(f"{column}: {hi} {_pm(vhi)} > {lo} {_pm(vlo)}")
+            if line := beyond_spread(a, va, b, vb, "{:.1f}".format):
+                lines.append(f"{column}: {line}")
     return lines
 
 
@@ -99,10 +95,8 @@ def exceeding_spaces(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> 
             if h_column is None or h_column not in row:
                 continue
             vh, vz = list(row[h_column].values()), list(row[column].values())
-            if beyond_spread(vh, vz, "{:.1f}".format):
-                h, z = f"h {_pm(vh)}", f"z {_pm(vz)}"
-                hi, lo = (h, z) if mean_std(vh)[0] > mean_std(vz)[0] else (z, h)
-                lines.append(f"{h_column}: {name} {hi} > {lo}")
+            if line := beyond_spread("h", vh, "z", vz, "{:.1f}".format):
+                lines.append(f"{h_column}: {name} {line}")
     return lines
 
 
@@ -146,13 +140,11 @@ def sweep_table(per_seed: Mapping[int, Results]) -> str:
     """Markdown: for every run and rule, each k's linear accuracy / retrieval P@10 (%) as
     ``mean ± std`` over the seeds (the one-seed chain's sweep over k, NCL paper Fig. 10)."""
     cells: dict[tuple[str, str], dict[int, dict[str, list[float]]]] = {}
-    pattern = re.compile(r"^test/selection/(\w+)/k(\d+)/(linear_acc|retrieval_p@10)$")
     for runs in per_seed.values():
         for name, results in runs.items():
-            for key, value in results.get("selection", {}).items():
-                if found := pattern.match(key):
-                    rule, k, metric = found.group(1), int(found.group(2)), found.group(3)
-                    by_k = cells.setdefault((name, rule), {}).setdefault(k, {})
+            for (rule, k), metrics in selection_points(results).items():
+                by_k = cells.setdefault((name, rule), {}).setdefault(k, {})
+                for metric, value in metrics.items():
                     by_k.setdefault(metric, []).append(100 * value)
     if not cells:
         return ""

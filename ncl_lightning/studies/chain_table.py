@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import re
+
 # Column -> (protocol, metric key); selection keys get the reported k filled in. The
 # "linear" and "fine-tune" columns read the probes on h, the "z linear" and "z fine-tune"
 # ones the probes on the projector output z (chain --spaces h z; NCL paper, Table 7).
@@ -30,15 +32,24 @@ COLUMNS: dict[str, tuple[str, str]] = {
 UNSCALED = {"z consistency"}
 
 
-def _selection_k(metrics: dict[str, float]) -> int | None:
-    """The reported k: the largest swept k below d (the paper keeps 256 of 512)."""
-    ks = sorted({int(k.split("/")[3][1:]) for k in metrics if k.startswith("test/selection/ea/")})
-    return ks[-2] if len(ks) > 1 else (ks[0] if ks else None)
+SELECTION_KEY = re.compile(r"^test/selection/(\w+)/k(\d+)/(.+)$")
+
+
+def selection_points(results: dict[str, dict[str, float]]) -> dict[tuple[str, int], dict]:
+    """``(rule, k)`` -> metric -> value of one run's ``test/selection/{rule}/k{k}/{metric}``
+    keys, by rule and k."""
+    points: dict[tuple[str, int], dict[str, float]] = {}
+    for key, value in results.get("selection", {}).items():
+        if found := SELECTION_KEY.match(key):
+            points.setdefault((found[1], int(found[2])), {})[found[3]] = value
+    return dict(sorted(points.items()))
 
 
 def cell_values(results: dict[str, dict[str, float]]) -> dict[str, float | None]:
     """One run's table values by column (×100 except z consistency; None where missing)."""
-    k = _selection_k(results.get("selection", {}))
+    # the reported k: the largest swept k below d (the paper keeps 256 of 512)
+    ks = [k for rule, k in selection_points(results) if rule == "ea"]
+    k = ks[-2] if len(ks) > 1 else (ks[0] if ks else None)
     cells = {}
     for column, (protocol, key) in COLUMNS.items():
         value = results.get(protocol, {}).get(key.format(k=k))
@@ -57,18 +68,13 @@ def selection_curves(
     all_results: dict[str, dict[str, dict[str, float]]],
 ) -> dict[str, tuple[list[int], list[float]]]:
     """Linear accuracy against k for every run and rule (NCL paper, Figure 10)."""
-    curves = {}
+    curves: dict[str, tuple[list[int], list[float]]] = {}
     for name, results in all_results.items():
-        selection = results.get("selection", {})
-        for rule in ("ea", "random"):
-            prefix = f"test/selection/{rule}/k"
-            points = sorted(
-                (int(key[len(prefix) :].split("/")[0]), value)
-                for key, value in selection.items()
-                if key.startswith(prefix) and key.endswith("/linear_acc")
-            )
-            if points:
-                curves[f"{name} {rule}"] = ([k for k, _ in points], [v for _, v in points])
+        for (rule, k), metrics in selection_points(results).items():
+            if rule in ("ea", "random") and "linear_acc" in metrics:
+                ks, accs = curves.setdefault(f"{name} {rule}", ([], []))
+                ks.append(k)
+                accs.append(metrics["linear_acc"])
     return curves
 
 

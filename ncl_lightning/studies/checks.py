@@ -35,18 +35,6 @@ def check_seeds(key: str, seeds: Sequence[int]) -> None:
         raise ConfigError(f"{key}: seed(s) {repeated} given twice", key=key)
 
 
-def check_out(key: str, out: Path) -> None:
-    """``out`` is, or can be made, a writable folder (probed, nothing left behind)."""
-    check_output_dir(key, out)
-
-
-def _option(arg: str) -> tuple[str, str | None]:
-    """``("trainer.max_epochs", "2")`` for ``--trainer.max_epochs=2``; value ``None``
-    when the value is the next argument."""
-    name, sep, value = arg.partition("=")
-    return name.lstrip("-"), value if sep else None
-
-
 def check_run_args(
     run_args: Sequence[str], owned: Mapping[str, str], option: str = RUN_ARG
 ) -> None:
@@ -70,7 +58,8 @@ def check_run_args(
     for i, arg in enumerate(run_args):
         if not arg.startswith("-") or _is_number(arg):
             continue  # the value of the option before it
-        name, value = _option(arg)
+        flag, sep, value = arg.partition("=")
+        name = flag.lstrip("-")
         for key, why in owned.items():
             if name == key or name.startswith(f"{key}."):
                 raise ConfigError(
@@ -78,8 +67,8 @@ def check_run_args(
                     f"cell ({why})",
                     key=option,
                 )
-        if arg.partition("=")[0] in CONFIG_FLAGS:
-            if value is None:
+        if flag in CONFIG_FLAGS:
+            if not sep:  # the file is the next argument
                 value = run_args[i + 1] if i + 1 < len(run_args) else None
             if value is None:
                 raise ConfigError(f"{option}: {arg} needs a config file", key=option)
@@ -138,7 +127,7 @@ def check_seeds_study(
             check_run_args(row.args, owned, option=f"{source}rows[{i}] ({row.name}): args")
             for config in (row.config, *row.overlays, *filter(None, [row.pretrain])):
                 config_file(config)  # a packaged config of the row, or a file
-    check_out("--out", out)
+    check_output_dir("--out", out)
 
 
 def check_landscape_study(
@@ -180,4 +169,4 @@ def check_landscape_study(
             "trainer.logger": "the CSV log the study reads its curves from",
         },
     )
-    check_out("--out", out)
+    check_output_dir("--out", out)

@@ -1,16 +1,8 @@
 """The one way the studies run their ``ncl-cli`` runs: reuse, run, announce, collect.
 
-A study ([`seeds`][ncl_lightning.studies.seeds], [`landscape`][ncl_lightning.studies.landscape],
-[`chain`][ncl_lightning.studies.chain]) is a list of jobs, each one ``ncl-cli`` run (or a
-chain of them) whose record is kept on disk. [`run_jobs`][] reports the jobs done
-before (``[run k/N] reused: <job>``, their records read back) so that an interrupted
-study resumes, runs the rest one after another or ``workers`` at a time in a pool, and
-says each run on a [`Progress`][ncl_lightning.foundation.progress.Progress] line. The arguments
-every run shares are here too: its folder ([`folder_args`][]), the ``ncl-cli`` run in
-this process with Lightning's banners off ([`cli_here`][]), and a record read back from
-its ``result.json`` ([`earlier_record`][]).
-
-Pure Python at import: Lightning is imported by [`cli_here`][] only.
+[`run_jobs`][] reads back the records of the jobs done before (so an interrupted study
+resumes) and runs the rest, here or in a pool, each on a ``[run k/N]`` progress line. Pure
+Python at import: Lightning is imported by [`cli_here`][] only.
 """
 
 from __future__ import annotations
@@ -33,15 +25,9 @@ def slug(name: str) -> str:
 
 
 def folder_args(root: Path, logs: bool = False, verbose: bool = False) -> list[str]:
-    """``ncl-cli`` arguments putting a run's output under ``root``.
-
-    Args:
-        root: The runs' root, ``default_root_dir`` (the loggers follow it): a config
-            named ``<name>`` writes ``<root>/<name>/version_N``.
-        logs: The logger writes ``<root>/logs/version_0`` instead (a fixed place to read
-            back).
-        verbose: Keep the progress bar and the model summary (off otherwise).
-    """
+    """``ncl-cli`` arguments putting a run's output under ``root`` (``default_root_dir``;
+    ``logs``: the logger writes ``<root>/logs/version_0``, a fixed place to read back);
+    the progress bar and model summary off unless ``verbose``."""
     args = ["--trainer.default_root_dir", str(root)]
     if logs:
         args += ["--trainer.logger.init_args.name", "logs"]
@@ -50,11 +36,8 @@ def folder_args(root: Path, logs: bool = False, verbose: bool = False) -> list[s
 
 
 def cli_here(args: Sequence[str], verbose: bool = False) -> Any:
-    """Run ``ncl-cli`` in this process; Lightning's banners are off unless ``verbose``.
-
-    Returns:
-        The finished LightningCLI (its ``trainer``, ``model`` and ``datamodule``).
-    """
+    """Run ``ncl-cli`` in this process (Lightning's banners off unless ``verbose``);
+    returns the finished LightningCLI."""
     from ncl_lightning.runtime.cli import cli_main  # Lightning: seconds to import
 
     with quiet_lightning(verbose):
@@ -84,23 +67,19 @@ def run_jobs(
 
     Args:
         jobs: What to run.
-        run: Makes one job's record (in a ``pool``: a picklable function for processes).
+        run: Makes one job's record (in a process ``pool``: a picklable function).
         describe: The job on its progress lines.
         earlier: The record of a job finished before (``None``: run it).
-        progress: Where the jobs are announced; default a new ``[run k/N]`` progress of
-            ``units`` over the jobs, finished (its summary line) after the last job. A
-            given progress is left for its owner to finish.
+        progress: Where the jobs are announced (a given one is left for its owner to
+            finish); default a new ``[run k/N]`` progress of ``units`` over the jobs.
         workers: Jobs at once in ``pool``.
-        pool: ``pool(workers)`` is the executor the jobs run in (threads for subprocesses,
-            processes for runs in Python); each is announced when it ends, and a failed
-            job's error is raised once every other job has ended. ``None``: the jobs run
-            here, one after another, each announced as it starts and ends.
+        pool: ``pool(workers)`` is the executor the jobs run in, each announced when it
+            ends; a failed job's error is raised once every other job has ended. ``None``:
+            one after another here, each announced as it starts and ends.
         ended: The description of a job's end line in a pool (default ``describe``).
-        units: Progress units of one job (a chain of runs): so many ``reason`` lines for
-            a job done before.
+        units: Progress units of one job (a chain of runs).
         reason: What the line of a job done before says.
-        announce: Announce each job run here; ``False`` when ``run`` announces its own runs
-            on ``progress``.
+        announce: Announce each job run here (``False``: ``run`` announces its own).
     """
     own = progress is None
     if progress is None:

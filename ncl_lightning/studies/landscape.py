@@ -1,23 +1,16 @@
 """Sparse-coding landscape study: Table 1 of Pokle et al. (AISTATS 2022) and its ablations.
 
-Every run is an ordinary ``ncl-cli fit`` of a packaged config in ``ground_truth/`` (the
-repository's ``configs/ground_truth/``, plus overlays from its ``overlays/``), so one cell
-of the table can be rerun by hand. The paper rows use the authors' architecture and
-their latents (a fixed count of non-zeros per sample); the ablations and the Bernoulli
-rows say what they change. For each variant, sparsity
-``Pr(non-zero) ∈ {0.1, 0.2, 0.3}`` and seed, the study trains on fresh data (the seed draws
-the dictionary, the samples, the masks and the initialisation) and records the dictionary
-recovery of the final encoder (max / median / min over atoms of
+Every run is an ordinary ``ncl-cli fit`` of a packaged config in ``ground_truth/`` (plus
+overlays from its ``overlays/``). For each variant, sparsity ``Pr(non-zero)`` and seed (which
+draws the dictionary, the samples, the masks and the initialisation) the study records the
+dictionary recovery of the final encoder (max / median / min over atoms of
 ``max_i |cos(W_i, M_j)|``) and the curves of the min-max-cosine and the loss::
 
     python -m ncl_lightning.studies.landscape --out runs/landscape
 
-writes ``results.json`` (every run), ``table.md`` (mean ± std over seeds, the paper's
-figures beside ours) and ``min_max_cosine.png`` / ``loss.png`` (mean ± std curves).
-Runs already in ``--out`` are reused, so an interrupted study resumes. Each run uses one
-CPU thread (the model is 50 x 50; threads only add overhead) and ``--workers`` runs go
-in parallel. Every argument is checked before any run starts; bad input is one line,
-exit status 2.
+writes ``results.json``, ``table.md`` (mean ± std over seeds, the paper's figures beside
+ours) and ``min_max_cosine.png`` / ``loss.png``. Runs already in ``--out`` are reused; each
+uses one CPU thread (the model is 50 x 50), ``--workers`` at once.
 """
 
 from __future__ import annotations
@@ -148,9 +141,6 @@ def run_one(
     from ncl_lightning.metrics.functional.dictionary import dictionary_recovery
 
     root = run_dir(Path(out), variant, sparsity, seed)
-    result_file = root / "result.json"
-    if (record := earlier_record(result_file)) is not None:
-        return record
     args = [
         "fit",
         *VARIANTS[variant].config_args(),
@@ -175,12 +165,8 @@ def run_one(
         **{k: float(v) for k, v in final.items()},
         "curves": _read_curves(root / "logs" / "version_0" / "metrics.csv"),
     }
-    result_file.write_text(json.dumps(record))
+    (root / "result.json").write_text(json.dumps(record))
     return record
-
-
-def _mean_std(values: Sequence[float]) -> str:
-    return "{:.3f} ± {:.3f}".format(*mean_std(values))
 
 
 def summary_table(records: Sequence[dict], variants: Sequence[str]) -> str:
@@ -194,7 +180,7 @@ def summary_table(records: Sequence[dict], variants: Sequence[str]) -> str:
             rows = [r for r in records if r["variant"] == variant and r["sparsity"] == sparsity]
             if not rows:
                 continue
-            cells = [_mean_std([r[s] for r in rows]) for s in STATS]
+            cells = ["{:.3f} ± {:.3f}".format(*mean_std([r[s] for r in rows])) for s in STATS]
             paper = ", ".join(f"{s} {v}" for (v_, s), v in PAPER.items() if v_ == variant)
             lines.append(
                 f"| {variant} | {sparsity} | {len(rows)} | " + " | ".join(cells) + f" | {paper} |"
@@ -224,38 +210,15 @@ def report(records: Sequence[dict], variants: Sequence[str]) -> str:
 
 def plot_curves(records: Sequence[dict], key: str, ylabel: str, path: Path) -> None:
     """One panel per sparsity: mean ± std over seeds of ``key`` against the step."""
-    import matplotlib
+    from ncl_lightning.plot.curves import mean_std_curves  # matplotlib: only when drawn
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    sparsities = sorted({r["sparsity"] for r in records})
-    variants = list(dict.fromkeys(r["variant"] for r in records))
-    fig, axes = plt.subplots(1, len(sparsities), figsize=(5 * len(sparsities), 3.6), squeeze=False)
-    for ax, sparsity in zip(axes[0], sparsities, strict=True):
-        for variant in variants:
-            runs = [
-                r["curves"]
-                for r in records
-                if r["variant"] == variant and r["sparsity"] == sparsity and r["curves"]["step"]
-            ]
-            if not runs:
-                continue
-            length = min(len(c["step"]) for c in runs)
-            values = np.array([c[key][:length] for c in runs])
-            steps = np.array(runs[0]["step"][:length])
-            mean, std = values.mean(0), values.std(0)
-            ax.plot(steps, mean, label=variant)
-            ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
-        ax.set_title(f"Pr(non-zero) = {sparsity}")
-        ax.set_xlabel("step")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    title = "Pr(non-zero) = {}".format
+    panels: dict[str, dict] = {title(s): {} for s in sorted({r["sparsity"] for r in records})}
+    for r in records:
+        if (curves := r["curves"])["step"]:
+            lines = panels[title(r["sparsity"])].setdefault(r["variant"], [])
+            lines.append((curves["step"], curves[key]))
+    mean_std_curves(panels, path, "step", ylabel)
 
 
 def _describe(job: tuple) -> str:
@@ -269,19 +232,6 @@ def _run_job(job: tuple, verbose: bool) -> dict:
 
 def _earlier(job: tuple) -> dict | None:
     return earlier_record(run_dir(Path(job[3]), *job[:3]) / "result.json")
-
-
-def _run_jobs(jobs: Sequence[tuple], workers: int, verbose: bool) -> list[dict]:
-    """``run_one`` of every job (in ``workers`` processes), with a progress line per run
-    ([`run_jobs`][ncl_lightning.studies.jobs.run_jobs])."""
-    return run_jobs(
-        jobs,
-        partial(_run_job, verbose=verbose),
-        _describe,
-        _earlier,
-        workers=workers,
-        pool=None if workers == 1 else ProcessPoolExecutor,
-    )
 
 
 def run_study(
@@ -308,7 +258,14 @@ def run_study(
         for seed in range(seeds)
     ]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    records = _run_jobs(jobs, workers, verbose)
+    records = run_jobs(
+        jobs,
+        partial(_run_job, verbose=verbose),
+        _describe,
+        _earlier,
+        workers=workers,
+        pool=None if workers == 1 else ProcessPoolExecutor,
+    )
     (out / "results.json").write_text(json.dumps(records))
     (out / "table.md").write_text(report(records, variants))
     plot_curves(records, "min_cos", "min over atoms of max cosine", out / "min_max_cosine.png")

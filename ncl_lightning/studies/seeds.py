@@ -1,31 +1,19 @@
 """Seeded comparisons: every row of a study trained with several seeds, as mean ± std.
 
-A study is a list of rows; a row is a packaged config plus overlays (``configs/...``). Each
-``(row, seed)`` cell is one ordinary ``ncl-cli fit`` subprocess, whose command line is
-written to ``<out>/runs/<row>/seed_<s>/command.txt`` so that one cell can be rerun by hand::
+A study is a list of rows, each a packaged config plus overlays (``configs/...``), or one's
+own rows in a study file ([`ncl_lightning.studies.study_file`][]). Each ``(row, seed)``
+cell is one ``ncl-cli fit`` subprocess (its command line in
+``<out>/runs/<row>/seed_<s>/command.txt``)::
 
     python -m ncl_lightning.studies.seeds demo             # CL / NCL / BayesNCL on digits
-    python -m ncl_lightning.studies.seeds ablation-digits  # the BayesNCL ablations
     python -m ncl_lightning.studies.seeds --list           # every study
     python -m ncl_lightning.studies.seeds my_study.yaml    # your own rows and configs
 
-writes ``<out>/results.json`` (the final validation metrics of every cell),
-``<out>/table.md`` (mean ± std over seeds, the per-seed values, and which differences
-exceed the spread) and, for studies with curves, ``<out>/curves.png`` (mean ± std of a
-validation metric over training). A row with a ``pretrain`` config fine-tunes from a run of
-that config with the cell's seed, trained first under ``<out>/pretrain/`` (once per config
-and seed, shared by the rows naming it) and passed as ``--model.init_args.pretrained``.
-Cells already finished in ``--out`` are reused, so an
-interrupted study resumes. Each cell runs with ``--threads`` torch threads and ``--workers``
-cells run at once. Every argument is checked before any cell starts
-([`check_seeds_study`][ncl_lightning.studies.checks.check_seeds_study]); bad input is one line, exit
-status 2. A study file (``--study-file``, or a positional path ending in ``.yaml``) gives
-one's own rows: a title, each row's config (a file or a packaged name), overlays and
-arguments, and optionally the columns, baseline, seed keys and curves
-([`ncl_lightning.studies.study_file`][]).
-
-A difference between two rows *exceeds the spread* when their means differ by more than the
-sum of their standard deviations (the mean ± std intervals do not overlap).
+writes ``<out>/results.json`` (the final validation metrics of every cell), ``table.md``
+(mean ± std over seeds, the per-seed values, the differences beyond the spread) and, for
+studies with curves, ``curves.png``. A row's ``pretrain`` config is trained first under
+``<out>/pretrain/`` with the cell's seed and fine-tuned from. Finished cells are reused, so
+an interrupted study resumes; every argument is checked before any cell starts.
 """
 
 from __future__ import annotations
@@ -35,7 +23,6 @@ import os
 import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -131,17 +118,16 @@ def curve(metrics_csv: Path, key: str) -> dict[str, list[float]]:
 
 
 def run_cell(cell: Cell, study: Study, threads: int) -> dict:
-    """Run one cell (or read its earlier result); returns its record."""
-    if (record := earlier_record(cell.result_file)) is not None:
-        return record
+    """Run one cell; returns its record."""
     cell.root.mkdir(parents=True, exist_ok=True)
     (cell.root / "command.txt").write_text(" ".join(cell.command[1:]) + "\n")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "offline"}
     start = time.perf_counter()
     with (cell.root / "fit.log").open("w") as log:
         done = subprocess.run(cell.command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    if done.returncode != 0:
-        last = _last_line(cell.root / "fit.log")
+    if done.returncode != 0:  # the log's last line: ``ncl-cli: error: ...`` for bad input
+        lines = (cell.root / "fit.log").read_text(errors="replace").strip().splitlines()
+        last = lines[-1].strip()[:300] if lines else ""
         raise RunFailedError(
             f"{cell.row} seed {cell.seed} failed (exit {done.returncode})"
             + (f": {last}" if last else "")
@@ -162,33 +148,22 @@ def run_cell(cell: Cell, study: Study, threads: int) -> dict:
     return record
 
 
-def _last_line(log: Path) -> str:
-    """The last non-empty line of a cell's log (``ncl-cli: error: ...`` for bad input)."""
-    with log.open(errors="replace") as handle:
-        lines = deque((line.strip() for line in handle if line.strip()), maxlen=1)
-    return lines[0][:300] if lines else ""
-
-
 def run_cells(cells: Sequence[Cell], study: Study, workers: int, threads: int) -> list[dict]:
     """Every cell, ``workers`` at a time (each a subprocess), with a progress line per cell
     ([`run_jobs`][ncl_lightning.studies.jobs.run_jobs]); first the ``pretrain`` runs they
     start from (each once, reused when finished before)."""
     first = list(dict.fromkeys(c.pretrain for c in cells if c.pretrain is not None))
-    if first:
-        _run(first, study, workers, threads)
-    return _run(cells, study, workers, threads)
-
-
-def _run(cells: Sequence[Cell], study: Study, workers: int, threads: int) -> list[dict]:
-    return run_jobs(
-        cells,
-        lambda cell: run_cell(cell, study, threads),
-        lambda cell: f"{cell.row} seed {cell.seed}",
-        lambda cell: earlier_record(cell.result_file),
-        workers=workers,
-        pool=ThreadPoolExecutor,
-        ended=lambda cell, record: f"{cell.row} seed {cell.seed} ({record['seconds']:.0f} s)",
-    )
+    for jobs in (first, cells) if first else (cells,):
+        records = run_jobs(
+            jobs,
+            lambda cell: run_cell(cell, study, threads),
+            lambda cell: f"{cell.row} seed {cell.seed}",
+            lambda cell: earlier_record(cell.result_file),
+            workers=workers,
+            pool=ThreadPoolExecutor,
+            ended=lambda cell, record: f"{cell.row} seed {cell.seed} ({record['seconds']:.0f} s)",
+        )
+    return records
 
 
 def finished(study: Study, out: Path) -> list[dict]:
@@ -226,14 +201,8 @@ def exceeding(values: dict[str, dict[str, list[float]]], study: Study) -> list[s
     for key in study.columns:
         column = COLUMNS[key]
         for a, b in pairs:
-            va, vb = values[a][key], values[b][key]
-            if beyond_spread(va, vb, column.format):
-                (ma, sa), (mb, sb) = mean_std(va), mean_std(vb)
-                hi, lo = ((a, ma, sa), (b, mb, sb)) if ma > mb else ((b, mb, sb), (a, ma, sa))
-                lines.append(
-                    f"{column.title}: {hi[0]} {column.format(hi[1])} ± {column.format(hi[2])}"
-                    f" > {lo[0]} {column.format(lo[1])} ± {column.format(lo[2])}"
-                )
+            if line := beyond_spread(a, values[a][key], b, values[b][key], column.format):
+                lines.append(f"{column.title}: {line}")
     return lines
 
 
@@ -283,34 +252,14 @@ def plot_curves(records: Sequence[dict], study: Study, path: Path) -> Path | Non
     """One panel per curve key: mean ± std over seeds of each row against the epoch."""
     if not study.curves:
         return None
-    import matplotlib
+    from ncl_lightning.plot.curves import mean_std_curves  # matplotlib: only when drawn
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, axes = plt.subplots(1, len(study.curves), figsize=(5.5 * len(study.curves), 3.8))
-    axes = np.atleast_1d(axes)
-    for ax, key in zip(axes, study.curves, strict=True):
-        for row in study.rows:
-            runs = [r["curves"][key] for r in records if r["row"] == row.name]
-            runs = [c for c in runs if c["value"]]
-            if not runs:
-                continue
-            length = min(len(c["value"]) for c in runs)
-            values = np.array([c["value"][:length] for c in runs])
-            epochs = np.array(runs[0]["epoch"][:length])
-            mean, std = values.mean(0), values.std(0, ddof=1) if len(runs) > 1 else 0 * values[0]
-            ax.plot(epochs, mean, marker="o", ms=3, label=f"{row.name} ({len(runs)} seeds)")
-            ax.fill_between(epochs, mean - std, mean + std, alpha=0.2)
-        ax.set_xlabel("epoch")
-        ax.set_ylabel(key)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    panels: dict[str, dict] = {key: {} for key in study.curves}
+    for key, row in ((key, row) for key in study.curves for row in study.rows):
+        runs = [r["curves"][key] for r in records if r["row"] == row.name]
+        if runs := [(c["epoch"], c["value"]) for c in runs if c["value"]]:
+            panels[key][f"{row.name} ({len(runs)} seeds)"] = runs
+    return mean_std_curves(panels, path, "epoch")
 
 
 def run_study(

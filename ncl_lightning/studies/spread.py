@@ -2,9 +2,7 @@
 
 The studies report every value as ``mean ± std`` over seeds (the sample standard
 deviation, ``n - 1``; 0 for one seed) and list the pairs of rows whose ``mean ± std``
-intervals do not overlap, ``|mean_a - mean_b| > std_a + std_b``
-([`seeds`][ncl_lightning.studies.seeds], [`chain_seeds`][ncl_lightning.studies.chain_seeds],
-[`landscape`][ncl_lightning.studies.landscape]).
+intervals do not overlap, ``|mean_a - mean_b| > std_a + std_b``.
 """
 
 from __future__ import annotations
@@ -19,11 +17,17 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return statistics.fmean(values), std
 
 
-def beyond_spread(a: Sequence[float], b: Sequence[float], shown: Callable[[float], str]) -> bool:
-    """Whether the ``mean ± std`` intervals of ``a`` and ``b`` are apart (each with at least
-    two values) and their means differ as ``shown`` (float noise in a 0.0 is no
-    difference)."""
-    if len(a) < 2 or len(b) < 2:
-        return False
-    (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
-    return abs(ma - mb) > sa + sb and shown(ma) != shown(mb)
+def beyond_spread(
+    a: str, va: Sequence[float], b: str, vb: Sequence[float], shown: Callable[[float], str]
+) -> str | None:
+    """``"<higher> mean ± std > <lower> mean ± std"`` (values as ``shown``) when the
+    ``mean ± std`` intervals of ``va`` and ``vb`` (each with at least two values) are apart
+    and their means differ as ``shown`` (float noise in a 0.0 is no difference); else
+    ``None``."""
+    if len(va) < 2 or len(vb) < 2:
+        return None
+    (ma, sa), (mb, sb) = mean_std(va), mean_std(vb)
+    if abs(ma - mb) <= sa + sb or shown(ma) == shown(mb):
+        return None
+    hi, lo = ((a, ma, sa), (b, mb, sb)) if ma > mb else ((b, mb, sb), (a, ma, sa))
+    return " > ".join(f"{name} {shown(m)} ± {shown(s)}" for name, m, s in (hi, lo))

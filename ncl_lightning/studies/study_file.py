@@ -1,29 +1,10 @@
-"""A seeds study of one's own rows, read from a YAML file.
+"""A seeds study of one's own rows, read from a YAML file (the format: docs/results.md).
 
-``python -m ncl_lightning.studies.seeds my_study.yaml`` (or ``--study-file my_study.yaml``)
-runs the rows of the file exactly as a built-in study (the same cells, table, per-seed
-values and spread comparison), with results in ``runs/studies/<file name>`` unless
-``--out`` says otherwise::
-
-    title: CL against NCL on my data          # optional; default: the file's name
-    rows:
-      - name: CL
-        config: demo/digits_cl.yaml           # a packaged config, or a file
-      - name: NCL, prior 0.7
-        config: my_configs/ncl.yaml           # relative: to this file's folder, else to
-        overlays: [ablations/soft_gate.yaml]  #   the working folder, else packaged
-        args: [--model.init_args.prior, "0.7"]
-        pretrain: demo/digits_cl.yaml         # optional: fine-tune from this run
-    columns: [val/online_acc, val/z/sparsity] # optional; default: the class metrics
-    baseline: CL                              # optional: compare every row with it only
-    seed_keys: [--data.init_args.seed]        # optional: keys that also take the seed
-    curves: [val/z/semantic_consistency]      # optional: drawn over training
-
-Every key of [`Study`][ncl_lightning.studies.study_defs.Study] and
-[`Row`][ncl_lightning.studies.study_defs.Row] can be given. The whole file is checked before
-any cell starts: an unknown key, a missing or broken config file, an unknown column, two
-rows with one name (or one folder), an unknown baseline, or row ``args`` that set what the
-study sets for each cell are one line naming the file, the row and the key.
+``python -m ncl_lightning.studies.seeds my_study.yaml`` (or ``--study-file``) runs its rows
+as a built-in study, into ``runs/studies/<file name>`` unless ``--out`` says otherwise. Every
+key of [`Study`][ncl_lightning.studies.study_defs.Study] and
+[`Row`][ncl_lightning.studies.study_defs.Row] can be given; the whole file is checked
+before any cell starts, each problem one line naming the file, the row and the key.
 """
 
 from __future__ import annotations
@@ -85,11 +66,6 @@ check_config_file = load_mapping  # a run's config: readable YAML with a mapping
 
 def _fail(path: Path, where: str, problem: str) -> ConfigError:
     return ConfigError(f"{path}: {where}: {problem}", key=KEY)
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """The file's top-level mapping; a missing file or bad YAML names the file (and line)."""
-    return load_mapping(path, what="study", key=KEY, expected=MAPPING)
 
 
 def _known(path: Path, where: str, data: dict, keys: tuple[str, ...]) -> None:
@@ -176,15 +152,14 @@ def _rows(path: Path, value: Any) -> tuple[Row, ...]:
 
 def load_study(path: str | Path) -> Study:
     """The [`Study`][ncl_lightning.studies.study_defs.Study] of a YAML study file, checked
-    whole (nothing runs, nothing is written); a row's ``args`` against the keys the study
-    sets are checked with the other arguments of the run
-    ([`check_seeds_study`][ncl_lightning.studies.checks.check_seeds_study]).
+    whole (nothing runs, nothing is written; a row's ``args`` are checked with the run's
+    other arguments).
 
     Raises:
         ConfigError: ``<file>: <row and key>: <problem>``, the first problem found.
     """
     path = Path(path).expanduser()
-    data = _read(path)
+    data = load_mapping(path, what="study", key=KEY, expected=MAPPING)
     _known(path, "", data, STUDY_KEYS)
     if "rows" not in data:
         raise _fail(path, "rows", "missing; give the rows to compare (name:, config:)")
@@ -215,11 +190,6 @@ def load_study(path: str | Path) -> Study:
     )
 
 
-def is_study_file(name: str | None) -> bool:
-    """Whether the positional ``study`` names a file (``.yaml``/``.yml``), not a study."""
-    return name is not None and name.endswith(SUFFIXES)
-
-
 def chosen_study(
     name: str | None, study_file: Path | None, out: Path | None
 ) -> tuple[str | Study, Path | None]:
@@ -230,7 +200,7 @@ def chosen_study(
         raise ConfigError(
             f"--study-file: give a study name ({name!r}) or a study file, not both", key=KEY
         )
-    if study_file is None and not is_study_file(name):
+    if study_file is None and not (name or "").endswith(SUFFIXES):  # a registered study
         return str(name), out
     path = Path(study_file if study_file is not None else str(name))
     return load_study(path), out or Path("runs/studies") / slug(path.stem)

@@ -130,15 +130,8 @@ def discrete_entropy(factors: Tensor) -> Tensor:
 
 
 def mutual_information_gap_per_factor(codes: Tensor, factors: Tensor, num_bins: int = 20) -> Tensor:
-    """Normalised gap ``(I(z_{j₁}; v_k) - I(z_{j₂}; v_k)) / H(v_k)`` of every factor.
-
-    Args:
-        codes: Real codes ``[N, d]`` (N >= 1).
-        factors: Integer ground-truth factor labels ``[N, K]``.
-        num_bins: Equal-width bins per code dim (>= 1).
-
-    Returns:
-        float64 ``[K]`` in ``[0, 1]``; NaN for a constant factor (zero entropy).
+    """Normalised gap ``(I(z_{j₁}; v_k) - I(z_{j₂}; v_k)) / H(v_k)`` of every factor: float64
+    ``[K]`` in ``[0, 1]``, NaN for a constant factor; arguments as [`mutual_information_gap`][].
     """
     check_codes_factors(codes, factors)
     mi = discrete_mutual_info(histogram_discretize(codes, num_bins), factors)  # [d, K]

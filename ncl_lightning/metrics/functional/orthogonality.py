@@ -6,12 +6,8 @@ column of ``ẑ = z / ||z||₂`` is L2-normalised over samples, ``G = FᵀF``, a
 the mean ``|G_ij|`` over ``i ≠ j`` (0 = orthogonal).
 
 Everything goes through the (uncentred) Gram matrix ``S = ẑᵀẑ``, which is a sum over
-samples and therefore streams: ``G_ij = S_ij / sqrt(S_ii S_jj)``.
-
-The releases reduce the same ``|G − I|`` differently (``reduction``, docs/metrics.md,
-"Compare with the paper"): the NCL training log (``solo/methods/simclr.py``) takes the mean
-over all ``m²`` entries, diagonal included (``"mean_all_entries"``, ``= OE · (m − 1)/m``),
-and the NCL ``main_eval.py`` the median over all ``m²`` entries (``"median_all_entries"``).
+samples and therefore streams: ``G_ij = S_ij / sqrt(S_ii S_jj)``. The releases reduce the
+same ``|G − I|`` differently (``reduction``; docs/metrics.md, "Compare with the paper").
 """
 
 from __future__ import annotations
@@ -59,9 +55,10 @@ def orthogonality_error_from_gram(
         gram: ``S = ẑᵀẑ`` summed over samples, ``[d, d]``.
         active: Boolean ``[d]``, dimensions with ``|ẑ| > eps`` on at least one sample.
         reduction: Over the ``m`` active dimensions: ``"off_diagonal"`` (ours), the mean
-            ``|G_ij|`` over ``i ≠ j``; ``"mean_all_entries"`` (NCL training log), the mean of
-            ``|G − I|`` over all ``m²`` entries; ``"median_all_entries"`` (NCL
-            ``main_eval.py``), their ``torch.median`` (the lower middle value).
+            ``|G_ij|`` over ``i ≠ j``; ``"mean_all_entries"`` (NCL training log,
+            ``solo/methods/simclr.py``), the mean of ``|G − I|`` over all ``m²`` entries
+            (``= OE · (m − 1)/m``); ``"median_all_entries"`` (NCL ``main_eval.py``), their
+            ``torch.median`` (the lower middle value).
 
     Returns:
         Scalar float32 tensor in ``[0, 1]``; 0 when fewer than 2 dimensions are active.

@@ -1,12 +1,6 @@
-"""Per-dimension profile of features: what a feature atlas shows for every dimension.
-
-For each dimension ``i`` of ``ẑ = z / ||z||₂`` (NCL, Wang et al., ICLR 2024, Sec. 5-6): the
-expected activation ``EA_i = mean_x ẑ_i(x)``, the activation frequency (share of samples
-with ``|ẑ_i| > eps``), the class counts and class mass of the activating samples (semantic
-consistency and ``H_s`` per dimension), and the ``k`` samples with the largest ``ẑ_i`` (the
-images a person looks at, NCL Figure 1). Every part is a sum or a top-k over samples, so it
-streams over batches and merges over ranks with memory ``O(d · (C + k))``, independent of
-the number of samples.
+"""Per-dimension profile of features: what a feature atlas shows for every dimension
+(NCL, Wang et al., ICLR 2024, Sec. 5-6 and Figure 1). Every part is a sum or a top-k over
+samples, so it streams over batches and merges over ranks in ``O(d · (C + k))`` memory.
 """
 
 from __future__ import annotations
@@ -38,17 +32,7 @@ class ProfileSums(NamedTuple):
 
 
 def profile_sums(z: Tensor, labels: Tensor, num_classes: int, eps: float = 1e-5) -> ProfileSums:
-    """The additive part of the profile of a batch.
-
-    Args:
-        z: Features ``[N, d]``.
-        labels: Integer labels ``[N]`` in ``[0, num_classes)``.
-        num_classes: Number of classes ``C``.
-        eps: Activation threshold on ``|ẑ|``.
-
-    Returns:
-        [`ProfileSums`][] of the batch.
-    """
+    """The additive part of the profile of features ``[N, d]`` with labels ``[N]``."""
     labels = check_features_labels(z, labels, num_classes, eps)
     return ProfileSums(
         num_samples=torch.tensor(z.shape[0], dtype=torch.long, device=z.device),
@@ -65,19 +49,21 @@ def merge_top_k(values: Tensor, index: Tensor, k: int) -> tuple[Tensor, Tensor]:
     which batches or ranks arrive. Empty slots (index ``-1``) hold ``-inf`` and come last.
 
     Args:
-        values: Candidate values ``[M, d]``.
-        index: Their sample indices ``[M, d]`` (int64, ``-1`` for an empty slot).
+        values: Candidate values ``[M, d]``; leading dimensions are flattened (the
+            ``[R, k, d]`` slots of ``R`` ranks, stacked by a ``"cat"`` reduction).
+        index: Their sample indices, ``values``' shape (int64, ``-1`` for an empty slot).
         k: Slots kept (``M`` may be smaller: the rest stay empty).
 
     Returns:
         ``(values [k, d], index [k, d])``, largest value first.
     """
-    if values.shape != index.shape or values.ndim != 2:
+    if values.shape != index.shape or values.ndim < 2:
         raise ConfigError(
             f"values and index must be [M, d] alike, got {tuple(values.shape)} "
             f"and {tuple(index.shape)}",
             key="index",
         )
+    values, index = values.reshape(-1, values.shape[-1]), index.reshape(-1, index.shape[-1])
     values = torch.where(index == EMPTY_INDEX, torch.full_like(values, -torch.inf), values)
     # Lexicographic (value desc, index asc): a stable sort by index, then by value.
     by_index = index.masked_fill(index == EMPTY_INDEX, torch.iinfo(torch.long).max)
@@ -93,16 +79,8 @@ def merge_top_k(values: Tensor, index: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 
 def top_activating(z: Tensor, sample_index: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Each dimension's ``k`` samples with the largest ``ẑ_i`` among ``z [N, d]``.
-
-    Args:
-        z: Features ``[N, d]``.
-        sample_index: Dataset index of each row ``[N]`` (int64, >= 0).
-        k: Samples kept per dimension.
-
-    Returns:
-        ``(values [k, d], index [k, d])`` as [`merge_top_k`][].
-    """
+    """Each dimension's ``k`` samples with the largest ``ẑ_i`` among ``z [N, d]`` (dataset
+    indices ``sample_index [N]``): ``(values [k, d], index [k, d])`` as [`merge_top_k`][]."""
     check_shape("sample_index", sample_index, (z.shape[0],))
     z_hat = l2_normalize_rows(z)
     index = sample_index.long().to(z.device)[:, None].expand_as(z_hat)

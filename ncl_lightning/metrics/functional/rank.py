@@ -3,12 +3,9 @@
 Reference: Roy & Vetterli, "The effective rank: a measure of effective dimensionality"
 (EUSIPCO 2007), ``erank = exp(H(p))`` with ``p = s / Σ s`` over the singular values
 ``s``; used for (non-negative) contrastive features in Wang et al., "Non-negative
-Contrastive Learning" (NCL), ICLR 2024.
-
-The singular values of ``ẑ`` (``[N, d]``) are the square roots of the eigenvalues of the
-Gram matrix ``S = ẑᵀẑ`` (``[d, d]``), a sum over samples, so the metric streams. The
-spectral entropy ``H(p)`` itself is what the NCL and BayesNCL releases log as
-``effective_rank``.
+Contrastive Learning" (NCL), ICLR 2024. The singular values of ``ẑ`` (``[N, d]``) are the
+square roots of the eigenvalues of the Gram matrix ``S = ẑᵀẑ``, a sum over samples, so
+the metric streams.
 """
 
 from __future__ import annotations
@@ -48,12 +45,8 @@ def spectral_entropy_from_gram(gram: Tensor) -> Tensor:
 
 
 def effective_rank_from_gram(gram: Tensor) -> Tensor:
-    """Effective rank from the Gram matrix ``S = ẑᵀẑ`` (float64 eigen-decomposition).
-
-    The exponential of
-    [`spectral_entropy_from_gram`][ncl_lightning.metrics.functional.spectral_entropy_from_gram]:
-    eigenvalues below ``d * λ_max * eps_float64`` are round-off and set to 0 (the usual
-    numerical-rank tolerance), then ``s = sqrt(λ)``.
+    """Effective rank from the Gram matrix ``S = ẑᵀẑ``: the exponential of
+    [`spectral_entropy_from_gram`][ncl_lightning.metrics.functional.spectral_entropy_from_gram].
 
     Args:
         gram: ``[d, d]`` symmetric positive semi-definite matrix.
@@ -61,11 +54,10 @@ def effective_rank_from_gram(gram: Tensor) -> Tensor:
     Returns:
         Scalar float32 tensor in ``[1, d]``; 0 for an all-zero Gram matrix.
     """
-    if gram.ndim != 2 or gram.shape[0] != gram.shape[1]:
-        raise ConfigError(f"gram must have shape [d, d], got {tuple(gram.shape)}", key="gram")
+    entropy = spectral_entropy_from_gram(gram)
     if not gram.any():
-        return torch.zeros((), dtype=torch.float32, device=gram.device)
-    return spectral_entropy_from_gram(gram).double().exp().float()
+        return entropy  # 0, not exp(0) = 1
+    return entropy.double().exp().float()
 
 
 def effective_rank(z: Tensor) -> Tensor:

@@ -4,10 +4,7 @@ Reference: Wang et al., "Non-negative Contrastive Learning" (NCL), ICLR 2024, Se
 Fig. 4: an interpretable dimension fires mostly on one class. On ``ẑ = z / ||z||₂`` a
 dimension ``i`` is *activated* on sample ``x`` when ``|ẑ_i(x)| > eps`` and *active* when
 activated on at least one sample; both statistics average over active dimensions only.
-
-Each statistic is a function of a ``[d, C]`` class-count (or class-mass) matrix, a sum
-over samples, so the ``torchmetrics`` classes stream it; the ``*_from_*`` helpers hold the
-maths shared by the one-shot functions and the streaming metrics.
+The ``*_from_*`` helpers take the ``[d, C]`` sums over samples the streaming metrics keep.
 """
 
 from __future__ import annotations

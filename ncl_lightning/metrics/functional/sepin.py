@@ -11,10 +11,6 @@ mutual information with the InfoNCE lower bound ``I ≈ log(2B - 1) - L_NCE``, s
 where ``z₋ᵢ`` drops dimension ``i`` (and is re-normalised), positives are the two augmented
 views of one image, the other in-batch features are negatives and the temperature is the
 training one. SEPIN@k is the mean of the ``k`` largest ``SEPIN_i``.
-
-[`sepin_per_dimension`][] evaluates all ``d`` leave-one-out losses at once from one Gram
-matrix; [`sepin_per_dimension_loop`][] is the obvious loop (one [`info_nce`][] per
-dimension), kept as the reference and as the benchmark baseline.
 """
 
 from __future__ import annotations
