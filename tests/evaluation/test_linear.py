@@ -11,7 +11,7 @@ import torch
 
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.evaluation import FineTune, LinearProbe
-from tests.checkpoints.test_checkpoint import FACTORIES, _fit_and_save
+from tests.checkpoints.test_checkpoint import FACTORIES
 
 _PRETRAINED: dict[str, Path] = {}
 
@@ -23,7 +23,13 @@ def pretrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if "ncl" not in _PRETRAINED:  # test_knn.py imports the fixture: a second definition
         torch.manual_seed(0)
         path = tmp_path_factory.mktemp("pre") / "ncl.ckpt"
-        _PRETRAINED["ncl"] = _fit_and_save(FACTORIES["ncl"](), path, epochs=3, batches=22)
+        trainer = L.Trainer(max_epochs=3, limit_train_batches=22, limit_val_batches=0,
+                            accelerator="cpu", logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False,
+                            default_root_dir=path.parent)  # fmt: skip
+        trainer.fit(FACTORIES["ncl"](), DigitsDataModule(batch_size=64, num_workers=0))
+        trainer.save_checkpoint(path)  # not validated: only the checkpoint is used
+        _PRETRAINED["ncl"] = path
     return _PRETRAINED["ncl"]
 
 
@@ -32,6 +38,7 @@ def _train(
 ) -> L.Trainer:
     trainer = L.Trainer(max_epochs=epochs, limit_train_batches=batches,
                         limit_val_batches=None if batches is None else 1, accelerator="cpu",
+                        check_val_every_n_epoch=epochs, num_sanity_val_steps=0,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=root)  # fmt: skip
     data = DigitsDataModule(batch_size=64, num_workers=0, n_views=1, train_transform="crop_flip")

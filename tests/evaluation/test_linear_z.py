@@ -50,10 +50,19 @@ def pretrained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name, factory in FACTORIES.items():
         torch.manual_seed(0)
         epochs, batches = BUDGETS[name]
-        paths[name] = _fit_and_save(
-            factory(), root / f"{name}.ckpt", epochs=epochs, batches=batches
-        )
+        paths[name] = _pretrain(factory(), root / f"{name}.ckpt", epochs, batches)
     return paths
+
+
+def _pretrain(model: L.LightningModule, path: Path, epochs: int, batches: int) -> Path:
+    """Fit on the digits (two views) without validating (not needed for a checkpoint), save."""
+    trainer = L.Trainer(max_epochs=epochs, limit_train_batches=batches, limit_val_batches=0,
+                        accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=path.parent)  # fmt: skip
+    trainer.fit(model, DigitsDataModule(batch_size=64, num_workers=0, n_views=2))
+    trainer.save_checkpoint(path)
+    return path
 
 
 def _reference_z(method: L.LightningModule, x: torch.Tensor) -> torch.Tensor:
@@ -75,6 +84,7 @@ def _train(
     module: L.LightningModule, root: Path, epochs: int = 2, batches: int | None = None
 ) -> L.Trainer:
     trainer = L.Trainer(max_epochs=epochs, limit_train_batches=batches, limit_val_batches=2,
+                        check_val_every_n_epoch=epochs, num_sanity_val_steps=0,
                         accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=root)  # fmt: skip
@@ -225,7 +235,7 @@ def digits_ncl_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--config", str(ROOT / "configs" / "demo" / "digits_ncl.yaml"),
         "--trainer.max_epochs", "1",
         "--trainer.limit_train_batches", "2",
-        "--trainer.limit_val_batches", "1",
+        "--trainer.limit_val_batches", "0",  # last.ckpt at the end of the training epoch
         "--trainer.logger", "false",  # ModelCheckpoint writes <root>/<run id>/checkpoints
         "--trainer.default_root_dir", str(root),
         "--run_id", "pretrain",
@@ -252,6 +262,7 @@ def test_ncl_cli_fits_on_z_from_a_real_ncl_checkpoint(
         "--trainer.limit_train_batches", "3",
         "--trainer.limit_val_batches", "2",
         "--trainer.check_val_every_n_epoch", "1",
+        "--trainer.num_sanity_val_steps", "0",
         "--trainer.default_root_dir", str(tmp_path / "run"),
         "--trainer.logger", "false",
         *CPU, *QUIET,

@@ -61,7 +61,7 @@ def test_linear_classifier_gradient_flows_only_through_positive_weights() -> Non
 
 def test_pretrained_initialisation(tmp_path: Path) -> None:
     source = _model(loss="ce")
-    trainer = L.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=1,
+    trainer = L.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0,
                         accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
     trainer.fit(source, DigitsDataModule(batch_size=64, num_workers=0, n_views=1))
@@ -76,7 +76,9 @@ def test_pretrained_initialisation(tmp_path: Path) -> None:
 def test_ce_and_nce_train_on_digits_well_above_chance(loss: str) -> None:
     torch.manual_seed(0)
     model = _model(loss=loss, optimizer=lambda p: torch.optim.SGD(p, lr=0.4, momentum=0.9))
-    trainer = L.Trainer(max_epochs=4, accelerator="cpu", logger=False, enable_checkpointing=False,
+    # validated once, after the last epoch: the accuracy below is that validation's
+    trainer = L.Trainer(max_epochs=4, check_val_every_n_epoch=4, num_sanity_val_steps=0,
+                        accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
     data = DigitsDataModule(batch_size=64, num_workers=0, n_views=1, train_transform="crop_flip")
     trainer.fit(model, data)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import statistics
+import subprocess
+from concurrent.futures import Executor, Future
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +20,50 @@ from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.studies import landscape, seeds
 from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Row, Study, grids_and_atlas
 from tests.helpers.tools import refused
+
+
+class InlineExecutor(Executor):
+    """The study's pool of cell threads, each cell run at once on this (the main) thread:
+    ``ncl-cli fit`` installs its signal handlers, which only the main thread can."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as err:
+            future.set_exception(err)
+        return future
+
+
+def run_cell_here(command: list[str], stdout, stderr, env) -> subprocess.CompletedProcess:
+    """``subprocess.run`` of a cell's ``python -m ncl_lightning.entry fit ...``, here: the
+    same entry point and arguments, its output in the cell's ``fit.log``, its exit status."""
+    from ncl_lightning.entry import main
+
+    assert command[1:3] == ["-m", "ncl_lightning.entry"] and stderr == subprocess.STDOUT, command
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout):
+        try:
+            main(command[3:])
+            code = 0
+        except SystemExit as exited:
+            code = exited.code if isinstance(exited.code, int) else 1
+    return subprocess.CompletedProcess(command, code)
+
+
+@pytest.fixture
+def cells_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The study's cells fitted in this process (``ncl_lightning.entry.main``), one after
+    the other, not in a subprocess each (~10 s of imports a cell);
+    ``test_a_failing_cell_names_its_row_seed_and_log`` keeps the real subprocess (its exit
+    status and log)."""
+    monkeypatch.setattr(
+        seeds, "subprocess", SimpleNamespace(run=run_cell_here, STDOUT=subprocess.STDOUT)
+    )
+    monkeypatch.setattr(seeds, "ThreadPoolExecutor", InlineExecutor)
+
 
 TINY = (
     "--trainer.max_epochs=1",
@@ -218,6 +266,7 @@ def test_landscape_checks_every_argument_before_any_run(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("cells_in_process")
 def test_a_study_runs_its_cells_writes_the_table_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     rows = STUDIES.get("demo")().rows[::2]  # CL, BayesNCL

@@ -20,6 +20,7 @@ from ncl_lightning.studies import seeds
 from ncl_lightning.studies.study_defs import STUDIES, Row, Study
 from tests.helpers.start_weights import CALLBACK, at_start, backbone_of, same
 from tests.helpers.tools import refused
+from tests.studies.test_seeds import cells_in_process  # noqa: F401 (a fixture)
 
 TINY = (
     "--trainer.max_epochs=1",
@@ -72,6 +73,7 @@ def test_the_study_owns_pretrained_and_checks_the_pretrain_config(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("cells_in_process")
 def test_each_seed_finetunes_from_its_own_cl_run_trained_once(tmp_path: Path) -> None:
     out = tmp_path / "study"
     rows = (
