@@ -21,7 +21,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ncl_lightning.foundation.errors import DiskFullError
@@ -219,6 +219,12 @@ class Preemption(Callback):
         grace = self.grace_s if self.grace_s is not None else grace_from_env()
         self._watchdog = StopWatchdog(grace, self._stuck)
         self._watchdog.start()
+        if threading.current_thread() is not threading.main_thread():
+            rank_zero_warn(  # Python delivers signals to the main thread only
+                "fit runs outside the main thread: SIGTERM and SIGUSR1 do not reach it, so a "
+                "pre-emption signal will not save last.ckpt"
+            )
+            return
         # Lightning's SIGTERM handler stops at the batch end: note the signal, and let
         # SIGUSR1 stop the run the same way.
         previous = signal.getsignal(signal.SIGTERM)
