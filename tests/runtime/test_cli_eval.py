@@ -5,7 +5,7 @@ tiny pre-training fits through ``cli_main`` (NCL on the digits, 1 channel; NCL w
 3-channel SmallCNN on a small RGB folder, which also serves the CIFAR and ImageNet-100
 configs since the CNN pools globally). Each config then runs as its header says, on data
 the tests make in the real on-disk formats (``tests.test_cli._data_root``), with
-``--model.checkpoint`` on the command line; fits use ``fast_dev_run``, tests a couple of
+``--model.checkpoint`` on the command line; fits use ``fast_dev_run`` (one step), tests a couple of
 batches. The OOD config runs the documented two-step path: a linear probe fit, then
 ``ncl-cli test --model.checkpoint <pretrained> --ckpt_path <probe>`` on small Stylized /
 Sketch / ImageNet-C trees.
@@ -122,7 +122,7 @@ def test_supervised_config_fast_dev_run(
     args = [
         "fit",
         "--config", str(config),
-        "--trainer.fast_dev_run", "2",
+        "--trainer.fast_dev_run", "1",
         "--trainer.default_root_dir", str(tmp_path / "run"),
         *_small_data(config, tmp_path, monkeypatch),
         *CPU, *QUIET,
@@ -156,7 +156,7 @@ def test_eval_config(
     protocol = spec["model"]["class_path"].rsplit(".", 1)[-1]
     args = _eval_args(config, _checkpoint_for(config, request), tmp_path, monkeypatch)
     if protocol in ("LinearProbe", "FineTune"):  # ncl-cli fit
-        cli = cli_main(["fit", *args, "--trainer.fast_dev_run", "2"])
+        cli = cli_main(["fit", *args, "--trainer.fast_dev_run", "1"])
         label = "offline_linear" if protocol == "LinearProbe" else "offline_finetune"
         expected = {f"train/{label}/loss", f"val/{label}/acc_top1", f"val/{label}/acc_top5"}
     else:  # ncl-cli test

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from ncl_lightning.runtime import RunFolderInUseError, RunLock
+from ncl_lightning.runtime.cli import main
 from ncl_lightning.runtime.runs import lock_path
-from tests.conftest import ROOT
 from tests.runtime.test_signals import digits_config, start, wait_for
 
 
@@ -70,29 +70,34 @@ def test_a_process_holding_the_removed_lock_file_tries_the_new_one(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_same_job_started_twice_is_refused_before_writing(tmp_path: Path) -> None:
+def test_same_job_started_twice_is_refused_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The first job is a process of its own, held in its second epoch; the second is
+    ``ncl-cli``'s ``main`` in this process (its exit status, line and writes are checked)."""
     run, marker = tmp_path / "run", tmp_path / "marker"
-    config = digits_config(run, str(marker), pause=5.0)  # hold the second epoch
+    config = digits_config(run, str(marker), pause=60.0)  # hold the second epoch
+    config["trainer"].update(limit_train_batches=5, limit_val_batches=1)  # marked at batch 3
     first = start(config, tmp_path / "first.yaml", "--auto_resume", "true")
     try:
         wait_for(marker, first)
         (csv_path,) = run.glob("digits/version_0/metrics.csv")
         before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
         before.pop(csv_path)  # the first run may still write its rows
-        (tmp_path / "second.yaml").write_text(yaml.safe_dump(digits_config(run)))
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-        second = subprocess.run(
-            [sys.executable, "-m", "ncl_lightning.runtime.cli", "fit", "--config",
-             str(tmp_path / "second.yaml"), "--auto_resume", "true"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+        second = digits_config(run)
+        second["trainer"].update(limit_train_batches=5, limit_val_batches=1)
+        (tmp_path / "second.yaml").write_text(yaml.safe_dump(second))
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as refused:
+            main(["fit", "--config", str(tmp_path / "second.yaml"), "--auto_resume", "true"])
         assert first.poll() is None, "the first run ended before the second was refused"
     finally:
         first.send_signal(signal.SIGKILL)
         first.communicate(timeout=60)
-    assert second.returncode == 2, second.stderr[-3000:]
-    errors = [line for line in second.stderr.splitlines() if line.startswith("ncl-cli: error")]
-    assert len(errors) == 1 and "Traceback" not in second.stderr, second.stderr[-3000:]
+    stderr = capsys.readouterr().err
+    assert refused.value.code == 2, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("ncl-cli: error")]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr[-3000:]
     folder = run / "digits" / "version_0"
     assert f"{folder}: another run is training in this folder (pid {first.pid}" in errors[0]
     after = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file() and p != csv_path}

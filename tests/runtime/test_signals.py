@@ -8,11 +8,13 @@ SLURM warning signal) takes the same path plus the requeue:
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.runtime.signals import resume_command
 from tests.conftest import ROOT
 from tests.resume_helpers import digits_run_config
+from tests.runtime.test_resume import STEPS, fit_here, reference_run, run_config, write
 
 
 def digits_config(run_dir: Path, marker: str = "", max_epochs: int = 2, **kwargs) -> dict:
@@ -67,19 +70,22 @@ def _metrics(run_dir: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_signal_saves_last_and_exits_nonzero_then_resumes_exactly(tmp_path: Path) -> None:
+def test_signal_saves_last_and_exits_nonzero_then_resumes_exactly(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The signalled run is a process of its own (its status and line are the subject); the
+    resume and the uninterrupted run go through ``cli_main`` here (``test_resume.py``)."""
     signum = signal.SIGTERM
     run, marker = tmp_path / "run", tmp_path / "marker"
-    proc = start(digits_run_config(run, str(marker)), tmp_path / "run.yaml")
+    proc = start(run_config(run, str(marker)), tmp_path / "run.yaml")
     wait_for(marker, proc)  # in the second epoch
     proc.send_signal(signum)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, out[-3000:]
     (last,) = run.glob("digits/version_0/checkpoints/last.ckpt")
     ckpt = read_checkpoint(last)
-    steps_per_epoch = digits_steps_per_epoch(batch_size=64)
-    assert steps_per_epoch < ckpt["global_step"] < 2 * steps_per_epoch  # mid-epoch
-    done_in_epoch = ckpt["global_step"] - steps_per_epoch
+    assert STEPS < ckpt["global_step"] < 2 * STEPS  # mid-epoch
+    done_in_epoch = ckpt["global_step"] - STEPS
     assert ckpt["DigitsDataModule"]["batches"] == done_in_epoch  # the loader's place
     lines = [line for line in out.splitlines() if line.startswith("ncl-cli: stopped by")]
     assert len(lines) == 1, out[-3000:]
@@ -87,25 +93,25 @@ def test_signal_saves_last_and_exits_nonzero_then_resumes_exactly(tmp_path: Path
     assert str(last) in lines[0] and lines[0].endswith("--ckpt_path last")
     assert "Traceback" not in out
 
-    resumed = start(digits_run_config(run), tmp_path / "run.yaml", "--ckpt_path", "last")
-    out, _ = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, out[-3000:]
-    assert f"Resuming from {last}" in out
+    caplog.set_level(logging.INFO, logger="lightning.pytorch")  # where "Resuming from" goes
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        fit_here(write(tmp_path / "run.yaml", run_config(run)), "--ckpt_path", "last")
+    assert f"Resuming from {last}" in caplog.text
     final = read_checkpoint(last)
-    assert final["epoch"] == 1 and final["global_step"] == 2 * steps_per_epoch
-    assert "resuming from a checkpoint that ended before the epoch ended" not in out
+    assert final["epoch"] == 1 and final["global_step"] == 2 * STEPS
+    said = [str(w.message) for w in warned] + [caplog.text]
+    assert not [m for m in said if "checkpoint that ended before the epoch ended" in m]
 
     # An uninterrupted run: the resumed one went on with the next batch, not the epoch's first
-    reference = start(digits_run_config(tmp_path / "ref"), tmp_path / "ref.yaml")
-    out, _ = reference.communicate(timeout=300)
-    assert reference.returncode == 0, out[-3000:]
-    (ref,) = (tmp_path / "ref").glob("digits/version_0/checkpoints/last.ckpt")
+    reference = reference_run(tmp_path_factory)
+    (ref,) = reference.glob("digits/version_0/checkpoints/last.ckpt")
     expected = read_checkpoint(ref)["state_dict"]
     differ = [k for k, v in final["state_dict"].items() if not torch.equal(v, expected[k])]
     assert not differ, differ
     # The epoch's validation, SEPIN included; the kNN bank of the interrupted epoch holds
     # only the batches trained after the resume, so val/knn_acc is left out.
-    (want,) = [r for r in _metrics(tmp_path / "ref") if r["epoch"] == "1" and r["val/z/sepin@1"]]
+    (want,) = [r for r in _metrics(reference) if r["epoch"] == "1" and r["val/z/sepin@1"]]
     (got,) = [r for r in _metrics(run) if r["epoch"] == "1" and r["val/z/sepin@1"]]
     differ = {k: (v, got[k]) for k, v in want.items() if k.startswith("val/") and
               k != "val/knn_acc" and got[k] != v}  # fmt: skip

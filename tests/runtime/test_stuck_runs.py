@@ -20,25 +20,27 @@ from torch.utils.data import Dataset
 
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.runtime.signals import StopWatchdog, grace_from_env
-from tests.runtime.test_signals import digits_config, digits_steps_per_epoch, start, wait_for
+from tests.runtime.test_signals import digits_config, start
 
 GRACE_S = 3
+STEPS = 4  # training batches an epoch (of the digits' 23 of 64)
 
 
 class Hanging(Dataset):
-    """Items of ``dataset`` until ``hang_file`` exists; then each process that reads one
-    writes ``<hang_file>.<pid>`` and never returns (``mode``: ``sleep``, Python sleeping
-    with signals delivered; ``blocked``, SIGTERM/SIGUSR1 blocked in this thread, as in
-    a C call that never comes back to Python)."""
+    """Items of ``dataset`` until ``trigger`` (default: ``hang_file``) exists; then each
+    process that reads one writes ``<hang_file>.<pid>`` and never returns (``mode``:
+    ``sleep``, Python sleeping with signals delivered; ``blocked``, SIGTERM/SIGUSR1 blocked
+    in this thread, as in a C call that never comes back to Python)."""
 
-    def __init__(self, dataset: Dataset, hang_file: str, mode: str) -> None:
+    def __init__(self, dataset: Dataset, hang_file: str, mode: str, trigger: str = "") -> None:
         self.dataset, self.hang_file, self.mode = dataset, hang_file, mode
+        self.trigger = trigger or hang_file
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
 
     def __getitem__(self, index: int):
-        if self.hang_file and os.path.exists(self.hang_file):
+        if self.trigger and os.path.exists(self.trigger):
             if self.mode == "blocked":
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})
             Path(f"{self.hang_file}.{os.getpid()}").write_text("hung")
@@ -48,15 +50,19 @@ class Hanging(Dataset):
 
 
 class HangingDigits(DigitsDataModule):
-    """The digits, whose training items hang once ``hang_file`` exists."""
+    """The digits, whose training items hang once ``trigger`` (default: ``hang_file``) exists."""
 
-    def __init__(self, hang_file: str = "", mode: str = "sleep", **kwargs) -> None:
+    def __init__(
+        self, hang_file: str = "", mode: str = "sleep", trigger: str = "", **kwargs
+    ) -> None:
         super().__init__(**kwargs)
-        self.hang_file, self.mode = hang_file, mode
+        self.hang_file, self.mode, self.trigger = hang_file, mode, trigger
 
     def build_split(self, split):
         dataset = super().build_split(split)
-        return Hanging(dataset, self.hang_file, self.mode) if split == "train" else dataset
+        if split != "train":
+            return dataset
+        return Hanging(dataset, self.hang_file, self.mode, self.trigger)
 
 
 def alive(pid: int) -> bool:
@@ -78,16 +84,16 @@ def test_signal_ends_a_stuck_run(
     tmp_path: Path, monkeypatch, signum: int, workers: int, mode: str
 ) -> None:
     run, hang = tmp_path / "run", tmp_path / "hang"
+    last = run / "digits" / "version_0" / "checkpoints" / "last.ckpt"
     config = digits_config(run, max_epochs=3, workers=workers)
+    config["trainer"].update(limit_train_batches=STEPS, limit_val_batches=1)
     config["data"]["class_path"] = "tests.runtime.test_stuck_runs.HangingDigits"
-    config["data"]["init_args"].update(hang_file=str(hang), mode=mode)
+    # the training items hang from the first of epoch 1 on: once epoch 0 is done and saved
+    config["data"]["init_args"].update(hang_file=str(hang), mode=mode, trigger=str(last))
     monkeypatch.setenv("NCL_STOP_GRACE_S", str(GRACE_S))
     proc = start(config, tmp_path / "run.yaml")
-    last = run / "digits" / "version_0" / "checkpoints" / "last.ckpt"
-    wait_for(last, proc)  # epoch 0 done and saved
-    hang.write_text("now")
     expected = max(workers, 1)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # started, epoch 0 done and saved, then hung
     while len(list(tmp_path.glob("hang.*"))) < expected:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
         time.sleep(0.05)
@@ -101,7 +107,7 @@ def test_signal_ends_a_stuck_run(
     assert GRACE_S - 0.5 < took < GRACE_S + 30, took
     lines = [line for line in out.splitlines() if line.startswith("ncl-cli:")]
     assert len(lines) == 1 and "Traceback" not in out, out[-3000:]
-    step = digits_steps_per_epoch(batch_size=64)
+    step = STEPS
     assert torch.load(last, weights_only=True)["global_step"] == step  # saved after epoch 0
     name = signal.Signals(signum).name
     found = re.match(rf"ncl-cli: stopped by {name} at step (\d+) \(epoch 1\): ", lines[0])

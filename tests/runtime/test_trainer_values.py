@@ -17,6 +17,14 @@ import pytest
 from ncl_lightning.runtime.cli import cli_main
 from tests.helpers.cli import DEMO, refused_fit
 
+# The demo's model, narrower: what is checked is the trainer's reading of its values.
+NARROW = [
+    "--model.init_args.backbone.init_args.width", "8",
+    "--model.init_args.backbone.init_args.out_dim", "32",
+    "--model.init_args.proj_hidden_dim", "32",
+    "--model.init_args.proj_output_dim", "16",
+]  # fmt: skip
+
 
 def _fit(tmp: Path, *extra: str, config: str | None = None):
     out = tmp / "out"
@@ -25,7 +33,7 @@ def _fit(tmp: Path, *extra: str, config: str | None = None):
         *(["--config", config] if config else []),
         "--trainer.default_root_dir", str(out), "--trainer.logger.init_args.save_dir", str(out),
         "--trainer.enable_progress_bar", "false", "--trainer.num_sanity_val_steps", "0",
-        "--trainer.limit_val_batches", "1", "--trainer.max_epochs", "1", *extra,
+        "--trainer.limit_val_batches", "1", "--trainer.max_epochs", "1", *NARROW, *extra,
     ]  # fmt: skip
     return cli_main(args).trainer
 
@@ -42,8 +50,9 @@ def test_limit_train_batches_is_what_was_typed(tmp_path: Path, typed: str, batch
 def test_the_same_in_a_config_file(tmp_path: Path, typed: str, batches: int) -> None:
     config = tmp_path / "limit.yaml"
     config.write_text(f"trainer:\n  limit_train_batches: {typed}\n")
-    trainer = _fit(tmp_path, config=str(config))
-    assert trainer.num_training_batches == batches
+    # one step: the number of batches an epoch is known when the fit starts
+    trainer = _fit(tmp_path, "--trainer.max_steps", "1", config=str(config))
+    assert trainer.num_training_batches == batches and trainer.global_step == 1
     saved = next((tmp_path / "out").rglob("config.yaml")).read_text()
     assert f"limit_train_batches: {typed}\n" in saved  # the record keeps the type
 
@@ -95,7 +104,7 @@ def test_every_cpu_precision_trains_with_both_pipelines(
 ) -> None:
     trainer = _fit(
         tmp_path, "--trainer.precision", precision, "--data.init_args.augment_on", augment_on,
-        "--trainer.max_steps", "2",
+        "--trainer.max_steps", "2", "--data.init_args.batch_size", "16",
     )  # fmt: skip
     assert trainer.global_step == 2
     assert trainer.precision == {"32": "32-true"}.get(precision, precision)
