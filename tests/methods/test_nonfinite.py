@@ -8,7 +8,9 @@ import math
 import os
 import re
 import traceback
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -126,15 +128,16 @@ def _fit(model: L.LightningModule, root: Path, callbacks=(), **kw: Any) -> L.Tra
 
 class _Snapshot(L.Callback):
     """Module state (parameters, buffers, optimiser state) before and after batch
-    ``BAD_STEP``."""
+    ``BAD_STEP``; ``module_keys``: the keys of the module's own state dict."""
 
     def __init__(self) -> None:
         self.before: dict[str, Tensor] = {}
         self.after: dict[str, Tensor] = {}
+        self.module_keys: list[str] = []
 
-    @staticmethod
-    def _state(trainer: L.Trainer, module: L.LightningModule) -> dict[str, Tensor]:
+    def _state(self, trainer: L.Trainer, module: L.LightningModule) -> dict[str, Tensor]:
         state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        self.module_keys = list(state)
         for i, s in enumerate(trainer.optimizers[0].state.values()):
             state.update({f"opt.{i}.{k}": v.clone() for k, v in s.items()})
         return state
@@ -150,16 +153,55 @@ class _Snapshot(L.Callback):
             self.before, self.after = (state, {}) if batch_idx == BAD_STEP else (self.before, state)
 
 
+# One ``skip`` fit per case (NaN at BAD_STEP), shared by its skip test and its stop test: the
+# state it had before the bad step is the state ``stop`` must save (same seed, same data
+# order). The tests of a case share an xdist group, so that one worker fits it once.
+CASES: dict[str, Callable[..., L.LightningModule]] = {
+    "ncl": _ncl, "nce": _nce, "ncl-captured": _ncl_captured,
+}  # fmt: skip
+SKIPPED = r"epoch 0: skipped 1 batch\(es\) with a non-finite"
+
+
+@dataclass
+class _SkipRun:
+    model: L.LightningModule
+    trainer: L.Trainer
+    snapshot: _Snapshot
+    root: Path
+    warnings: list[str]
+
+
+_SKIP_RUNS: dict[str, _SkipRun] = {}
+
+
+def _skip_run(case: str, tmp_path_factory: pytest.TempPathFactory) -> _SkipRun:
+    if case not in _SKIP_RUNS:
+        root = tmp_path_factory.mktemp(f"skip-{case}")
+        model = CASES[case](math.nan, nonfinite_loss="skip")
+        snapshot = _Snapshot()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer = _fit(model, root, callbacks=[snapshot])
+        said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+        _SKIP_RUNS[case] = _SkipRun(model, trainer, snapshot, root, said)
+    return _SKIP_RUNS[case]
+
+
+def _case(case: str, *values: Any) -> Any:
+    return pytest.param(case, *values, id=case, marks=pytest.mark.xdist_group(f"nonfinite-{case}"))
+
+
 # -- stop -------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("make", "bad"),
+    ("case", "bad"),
     # eager NCL with inf: the DDP stop test below; inf logits make a NaN CE
-    [(_ncl, math.nan), (_nce, math.nan), (_ncl_captured, math.inf)],
-    ids=["ncl-nan", "nce-nan", "ncl-captured-inf"],
+    [_case("ncl", math.nan), _case("nce", math.nan), _case("ncl-captured", math.inf)],
 )
-def test_stop_saves_the_last_finite_state_and_names_the_step(make, bad, tmp_path: Path) -> None:
-    model = make(bad)
+def test_stop_saves_the_last_finite_state_and_names_the_step(
+    case: str, bad: float, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    model = CASES[case](bad)
     with pytest.raises(NonFiniteLossError) as info:
         _fit(model, tmp_path / "run")
     message = str(info.value)
@@ -172,11 +214,12 @@ def test_stop_saves_the_last_finite_state_and_names_the_step(make, bad, tmp_path
     )
     assert message.endswith(f"last-finite.ckpt; {HINT}") and path.is_file()
 
-    reference = make(None)  # same seed, same data order: stops after BAD_STEP steps
-    _fit(reference, tmp_path / "reference", max_steps=BAD_STEP)
+    # The reference: the same model, seed and data order after BAD_STEP finite steps (the
+    # skip run of this case at the start of its bad batch).
+    snapshot = _skip_run(case, tmp_path_factory).snapshot
     saved = torch.load(path, map_location="cpu", weights_only=True)
-    expected = reference.state_dict()
-    assert saved["state_dict"].keys() == expected.keys()
+    expected = {k: snapshot.before[k] for k in snapshot.module_keys}
+    assert expected and saved["state_dict"].keys() == expected.keys()
     for key, value in expected.items():
         assert torch.equal(saved["state_dict"][key], value), key
         if value.is_floating_point():
@@ -196,22 +239,19 @@ def test_stop_without_a_trainer_still_raises() -> None:
 
 # -- skip -------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("make", "bad"),
-    # (skip acts on any non-finite loss code; nan and inf differ only in stop's message)
-    [(_ncl, math.nan), (_nce, math.nan), (_ncl_captured, math.nan)],
-    ids=["ncl-nan", "nce-nan", "ncl-captured-nan"],
-)
-def test_skip_leaves_everything_as_it_was_and_finishes_the_epoch(make, bad, tmp_path: Path) -> None:
-    model = make(bad, nonfinite_loss="skip")
-    snapshot = _Snapshot()
-    with pytest.warns(UserWarning, match=r"epoch 0: skipped 1 batch\(es\) with a non-finite"):
-        trainer = _fit(model, tmp_path, callbacks=[snapshot])
+# (skip acts on any non-finite loss code; nan and inf differ only in stop's message)
+@pytest.mark.parametrize("case", [_case("ncl"), _case("nce"), _case("ncl-captured")])
+def test_skip_leaves_everything_as_it_was_and_finishes_the_epoch(
+    case: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    run = _skip_run(case, tmp_path_factory)
+    model, trainer, snapshot = run.model, run.trainer, run.snapshot
+    assert any(re.search(SKIPPED, said) for said in run.warnings), run.warnings
     assert trainer.current_epoch == 1 and not trainer.interrupted
     assert model.nonfinite_guard().skipped_total == 1
     assert trainer.callback_metrics["train/skipped_nonfinite"].item() == 1.0
     # The skipped batch moved nothing: weights, BatchNorm statistics, momentum buffers.
-    assert snapshot.before.keys() == snapshot.after.keys()
+    assert snapshot.before and snapshot.before.keys() == snapshot.after.keys()
     for key, value in snapshot.before.items():
         assert torch.equal(snapshot.after[key], value), key
     assert model.last_step_skipped is False  # later steps trained again
@@ -222,7 +262,7 @@ def test_skip_leaves_everything_as_it_was_and_finishes_the_epoch(make, bad, tmp_
         assert len(model.online._bank) == BATCHES - 1
     assert (
         torch.load(  # the count survives in checkpoints
-            tmp_path / "ckpt" / "epoch=0-step=6.ckpt", weights_only=True
+            run.root / "ckpt" / "epoch=0-step=6.ckpt", weights_only=True
         )["nonfinite_skipped"]
         == 1
     )

@@ -18,6 +18,12 @@ from ncl_lightning.runtime.cli import main
 from tests.helpers.cli import DEMO
 
 TARGET = "projector.net.0.weight"
+# The demo config at test size: what is checked does not depend on the widths.
+SMALL = [
+    "--data.init_args.batch_size", "32", "--model.init_args.backbone.init_args.width", "8",
+    "--model.init_args.backbone.init_args.out_dim", "16",
+    "--model.init_args.proj_hidden_dim", "32", "--model.init_args.proj_output_dim", "16",
+]  # fmt: skip
 
 
 class PoisonEvery(L.Callback):
@@ -39,7 +45,7 @@ def _fit(tmp_path: Path, capsys: pytest.CaptureFixture, *extra: str) -> tuple[in
         "--trainer.default_root_dir", str(out), "--trainer.logger.init_args.save_dir", str(out),
         "--trainer.enable_progress_bar", "false", "--trainer.num_sanity_val_steps", "0",
         "--trainer.limit_val_batches", "1", "--model.init_args.nonfinite_loss", "skip",
-        "--trainer.callbacks+", f"{__name__}.PoisonEvery", *extra,
+        "--trainer.callbacks+", f"{__name__}.PoisonEvery", *SMALL, *extra,
     ]  # fmt: skip
     with pytest.raises(SystemExit) as exit_info:
         main(args)
@@ -79,6 +85,7 @@ def test_a_run_with_finite_batches_still_finishes(tmp_path: Path) -> None:
         "--trainer.limit_val_batches", "1", "--model.init_args.nonfinite_loss", "skip",
         "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4",
         "--trainer.callbacks+", f"{__name__}.PoisonEvery", "--trainer.callbacks.start", "2",
+        *SMALL,
     ])  # fmt: skip
     assert next(out.rglob("last.ckpt")).is_file()
     assert not list(out.rglob("last-finite.ckpt"))
