@@ -155,8 +155,6 @@ class StopWatchdog:
         self._previous_fd = -1
 
     def start(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
         read, write = os.pipe()
         os.set_blocking(write, False)
         try:
@@ -216,15 +214,15 @@ class Preemption(Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.signum, self.stop, self._fit_trainer = None, None, trainer
-        grace = self.grace_s if self.grace_s is not None else grace_from_env()
-        self._watchdog = StopWatchdog(grace, self._stuck)
-        self._watchdog.start()
         if threading.current_thread() is not threading.main_thread():
             rank_zero_warn(  # Python delivers signals to the main thread only
                 "fit runs outside the main thread: SIGTERM and SIGUSR1 do not reach it, so a "
                 "pre-emption signal will not save last.ckpt"
             )
             return
+        grace = self.grace_s if self.grace_s is not None else grace_from_env()
+        self._watchdog = StopWatchdog(grace, self._stuck)
+        self._watchdog.start()
         # Lightning's SIGTERM handler stops at the batch end: note the signal, and let
         # SIGUSR1 stop the run the same way.
         previous = signal.getsignal(signal.SIGTERM)
