@@ -125,10 +125,12 @@ def test_feature_selection_runs_the_pre_map_rule(name: str, tmp_path) -> None:
     trainer.test(model, DigitsDataModule(batch_size=64))
     assert list(model.results) == rules and all(list(r) == [4] for r in model.results.values())
     assert "test/selection/ea_no_relu/k4/linear_acc" in trainer.callback_metrics
-    z, pre = model._train[0], model._train_pre_map
-    assert z.shape == pre.shape and z.shape[1] == 16
-    # NCL's z is ReLU(p) of the stored pre-map features; CL's z is p itself
+    both, _ = model._clean(trainer.datamodule, "train", pre_map=True)
+    z, pre = both.chunk(2, dim=1)
+    assert torch.equal(z, model._train[0]) and z.shape[1] == 16
+    # NCL's z is ReLU(p) of the pre-map features; CL's z is p itself
     assert torch.equal(z, torch.relu(pre) if name == "ncl" else pre)
+    assert torch.allclose(model._pre_map_ea, expected_activation(pre))  # what the rule ranks
     if name == "ncl":
         assert (pre < 0).any()
 
