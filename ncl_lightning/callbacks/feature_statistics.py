@@ -325,10 +325,14 @@ class FeatureStatistics(EvalStream):
             if hasattr(logger, "log_dimensions"):
                 logger.log_dimensions(f"{stage}/z/dimensions", columns, rows, trainer.global_step)
 
-    @torch.no_grad()
-    def _sepin(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str
-    ) -> dict[str, Tensor]:
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Refuse SEPIN without view pairs or a temperature before the first step."""
+        if self.sepin and "z" in self.spaces:
+            self._sepin_inputs(trainer, pl_module)
+
+    @staticmethod
+    def _sepin_inputs(trainer: L.Trainer, pl_module: L.LightningModule) -> tuple[ViewData, float]:
+        """The DataModule's view pairs and the method's temperature, or a ``ConfigError``."""
         datamodule = require_extra(
             trainer.datamodule, ViewData, "FeatureStatistics(sepin=True)", "view_dataloader()",
             "sepin", "set sepin: false",
@@ -339,6 +343,13 @@ class FeatureStatistics(EvalStream):
                 "SEPIN uses the training temperature: the method has no `temperature`",
                 key="sepin",
             )
+        return datamodule, temperature
+
+    @torch.no_grad()
+    def _sepin(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str
+    ) -> dict[str, Tensor]:
+        datamodule, temperature = self._sepin_inputs(trainer, pl_module)
         loader = datamodule.view_dataloader(stage, trainer.global_rank, trainer.world_size)
         limits = [self.sepin_max_batches, batch_limit(trainer, stage, loader)]
         most = min((n for n in limits if n is not None), default=None)

@@ -120,6 +120,10 @@ class TopActivations(L.Callback):
         self.last_rows: dict[str, dict[int, np.ndarray]] = {}
         """``stage -> {dim: [H, k · W, 3] uint8}``: each drawn row's images side by side."""
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Refuse data without images to draw before the first step, not at the first draw."""
+        _picture_data(trainer)
+
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if epoch_due(trainer, self.every_n_epochs):
             self.draw(trainer, pl_module, "val")

@@ -14,7 +14,7 @@ from PIL import Image
 
 from ncl_lightning.callbacks import TopActivations
 from ncl_lightning.plot.pictures import DPI, FIGSIZE, grid_size
-from ncl_lightning.runtime.cli import cli_main
+from ncl_lightning.runtime.cli import cli_main, main
 from tests.conftest import ROOT
 
 METRICS = [
@@ -92,3 +92,25 @@ def test_callbacks_in_fit_and_test_on_real_cifar(cifar_subset: Path, tmp_path: P
     assert "test/online_acc" in results
     test_pics = [c for c in test.trainer.callbacks if isinstance(c, TopActivations)][-1].last_paths
     _pictures_ok(test_pics, rows=10, cols=10, cell=64)
+
+
+@pytest.mark.parametrize(
+    ("callback", "culprit"),
+    [("TopActivations", "images to draw"), ("FeatureStatistics", "view_dataloader()")],
+)
+def test_data_a_callback_cannot_use_is_refused_before_the_first_step(
+    callback: str, culprit: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Sparse-coding data has no images to draw and no view pairs for SEPIN: the fit stops
+    at setup with one line naming the callback and the missing part, exit 2, nothing kept."""
+    out = tmp_path / "out"
+    args = ["fit", "--config", str(ROOT / "configs" / "ground_truth" / "sparse_coding_ncl.yaml"),
+            "--trainer.default_root_dir", str(out), "--trainer.logger.init_args.save_dir",
+            str(out), "--trainer.max_epochs", "1", "--trainer.check_val_every_n_epoch", "1",
+            f"--trainer.callbacks+=ncl_lightning.callbacks.{callback}"]  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    errors = [x for x in capsys.readouterr().err.splitlines() if x.startswith("ncl-cli: error:")]
+    assert len(errors) == 1 and callback in errors[0] and culprit in errors[0], errors
+    assert not any(p.is_file() for p in out.rglob("*")), sorted(out.rglob("*"))
