@@ -4,6 +4,7 @@ the training process in the middle of it."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -32,6 +33,13 @@ class MarkSecondEpoch(Callback):
                 trainer.save_checkpoint(self.save)
             Path(self.marker).write_text(str(os.getpid()))
             time.sleep(self.pause)
+
+
+def output_of(proc: subprocess.Popen) -> str:
+    """The end of a started fit's output, killing it first (a test's failure message must
+    never wait for a run that will not end)."""
+    proc.kill()
+    return proc.communicate(timeout=60)[0][-3000:]
 
 
 def digits_run_config(

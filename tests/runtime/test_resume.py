@@ -34,7 +34,7 @@ import yaml
 
 from ncl_lightning.checkpoints.load import read_checkpoint
 from ncl_lightning.runtime.cli import cli_main
-from tests.resume_helpers import digits_run_config
+from tests.resume_helpers import digits_run_config, output_of
 
 ROOT = Path(__file__).resolve().parents[2]
 # Training batches an epoch (of the digits' 23 of 64): more than MarkSecondEpoch's
@@ -104,7 +104,7 @@ def _kill_in_second_epoch(config: Path, marker: Path, *extra: str) -> str:
     proc = _cli(config, *extra)
     deadline = time.monotonic() + 300
     while not marker.exists():
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert proc.poll() is None, output_of(proc)
         assert time.monotonic() < deadline, "the run never reached its second epoch"
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)  # mid-epoch: no clean-up runs

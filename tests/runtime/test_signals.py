@@ -25,7 +25,7 @@ from ncl_lightning.checkpoints.load import read_checkpoint
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.runtime.signals import resume_command
 from tests.conftest import ROOT
-from tests.resume_helpers import digits_run_config
+from tests.resume_helpers import digits_run_config, output_of
 from tests.runtime.test_resume import STEPS, fit_here, reference_run, run_config, write
 
 
@@ -58,7 +58,7 @@ def digits_steps_per_epoch(batch_size: int) -> int:
 def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 300) -> None:
     deadline = time.monotonic() + seconds
     while not path.exists():
-        assert proc.poll() is None, proc.communicate()[0][-3000:]
+        assert proc.poll() is None, output_of(proc)
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
 

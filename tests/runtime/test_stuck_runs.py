@@ -20,6 +20,7 @@ from torch.utils.data import Dataset
 
 from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.runtime.signals import StopWatchdog, grace_from_env
+from tests.resume_helpers import output_of
 from tests.runtime.test_signals import digits_config, start
 
 GRACE_S = 3
@@ -27,17 +28,24 @@ STEPS = 4  # training batches an epoch (of the digits' 23 of 64)
 
 
 class Hanging(Dataset):
-    """Items of ``dataset`` until ``trigger`` (default: ``hang_file``) exists; then each
-    process that reads one writes ``<hang_file>.<pid>`` and never returns (``mode``:
-    ``sleep``, Python sleeping with signals delivered; ``blocked``, SIGTERM/SIGUSR1 blocked
-    in this thread, as in a C call that never comes back to Python)."""
+    """The first ``items`` items of ``dataset`` until ``trigger`` (default: ``hang_file``)
+    exists; then each process that reads one writes ``<hang_file>.<pid>`` and never returns
+    (``mode``: ``sleep``, Python sleeping with signals delivered; ``blocked``, SIGTERM/SIGUSR1
+    blocked in this thread, as in a C call that never comes back to Python).
 
-    def __init__(self, dataset: Dataset, hang_file: str, mode: str, trigger: str = "") -> None:
+    ``items`` whole batches make an epoch that ends with its last batch: no loader worker
+    is still reading batches prefetched beyond it when the trigger appears (it would hang
+    there, before the next epoch starts, and the other worker never would)."""
+
+    def __init__(
+        self, dataset: Dataset, hang_file: str, mode: str, trigger: str = "", items: int = 0
+    ) -> None:
         self.dataset, self.hang_file, self.mode = dataset, hang_file, mode
         self.trigger = trigger or hang_file
+        self.items = min(items or len(dataset), len(dataset))  # type: ignore[arg-type]
 
     def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
+        return self.items
 
     def __getitem__(self, index: int):
         if self.trigger and os.path.exists(self.trigger):
@@ -62,7 +70,8 @@ class HangingDigits(DigitsDataModule):
         dataset = super().build_split(split)
         if split != "train":
             return dataset
-        return Hanging(dataset, self.hang_file, self.mode, self.trigger)
+        items = STEPS * self.batch_size
+        return Hanging(dataset, self.hang_file, self.mode, self.trigger, items)
 
 
 def alive(pid: int) -> bool:
@@ -95,7 +104,7 @@ def test_signal_ends_a_stuck_run(
     expected = max(workers, 1)
     deadline = time.monotonic() + 300  # started, epoch 0 done and saved, then hung
     while len(list(tmp_path.glob("hang.*"))) < expected:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        assert proc.poll() is None and time.monotonic() < deadline, output_of(proc)
         time.sleep(0.05)
     time.sleep(1.0)  # the batches already fetched are used up: no boundary comes now
     hung = [int(p.suffix[1:]) for p in tmp_path.glob("hang.*")]
