@@ -49,10 +49,12 @@ from ncl_lightning.runtime.resume import (
     typed_model_keys,
 )
 from ncl_lightning.runtime.runs import (
+    MovedRun,
     RunConfig,
     RunLock,
     check_new_run,
     check_same_run,
+    check_under_root,
     evaluation_folders,
     follow_root,
     keep_checkpoint_folders,
@@ -146,6 +148,8 @@ class NCLCLI(LightningCLI):
         if not sub:
             return
         cfg = self.config[sub]
+        default_logger(cfg["trainer"])  # CSV, without Lightning's note
+        follow_root(cfg["trainer"])  # the run's folders, before anything searches them
         self._run_id = self._assign_run_id(sub, cfg)
         new_run = bool(cfg.get("new_run"))
         if new_run and (sub != "fit" or cfg.get("ckpt_path") in (None, "")):
@@ -192,9 +196,9 @@ class NCLCLI(LightningCLI):
         """One folder per run ([`follow_root`][ncl_lightning.runtime.runs.follow_root],
         [`evaluation_folders`][ncl_lightning.runtime.runs.evaluation_folders])."""
         cfg = self._subconfig()
-        default_logger(cfg["trainer"])  # CSV, without Lightning's note
-        if self.subcommand is not None:
-            follow_root(cfg["trainer"])
+        if self.subcommand is None:  # a subcommand's layout was set before the search
+            default_logger(cfg["trainer"])
+        else:
             evaluation_folders(self.subcommand, cfg["trainer"], cfg.get("ckpt_path"))
 
     def instantiate_classes(self) -> None:
@@ -251,10 +255,13 @@ class NCLCLI(LightningCLI):
         continues = ckpt is not None and not cfg.get("new_run")
         if not trainer.loggers:  # no logger folder: the run's own one under the root
             place_checkpoints(trainer, self._run_id, cfg["ckpt_path"] if continues else None)
+        check_under_root(trainer)
         if continues:  # the checkpoint's run, in its own folder, or refused
-            here = Path(run_identity(trainer)["folder"])
-            check_same_run(run_record(ckpt), cfg["ckpt_path"], here)
-        elif self._run_id is not None:
+            here, record = Path(run_identity(trainer)["folder"]), run_record(ckpt)
+            check_same_run(record, cfg["ckpt_path"], here)
+            if record is not None:  # a run moved whole keeps its checkpoint names
+                trainer.callbacks.append(MovedRun(Path(record["folder"]), here))
+        else:  # a new run never writes into a run's folder
             check_new_run(trainer, self._run_id)
         if rank_zero_only.rank == 0:  # last: every check has passed (other ranks share it)
             trainer.callbacks.append(RunLock.of(trainer).acquire())

@@ -5,7 +5,8 @@ A run's folder is where Lightning puts its checkpoints
 ([`run_id`][]). Every folder logger writes under ``trainer.default_root_dir``
 ([`follow_root`][]), an evaluation's into its checkpoint's run ([`evaluation_folders`][]); a
 new run never reuses a run's folder ([`check_new_run`][]) and a resume continues the
-checkpoint's run only ([`check_same_run`][]). [`RunLock`][] keeps a second process out of a
+checkpoint's run only ([`check_same_run`][]), and no run leaves its root
+([`check_under_root`][]). [`RunLock`][] keeps a second process out of a
 training run's folders; [`RunConfig`][] records the set-up.
 The layout: ``docs/runs.md``.
 """
@@ -146,12 +147,24 @@ def _folders(trainer: Any) -> list[Path]:
     return list(dict.fromkeys(p.expanduser().resolve() for p in found))
 
 
-def check_new_run(trainer: Any, run_id: str) -> None:
-    """Refuse a new run whose folders already hold a run (nothing is overwritten).
+def check_new_run(trainer: Any, run_id: str | None) -> None:
+    """Refuse a new run whose folders already hold a run (nothing is overwritten): with a
+    run id, every folder the fit writes; else the run folder its loggers name (a
+    ``version`` given in the config or on the command line).
 
     Raises:
-        ConfigError: Naming the folder and the two ways on.
+        ConfigError: Naming the folder and the ways on.
     """
+    if run_id is None:
+        folder = run_folder(trainer)
+        if folder is not None and folder.is_dir() and any(folder.iterdir()):
+            raise ConfigError(
+                f"trainer.logger: the run folder {short_path(folder)} already holds a run; "
+                "resume it with --ckpt_path last (or its checkpoint file), or drop the "
+                "logger's version for a new run",
+                key="trainer.logger",
+            )
+        return
     for folder in _folders(trainer):
         if folder.is_dir() and any(folder.iterdir()):
             raise ConfigError(
@@ -159,6 +172,28 @@ def check_new_run(trainer: Any, run_id: str) -> None:
                 "--auto_resume true or --ckpt_path last, or give a new --run_id",
                 key="run_id",
             )
+
+
+def check_under_root(trainer: Any) -> None:
+    """Refuse a fit whose loggers' run folder is not inside ``trainer.default_root_dir``: a
+    logger ``name``, ``version`` or W&B ``id`` with ``..`` or an absolute path, typed or
+    read back from a checkpoint's record.
+
+    Raises:
+        ConfigError: Naming the folder and the root.
+    """
+    folder = run_folder(trainer) if trainer.loggers else None
+    if folder is None:
+        return
+    root = Path(os.path.abspath(Path(trainer.default_root_dir).expanduser()))
+    here = Path(os.path.abspath(folder.expanduser()))  # lexical: ``..`` counts, links do not
+    if here == root or not here.is_relative_to(root):
+        raise ConfigError(
+            f"trainer.logger: the run folder {short_path(here)} is not inside "
+            f"trainer.default_root_dir {short_path(root)}; a logger's name, version and W&B "
+            "id are folder names, without '..' or a leading '/'",
+            key="trainer.logger",
+        )
 
 
 def check_same_run(
@@ -243,6 +278,31 @@ def keep_checkpoint_folders(callbacks: list[Any], checkpoint: Mapping[str, Any])
             state = states.get(callback.state_key)
             if isinstance(state, Mapping) and isinstance(state.get("dirpath"), str):
                 callback.dirpath = state["dirpath"]
+
+
+class MovedRun(Callback):
+    """Continue a run whose folder was moved whole from ``old`` to ``new``: the
+    ``ModelCheckpoint`` states in the checkpoint name files under ``old``; they are pointed
+    under ``new`` before Lightning restores them (else it drops ``last_model_path`` and
+    writes ``last-v1.ckpt`` beside a stale ``last.ckpt``)."""
+
+    def __init__(self, old: Path, new: Path) -> None:
+        self.old, self.new = str(old), str(new)
+
+    def _moved(self, value: Any) -> Any:
+        if isinstance(value, str) and (value == self.old or value.startswith(self.old + os.sep)):
+            return self.new + value[len(self.old) :]
+        if isinstance(value, dict):
+            return {self._moved(k): self._moved(v) for k, v in value.items()}
+        return value
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict) -> None:
+        if self.old == self.new:
+            return
+        states = checkpoint.get("callbacks") or {}
+        for key, state in states.items():
+            if isinstance(state, dict) and "dirpath" in state:
+                states[key] = self._moved(state)
 
 
 # -- one process per folder --------------------------------------------------------------

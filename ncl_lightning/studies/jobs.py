@@ -13,6 +13,7 @@ from concurrent.futures import Executor, as_completed
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ncl_lightning.foundation.disk import atomic_write
 from ncl_lightning.foundation.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
 
 J = TypeVar("J")  # a job
@@ -33,6 +34,22 @@ def folder_args(root: Path, logs: bool = False, verbose: bool = False) -> list[s
         args += ["--trainer.logger.init_args.name", "logs"]
         args += ["--trainer.logger.init_args.version", "0"]
     return args + ([] if verbose else list(QUIET_TRAINER_ARGS))
+
+
+def fresh_attempt(root: Path) -> None:
+    """Before a run into ``root`` (its logger at ``<root>/logs/version_0``, see
+    [`folder_args`][]): an earlier unfinished attempt's ``logs`` is kept aside as
+    ``logs.unfinished-<k>``, never continued or read, so the run starts in a fresh folder."""
+    logs = root / "logs"
+    if logs.exists():
+        k = 1 + sum(1 for _ in root.glob("logs.unfinished-*"))
+        logs.rename(root / f"logs.unfinished-{k}")
+
+
+def write_record(result_file: Path, record: dict) -> None:
+    """Write a finished job's record whole or not at all (a kill leaves no cut file)."""
+    with atomic_write(result_file) as f:
+        f.write(json.dumps(record).encode())
 
 
 def cli_here(args: Sequence[str], verbose: bool = False) -> Any:

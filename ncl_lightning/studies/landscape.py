@@ -28,7 +28,15 @@ from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.plot.metrics_csv import read_metrics
 from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 from ncl_lightning.studies.checks import check_landscape_study
-from ncl_lightning.studies.jobs import cli_here, earlier_record, folder_args, run_jobs, slug
+from ncl_lightning.studies.jobs import (
+    cli_here,
+    earlier_record,
+    folder_args,
+    fresh_attempt,
+    run_jobs,
+    slug,
+    write_record,
+)
 from ncl_lightning.studies.spread import mean_std
 
 PROG = "python -m ncl_lightning.studies.landscape"
@@ -154,6 +162,7 @@ def run_one(
     if "warm_start.yaml" in VARIANTS[variant].overlays:
         # The WarmStart callback is the overlay's last callback: give it the run's seed.
         args += ["--trainer.callbacks.init_args.seed", str(seed)]
+    fresh_attempt(root)
     cli = cli_here(args, verbose)
     weight = cli.model.backbone.dictionary_weight.detach().cpu()
     final = dictionary_recovery(weight, cli.datamodule.dictionary)
@@ -165,7 +174,7 @@ def run_one(
         **{k: float(v) for k, v in final.items()},
         "curves": _read_curves(root / "logs" / "version_0" / "metrics.csv"),
     }
-    (root / "result.json").write_text(json.dumps(record))
+    write_record(root / "result.json", record)
     return record
 
 

@@ -34,7 +34,14 @@ from ncl_lightning.foundation.resources import config_file
 from ncl_lightning.plot.metrics_csv import read_metrics
 from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 from ncl_lightning.studies.checks import check_seeds_study
-from ncl_lightning.studies.jobs import earlier_record, folder_args, run_jobs, slug
+from ncl_lightning.studies.jobs import (
+    earlier_record,
+    folder_args,
+    fresh_attempt,
+    run_jobs,
+    slug,
+    write_record,
+)
 from ncl_lightning.studies.spread import beyond_spread, mean_std
 from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Study
 from ncl_lightning.studies.study_file import chosen_study
@@ -120,6 +127,7 @@ def curve(metrics_csv: Path, key: str) -> dict[str, list[float]]:
 def run_cell(cell: Cell, study: Study, threads: int) -> dict:
     """Run one cell; returns its record."""
     cell.root.mkdir(parents=True, exist_ok=True)
+    fresh_attempt(cell.root)
     (cell.root / "command.txt").write_text(" ".join(cell.command[1:]) + "\n")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "offline"}
     start = time.perf_counter()
@@ -144,7 +152,7 @@ def run_cell(cell: Cell, study: Study, threads: int) -> dict:
     }
     if cell.pretrain is not None:
         record["pretrained"] = str(cell.pretrain.checkpoint)
-    cell.result_file.write_text(json.dumps(record))
+    write_record(cell.result_file, record)
     return record
 
 

@@ -279,6 +279,15 @@ def test_a_study_runs_its_cells_writes_the_table_and_resumes(tmp_path: Path) -> 
     logs = {p: p.stat().st_mtime_ns for p in out.rglob("fit.log")}
     seeds.run_study(study, out, seeds=[0], workers=1, extra=TINY)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("fit.log")} == logs
+    # A cell killed before it wrote its record trains again in a fresh folder (it would be
+    # refused as an existing run), the unfinished attempt kept aside, never read.
+    cl0 = out / "runs" / "cl" / "seed_0"
+    (cl0 / "result.json").unlink()
+    seeds.run_study(study, out, seeds=[0], workers=1, extra=TINY, rows=["CL"])
+    assert (cl0 / "logs.unfinished-1" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    record = json.loads((cl0 / "result.json").read_text())
+    assert record["checkpoint"] == str(cl0 / "logs" / "version_0" / "checkpoints" / "last.ckpt")
+    assert not list(cl0.rglob("last-v*.ckpt"))
     # One more seed of one row: only that cell runs; the table covers every finished cell.
     seeds.run_study(study, out, seeds=[1], workers=1, extra=TINY, rows=["CL"])
     assert len(list(out.rglob("fit.log"))) == len(logs) + 1
