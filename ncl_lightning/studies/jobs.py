@@ -7,6 +7,7 @@ Python at import: Lightning is imported by [`cli_here`][] only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, as_completed
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ncl_lightning.foundation.disk import atomic_write
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
 
 J = TypeVar("J")  # a job
@@ -61,9 +63,49 @@ def cli_here(args: Sequence[str], verbose: bool = False) -> Any:
         return cli_main(list(args))
 
 
-def earlier_record(result_file: Path) -> dict | None:
-    """The record a job wrote to ``result_file`` when it finished, or ``None``."""
-    return json.loads(result_file.read_text()) if result_file.exists() else None
+def fingerprint(args: Sequence[str], out: Path | str) -> str:
+    """What makes a job's result: its ``ncl-cli`` arguments (but the console's quiet
+    switches; paths under the study's ``out`` relative to it, so a study moved whole keeps
+    its results) and the text of every ``--config`` file they name, wherever it lies (a
+    sha256 hex digest)."""
+    digest = hashlib.sha256()
+    args = [a for a in args if a not in QUIET_TRAINER_ARGS]
+    for before, arg in zip(["", *args], args, strict=False):
+        config = arg if before == "--config" else None
+        config = arg.removeprefix("--config=") if arg.startswith("--config=") else config
+        if config is not None and Path(config).is_file():
+            digest.update(b"config:" + Path(config).read_bytes() + b"\0")
+        else:
+            digest.update(arg.replace(str(out), "<out>").encode() + b"\0")
+    return digest.hexdigest()
+
+
+def earlier_record(result_file: Path, made_by: str) -> dict | None:
+    """The record a job wrote to ``result_file`` when it finished, or ``None`` (not yet).
+
+    Args:
+        result_file: The job's record.
+        made_by: This job's [`fingerprint`][]: a record made otherwise is never reused.
+
+    Raises:
+        ConfigError: The record is not readable, or another config or argument made it.
+    """
+    if not result_file.exists():
+        return None
+    try:
+        record = json.loads(result_file.read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"{result_file}: unreadable record ({err}); delete it to run that job again",
+            key="out",
+        ) from None
+    if record.get("fingerprint") != made_by:
+        raise ConfigError(
+            f"{result_file.parent}: finished with another config or other arguments than "
+            "this study gives it now; use a new --out, or delete that folder to run it again",
+            key="out",
+        )
+    return record
 
 
 def run_jobs(

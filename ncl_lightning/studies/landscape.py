@@ -31,6 +31,7 @@ from ncl_lightning.studies.checks import check_landscape_study
 from ncl_lightning.studies.jobs import (
     cli_here,
     earlier_record,
+    fingerprint,
     folder_args,
     fresh_attempt,
     run_jobs,
@@ -128,6 +129,27 @@ def _read_curves(metrics_csv: Path) -> dict[str, list[float]]:
     }
 
 
+def fit_args(
+    variant: str, sparsity: float, seed: int, out: str, extra: Sequence[str], verbose: bool
+) -> list[str]:
+    """The ``ncl-cli fit`` arguments of one ``(variant, sparsity, seed)`` run."""
+    root = run_dir(Path(out), variant, sparsity, seed)
+    args = [
+        "fit",
+        *VARIANTS[variant].config_args(),
+        "--seed_everything", str(seed),
+        "--data.init_args.seed", str(seed),
+        "--data.init_args.nonzero_prob", str(sparsity),
+        "--trainer.enable_checkpointing", "false",
+        *folder_args(root, logs=True, verbose=verbose),
+        *extra,
+    ]  # fmt: skip
+    if "warm_start.yaml" in VARIANTS[variant].overlays:
+        # The WarmStart callback is the overlay's last callback: give it the run's seed.
+        args += ["--trainer.callbacks.init_args.seed", str(seed)]
+    return args
+
+
 def run_one(
     variant: str,
     sparsity: float,
@@ -149,19 +171,8 @@ def run_one(
     from ncl_lightning.metrics.functional.dictionary import dictionary_recovery
 
     root = run_dir(Path(out), variant, sparsity, seed)
-    args = [
-        "fit",
-        *VARIANTS[variant].config_args(),
-        "--seed_everything", str(seed),
-        "--data.init_args.seed", str(seed),
-        "--data.init_args.nonzero_prob", str(sparsity),
-        "--trainer.enable_checkpointing", "false",
-        *folder_args(root, logs=True, verbose=verbose),
-        *extra,
-    ]  # fmt: skip
-    if "warm_start.yaml" in VARIANTS[variant].overlays:
-        # The WarmStart callback is the overlay's last callback: give it the run's seed.
-        args += ["--trainer.callbacks.init_args.seed", str(seed)]
+    args = fit_args(variant, sparsity, seed, out, extra, verbose)
+    made_by = fingerprint(args, out)
     fresh_attempt(root)
     cli = cli_here(args, verbose)
     weight = cli.model.backbone.dictionary_weight.detach().cpu()
@@ -173,6 +184,7 @@ def run_one(
         "steps": cli.trainer.global_step,
         **{k: float(v) for k, v in final.items()},
         "curves": _read_curves(root / "logs" / "version_0" / "metrics.csv"),
+        "fingerprint": made_by,
     }
     write_record(root / "result.json", record)
     return record
@@ -240,7 +252,9 @@ def _run_job(job: tuple, verbose: bool) -> dict:
 
 
 def _earlier(job: tuple) -> dict | None:
-    return earlier_record(run_dir(Path(job[3]), *job[:3]) / "result.json")
+    variant, sparsity, seed, out, extra = job
+    made_by = fingerprint(fit_args(variant, sparsity, seed, out, extra, verbose=False), out)
+    return earlier_record(run_dir(Path(out), variant, sparsity, seed) / "result.json", made_by)
 
 
 def run_study(

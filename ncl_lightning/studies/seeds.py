@@ -36,6 +36,7 @@ from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 from ncl_lightning.studies.checks import check_seeds_study
 from ncl_lightning.studies.jobs import (
     earlier_record,
+    fingerprint,
     folder_args,
     fresh_attempt,
     run_jobs,
@@ -66,6 +67,11 @@ class Cell:
     @property
     def result_file(self) -> Path:
         return self.root / "result.json"
+
+    @property
+    def fingerprint(self) -> str:
+        """What makes its result (the study's folder is two above ``root``)."""
+        return fingerprint(self.command[1:], self.root.parents[2])
 
     @property
     def checkpoint(self) -> Path:
@@ -152,6 +158,7 @@ def run_cell(cell: Cell, study: Study, threads: int) -> dict:
     }
     if cell.pretrain is not None:
         record["pretrained"] = str(cell.pretrain.checkpoint)
+    record["fingerprint"] = cell.fingerprint
     write_record(cell.result_file, record)
     return record
 
@@ -166,7 +173,7 @@ def run_cells(cells: Sequence[Cell], study: Study, workers: int, threads: int) -
             jobs,
             lambda cell: run_cell(cell, study, threads),
             lambda cell: f"{cell.row} seed {cell.seed}",
-            lambda cell: earlier_record(cell.result_file),
+            lambda cell: earlier_record(cell.result_file, cell.fingerprint),
             workers=workers,
             pool=ThreadPoolExecutor,
             ended=lambda cell, record: f"{cell.row} seed {cell.seed} ({record['seconds']:.0f} s)",

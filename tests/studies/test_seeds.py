@@ -288,6 +288,10 @@ def test_a_study_runs_its_cells_writes_the_table_and_resumes(tmp_path: Path) -> 
     record = json.loads((cl0 / "result.json").read_text())
     assert record["checkpoint"] == str(cl0 / "logs" / "version_0" / "checkpoints" / "last.ckpt")
     assert not list(cl0.rglob("last-v*.ckpt"))
+    # A finished cell is never reused for other settings.
+    with pytest.raises(ConfigError, match="cl/seed_0: finished with another config or other"):
+        other = (*TINY, "--trainer.limit_val_batches=1")
+        seeds.run_study(study, out, seeds=[0], workers=1, extra=other, rows=["CL"])
     # One more seed of one row: only that cell runs; the table covers every finished cell.
     seeds.run_study(study, out, seeds=[1], workers=1, extra=TINY, rows=["CL"])
     assert len(list(out.rglob("fit.log"))) == len(logs) + 1
@@ -310,6 +314,11 @@ def test_a_study_runs_its_cells_writes_the_table_and_resumes(tmp_path: Path) -> 
     # The after-hook: the atlas of the first seed's checkpoints, both methods in it.
     atlas = read_atlas(out / "atlas" / "index.html")
     assert [m["name"] for m in atlas["models"]] == ["CL", "BayesNCL"]
+    # A study moved whole keeps its finished cells.
+    moved = out.rename(tmp_path / "moved")
+    logs = {p: p.stat().st_mtime_ns for p in moved.rglob("fit.log")}
+    seeds.run_study(study, moved, seeds=[0, 1], workers=1, extra=TINY, rows=["CL"])
+    assert {p: p.stat().st_mtime_ns for p in moved.rglob("fit.log")} == logs
 
 
 @pytest.mark.slow
