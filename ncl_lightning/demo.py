@@ -20,12 +20,15 @@ from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.atlas import build_atlas
 from ncl_lightning.callbacks import TopActivations
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.resources import config_file, config_root
 from ncl_lightning.foundation.validation import check_at_least
 from ncl_lightning.plot import plot_curves
 from ncl_lightning.plot.pictures import side_by_side
+from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 from ncl_lightning.studies.jobs import cli_here, folder_args, run_jobs
 
+PROG = "python -m ncl_lightning.demo"
 DEFAULT = [f"demo/digits_{m}" for m in ("cl", "ncl", "bayesncl")]
 COLUMNS = {
     "online linear acc": ("val/online_acc", "{:.1%}"),
@@ -86,7 +89,7 @@ def table(results: dict[str, dict[str, float]], dims: dict[str, int]) -> str:
 
 def main(argv: list[str] | None = None) -> str:
     """Run the comparison; unrecognised arguments go to every ``ncl-cli fit`` call."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ToolArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="run directory")
     parser.add_argument(
         "--configs",
@@ -107,9 +110,15 @@ def main(argv: list[str] | None = None) -> str:
         "models, and the numbers then do not depend on the machine's core count)",
     )
     args, extra = parser.parse_known_args(argv)  # the rest goes to every `ncl-cli fit`
+    return run_main(PROG, lambda: _run(args, extra))
+
+
+def _run(args: argparse.Namespace, extra: list[str]) -> str:
     check_at_least("--threads", args.threads, 1)
-    torch.set_num_threads(args.threads)
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out: {args.out} is a file, not a folder", key="out")
     args.configs = [config_file(c) for c in args.configs]
+    torch.set_num_threads(args.threads)
     results, dims, pics, logs = {}, {}, {}, {}
     start = time.perf_counter()
     runs = run_jobs(

@@ -26,12 +26,15 @@ from pathlib import Path
 
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.progress import Progress
+from ncl_lightning.foundation.resources import config_file
 from ncl_lightning.foundation.validation import check_choice
 from ncl_lightning.plot.pictures import accuracy_vs_k
+from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 from ncl_lightning.studies.chain_seeds import write_combined
 from ncl_lightning.studies.chain_table import markdown, selection_curves, table_row
 from ncl_lightning.studies.jobs import cli_here, folder_args, run_jobs
 
+PROG = "python -m ncl_lightning.studies.chain"
 SUBCOMMANDS = {"linear": "fit", "knn": "test", "selection": "test", "finetune": "fit"}
 SPACED = ("linear", "finetune")
 """Protocols that run once per space of ``--spaces`` (``space: h`` / ``z`` of the probes)."""
@@ -203,7 +206,7 @@ def run_all(
 
 def main(argv: Sequence[str] | None = None) -> dict:
     """Run the chain; returns ``{config stem: results}`` (with ``--seeds``: by seed)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ToolArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--pretrain", nargs="*", type=Path, default=[])
     for name in ("linear", "knn", "selection", "finetune"):
         parser.add_argument(f"--{name}", type=Path, default=None)
@@ -222,6 +225,33 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "--verbose", action="store_true", help="keep Lightning's per-run banners and bars"
     )
     args = parser.parse_args(argv)
+    return run_main(PROG, lambda: _run(args))
+
+
+def check_chain(args: argparse.Namespace) -> None:
+    """The chain's inputs, before any run: something to train, config files (paths or
+    packaged names) that exist, seeds ``seed_everything`` takes, an ``--out`` folder.
+
+    Raises:
+        ConfigError: Naming the argument.
+    """
+    if not (args.pretrain or args.supervised):
+        raise ConfigError("nothing to run: give --pretrain and/or --supervised configs")
+    for name in ("pretrain", "supervised", "linear", "knn", "selection", "finetune"):
+        given = getattr(args, name)
+        if isinstance(given, list):
+            setattr(args, name, [config_file(c) for c in given])
+        elif given is not None:
+            setattr(args, name, config_file(given))
+    for seed in args.seeds or []:
+        if not 0 <= seed < 2**32:
+            raise ConfigError(f"--seeds: {seed} is not a seed (an integer in [0, 2**32 - 1])")
+    if args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out: {args.out} is a file, not a folder")
+
+
+def _run(args: argparse.Namespace) -> dict:
+    check_chain(args)
     if args.seeds is None:
         all_results = run_all(args, args.out, args.pretrain_args, args.eval_args)
         print((args.out / "results.md").read_text(), end="")
