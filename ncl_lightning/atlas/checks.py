@@ -14,6 +14,7 @@ import lightning as L
 from ncl_lightning.atlas.callback import FeatureAtlas
 from ncl_lightning.atlas.collect import check_atlas_data, check_encoder
 from ncl_lightning.atlas.data_config import in_file, load_datamodule, run_config_of
+from ncl_lightning.atlas.schema import read_atlas
 from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.foundation.errors import ConfigError, NCLError
 from ncl_lightning.foundation.progress import quiet_lightning
@@ -111,6 +112,15 @@ def check_atlas_inputs(
         raise ConfigError(f"--names: {len(names)} names for {len(paths)} checkpoints", key="names")
     out = Path(out)
     check_output_dir("--out", out)
+    page = out / "index.html"
+    if page.exists():  # an atlas is rebuilt in place; a page of the user's is never replaced
+        try:
+            read_atlas(page)
+        except (OSError, ValueError):
+            raise ConfigError(
+                f"--out: {page} exists and is not an atlas page; choose a new or empty folder",
+                key="out",
+            ) from None
     check_accelerator(accelerator)
     FeatureAtlas(**atlas)  # its argument checks
     config_file = resolve_config(config, paths)

@@ -68,6 +68,9 @@ def read_checkpoint(path: str | Path, trusted: Iterable[str] = ()) -> dict[str, 
             entry is named) or names a class of an untrusted module.
     """
     path = Path(path).expanduser()
+    if path.is_dir():
+        export = " (an exported backbone)" if (path / "config.json").is_file() else ""
+        raise CheckpointError(f"{path} is a folder{export}, not a checkpoint file (.ckpt)")
     if not path.is_file():
         raise CheckpointNotFoundError(f"checkpoint not found: {path}", key="checkpoint")
     if not zipfile.is_zipfile(path):

@@ -157,6 +157,23 @@ def test_missing_config_and_missing_checkpoint(work: Path, capsys: pytest.Captur
     assert message.startswith(f"--config: no config.yaml beside {work / 'm.ckpt'}")
     message = atlas_refused([str(work / "m.ckpt"), "--config", str(DIGITS), *out], work, capsys)
     assert message == f"checkpoint not found: {work / 'm.ckpt'}"
+    export = work / "export"  # a folder that exists is not "not found"
+    export.mkdir()
+    (export / "config.json").write_text("{}")
+    message = atlas_refused([str(export), "--config", str(DIGITS), *out], work, capsys)
+    assert message == f"{export} is a folder (an exported backbone), not a checkpoint file (.ckpt)"
+
+
+def test_a_page_of_the_users_in_out_is_never_replaced(
+    work: Path, capsys: pytest.CaptureFixture
+) -> None:
+    page = work / "site" / "index.html"
+    page.parent.mkdir()
+    page.write_text("<html>my page</html>")
+    argv = [str(work / "m.ckpt"), "--config", str(DIGITS), "--out", str(page.parent)]
+    message = atlas_refused(argv, work, capsys)
+    assert message == f"--out: {page} exists and is not an atlas page; choose a new or empty folder"
+    assert page.read_text() == "<html>my page</html>"
 
 
 def test_the_atlas_reads_checkpoints_only_through_runtime_checkpoint() -> None:
