@@ -221,13 +221,18 @@ def _history_number(item: Any) -> float | None:
 def history_rows(path: Path) -> list[dict[str, float]]:
     """The numbers of every history row (``wandb.log`` call) of a ``run-<id>.wandb`` file:
     ``{key: value}`` without W&B's own ``_…`` keys, media or tables; a file cut short is read
-    up to its last whole record ([`record_payloads`][]; ``DataError``: not a run file)."""
+    up to its last whole record ([`record_payloads`][]; ``DataError``: not a run file, or a
+    record that does not decode)."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2 as pb
 
     rows = []
-    for payload in record_payloads(path):
+    for i, payload in enumerate(record_payloads(path)):
         record = pb.Record()
-        record.ParseFromString(payload)
+        try:
+            record.ParseFromString(payload)
+        except DecodeError as err:  # a whole chunk (its CRC holds) that is no record
+            raise DataError(f"{path}: record {i} is not a W&B record ({err})") from None
         if record.WhichOneof("record_type") == "history":
             items = [(i.key or "/".join(i.nested_key), _history_number(i), len(i.nested_key))
                      for i in record.history.item]  # fmt: skip

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
 
 from ncl_lightning.foundation.errors import ConfigError, DataError, DataNotFoundError
+from ncl_lightning.foundation.internals import WANDB_FILE_HEADER
 from ncl_lightning.plot import find_metrics, load_runs, plot_curves, read_metrics
 from ncl_lightning.plot.__main__ import PROG, default_out, main
 from ncl_lightning.plot.curves import IMAGE_FORMATS
@@ -206,3 +209,20 @@ def test_missing_run_and_default_output_folder(
     (root / "curves.png").mkdir()
     message = plot_refused([str(root)], tmp_path, capsys)
     assert message.startswith(f"--out: {root / 'curves.png'} is a folder")
+
+
+def test_a_wandb_record_that_does_not_decode_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A whole chunk (its CRC holds) whose payload is no W&B record: named, exit 2."""
+    payload = b"\xff" * 12
+    crc = zlib.crc32(payload, zlib.crc32(bytes([1])))  # kind 1: a full record
+    run = tmp_path / "run-x.wandb"
+    run.write_bytes(WANDB_FILE_HEADER + struct.pack("<IHB", crc, len(payload), 1) + payload)
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(run), "--out", str(tmp_path / "c.png")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{run}: record 0 is not a W&B record" in err
+    assert not (tmp_path / "c.png").exists()
