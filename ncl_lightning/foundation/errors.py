@@ -62,6 +62,12 @@ class RunFailedError(NCLError, RuntimeError):
     """A child ``ncl-cli`` run (one cell of a study) exited non-zero; names its log file."""
 
 
+class DownloadError(NCLError, OSError, RuntimeError):
+    """Pretrained weights that could not be downloaded: names them, the cause and where to
+    put them by hand on a machine without network. A fault, not bad input (``ncl-cli``
+    exits 1)."""
+
+
 class DiskFullError(NCLError, OSError, RuntimeError):
     """A file could not be written for lack of room (``ENOSPC``, ``EDQUOT``, ``EFBIG``):
     names the path and the space it needs against the space free; the previous file is
@@ -105,6 +111,7 @@ __all__ = [
     "DataError",
     "DataNotFoundError",
     "DiskFullError",
+    "DownloadError",
     "EmptyMetricError",
     "NCLError",
     "NonFiniteLossError",

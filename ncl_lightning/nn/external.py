@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ncl_lightning.foundation.errors import ConfigError, did_you_mean
+from ncl_lightning.foundation.errors import ConfigError, DownloadError, did_you_mean
 from ncl_lightning.foundation.validation import check_int, check_range
 from ncl_lightning.nn.backbones import backbone_spec, stem_conv
 from ncl_lightning.nn.protocols import Backbone
@@ -106,6 +106,16 @@ class TimmBackbone(nn.Module, Backbone):
             )
         except TypeError as err:  # a keyword the model does not take
             raise ConfigError(f"model_kwargs: timm model {name!r} refused: {err}") from None
+        except OSError as err:  # no network, or the hub refused
+            from huggingface_hub import constants
+
+            source = getattr(timm.models.get_pretrained_cfg(name), "hf_hub_id", None) or name
+            raise DownloadError(
+                f"pretrained: could not get timm's pretrained weights of {name!r} "
+                f"({source}): {_first_line(err)}; without network, copy them into the "
+                f"Hugging Face cache here ({constants.HF_HUB_CACHE}) from a machine that "
+                "has them, or set pretrained: false"
+            ) from None
         if cifar_stem and module in _TIMM_RESNET:
             self._cifar_resnet(net, in_chans)
         self.model = net
@@ -180,7 +190,27 @@ class TorchvisionBackbone(nn.Module, Backbone):
         extra = {"aux_logits": False} if name in ("googlenet", "inception_v3") else {}
         if extra and weights is None:
             extra["init_weights"] = True
-        net = torchvision.models.get_model(name, weights=weights, **extra)
+        enum = torchvision.models.get_model_weights(name)
+        base = None if weights is None else weights.removeprefix(f"{enum.__name__}.")
+        if base is not None:
+            known = ["DEFAULT", *(w.name for w in enum)]
+            if base not in known:
+                raise ConfigError(
+                    f"weights: {name!r} has no torchvision weights {weights!r}; known: "
+                    f"{', '.join(known)}{did_you_mean(weights, known)}",
+                    key="weights",
+                )
+        try:
+            net = torchvision.models.get_model(name, weights=weights, **extra)
+        except OSError as err:  # no network, or the server refused
+            import torch.hub
+
+            url = enum[base].url
+            raise DownloadError(
+                f"weights: could not download torchvision's {weights} weights of {name!r} "
+                f"({url}): {_first_line(err)}; without network, put that file in "
+                f"{torch.hub.get_dir()}/checkpoints/ or set weights: null"
+            ) from None
         resnet = isinstance(net, torchvision.models.ResNet)
         for key, wanted in (("cifar_stem", cifar_stem), ("in_channels", in_channels != 3)):
             if wanted and not resnet:
@@ -200,6 +230,11 @@ class TorchvisionBackbone(nn.Module, Backbone):
     def forward(self, x: Tensor) -> Tensor:
         """Encode images ``[B, C, H, W]`` to features ``[B, out_dim]``."""
         return self.model(x)
+
+
+def _first_line(err: BaseException) -> str:
+    """An error's first line (a download error's cause, without its retries' noise)."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
 
 
 def _drop_head(net: nn.Module, name: str) -> int:

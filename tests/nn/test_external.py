@@ -16,6 +16,8 @@ from ncl_lightning.checkpoints.load import RECORD_KEY, build_backbone_from_spec
 from ncl_lightning.checkpoints.record import trained_backbone_spec
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.nn import ResNet, TimmBackbone, TorchvisionBackbone
+from ncl_lightning.runtime.cli import main
+from tests.conftest import ROOT
 
 TINY_VIT = {"name": "vit_tiny_patch16_224", "model_kwargs": {"depth": 1}}
 
@@ -143,6 +145,11 @@ def test_torchvision_convnext_keeps_the_norm_before_its_classifier() -> None:
         (lambda: TorchvisionBackbone("convnext_tiny", cifar_stem=True),
          r"^cifar_stem: applies to torchvision ResNets .* not 'convnext_tiny'"),
         (lambda: TorchvisionBackbone("vgg11", in_channels=1), r"^in_channels: applies to"),
+        (lambda: TorchvisionBackbone("resnet18", weights="NONSENSE"),
+         r"^weights: 'resnet18' has no torchvision weights 'NONSENSE'; known: DEFAULT, "
+         r"IMAGENET1K_V1$"),
+        (lambda: TorchvisionBackbone("resnet18", weights="IMAGENET1K_V2"),
+         r"^weights: .*known: DEFAULT, IMAGENET1K_V1; did you mean 'IMAGENET1K_V1'\?$"),
     ],
 )  # fmt: skip
 def test_a_bad_argument_is_one_line(build, match: str) -> None:
@@ -206,3 +213,52 @@ def test_a_backbones_own_spec_never_asks_for_weights(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(torchvision.models, "get_model", lambda name, weights, **kw: full)
     spec = TorchvisionBackbone("resnet18", weights="DEFAULT").spec
     assert spec["init_args"]["weights"] is None and spec["init_args"]["name"] == "resnet18"
+
+
+@pytest.mark.parametrize(
+    ("backbone", "expected"),
+    [(["ncl_lightning.nn.TorchvisionBackbone", "--model.init_args.backbone.weights", "DEFAULT"],
+      "weights: could not download torchvision's DEFAULT weights of 'resnet18' (https://"),
+     (["ncl_lightning.nn.TimmBackbone", "--model.init_args.backbone.pretrained", "true"],
+      "pretrained: could not get timm's pretrained weights of 'resnet18' (timm/resnet18")],
+)  # fmt: skip
+def test_weights_without_network_are_one_line_naming_them_exit_1(
+    backbone: list[str],
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """No network: torchvision's download fails at its first connection, timm's hub runs
+    offline on an empty cache; each says what it could not get and where to put it."""
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub import constants
+
+    def no_network(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    monkeypatch.setattr(torch.hub, "urlopen", no_network)  # torch.hub's own name for it
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    hub = torch.hub.get_dir()
+    torch.hub.set_dir(str(tmp_path / "hub"))
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main([
+                "fit", "--config", str(ROOT / "configs" / "demo" / "digits_ncl.yaml"),
+                "--trainer.default_root_dir", str(tmp_path / "out"),
+                "--model.init_args.backbone", backbone[0], "--model.init_args.backbone.name",
+                "resnet18", *backbone[1:],
+            ])  # fmt: skip
+    finally:
+        torch.hub.set_dir(hub)
+    assert exit_info.value.code == 1  # a fault, not bad input
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("ncl-cli: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert expected in lines[0] and ("set weights: null" in lines[0]
+                                     or "set pretrained: false" in lines[0]), lines[0]
+    assert not (tmp_path / "out").exists()
