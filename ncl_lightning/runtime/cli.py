@@ -18,7 +18,7 @@ from functools import partialmethod
 from pathlib import Path
 from typing import Any
 
-from jsonargparse.typing import NonNegativeFloat, PositiveInt, restricted_number_type
+from jsonargparse.typing import NonNegativeFloat, PositiveInt, register_type
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -64,7 +64,26 @@ from ncl_lightning.runtime.runs import (
 )
 from ncl_lightning.runtime.signals import Preemption
 
-SEED = restricted_number_type("seed", int, [(">=", 0), ("<=", 2**32 - 1)])
+
+class Seed(int):
+    """``--seed_everything``: ``true`` (a random seed), ``false`` (none) or an integer numpy
+    takes (its own jsonargparse type: a bad value gets one reason, not a union's)."""
+
+
+def _seed(value: object) -> bool | int:
+    text = str(value).strip().lower()
+    if isinstance(value, bool) or text in ("true", "false"):
+        return value if isinstance(value, bool) else text == "true"
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed < 2**32 or isinstance(value, float):
+        raise ValueError(f"expected true, false or an integer in [0, 2**32 - 1], got {value!r}")
+    return seed
+
+
+register_type(Seed, serializer=lambda value: value, deserializer=_seed)
 # Model arguments naming the files a model loads its weights from: a model given one is
 # trained (test/validate/predict need no --ckpt_path).
 PATH_ARGUMENTS = ("checkpoint", "pretrained")
@@ -98,7 +117,7 @@ class NCLCLI(LightningCLI):
         """``--seed_everything`` typed as numpy takes it (jsonargparse refuses another)."""
         parser.add_argument(
             "--seed_everything",
-            type=bool | SEED,
+            type=Seed,
             default=self.seed_everything_default,
             help="An integer in [0, 2**32 - 1]: seed_everything with it before the classes "
             "are built; true: a random seed.",

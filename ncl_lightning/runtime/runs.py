@@ -156,7 +156,7 @@ def check_new_run(trainer: Any, run_id: str | None) -> None:
         ConfigError: Naming the folder and the ways on.
     """
     if run_id is None:
-        folder = run_folder(trainer)
+        folder = _own_folder(trainer)
         if folder is not None and folder.is_dir() and any(folder.iterdir()):
             raise ConfigError(
                 f"trainer.logger: the run folder {short_path(folder)} already holds a run; "
@@ -174,6 +174,20 @@ def check_new_run(trainer: Any, run_id: str | None) -> None:
             )
 
 
+def _lexical(path: str | Path) -> Path:
+    """``path`` absolute, ``..`` resolved by its text (links are not followed)."""
+    return Path(os.path.abspath(Path(path).expanduser()))
+
+
+def _own_folder(trainer: Any) -> Path | None:
+    """The run folder the loggers name (lexical), or ``None``: no logger names one, or it
+    is the root itself (``fast_dev_run``'s stand-in logger)."""
+    folder = run_folder(trainer) if trainer.loggers else None
+    if folder is None or _lexical(folder) == _lexical(trainer.default_root_dir):
+        return None
+    return _lexical(folder)
+
+
 def check_under_root(trainer: Any) -> None:
     """Refuse a fit whose loggers' run folder is not inside ``trainer.default_root_dir``: a
     logger ``name``, ``version`` or W&B ``id`` with ``..`` or an absolute path, typed or
@@ -182,16 +196,12 @@ def check_under_root(trainer: Any) -> None:
     Raises:
         ConfigError: Naming the folder and the root.
     """
-    folder = run_folder(trainer) if trainer.loggers else None
-    if folder is None:
-        return
-    root = Path(os.path.abspath(Path(trainer.default_root_dir).expanduser()))
-    here = Path(os.path.abspath(folder.expanduser()))  # lexical: ``..`` counts, links do not
-    if here == root or not here.is_relative_to(root):
+    here = _own_folder(trainer)
+    if here is not None and not here.is_relative_to(_lexical(trainer.default_root_dir)):
         raise ConfigError(
             f"trainer.logger: the run folder {short_path(here)} is not inside "
-            f"trainer.default_root_dir {short_path(root)}; a logger's name, version and W&B "
-            "id are folder names, without '..' or a leading '/'",
+            f"trainer.default_root_dir {short_path(trainer.default_root_dir)}; a logger's "
+            "name, version and W&B id are folder names, without '..' or a leading '/'",
             key="trainer.logger",
         )
 

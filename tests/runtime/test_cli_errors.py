@@ -158,6 +158,8 @@ PARSE_CASES = [
     ("invalid choice", ["--data.init_args.augment_on", "gpu"], 'Parser key "augment_on"'),
     ("wrong type", ["--model.init_args.temperature", "abc"], "abc"),
     ("seed out of range", ["--seed_everything", "-1"], 'Parser key "seed_everything"'),
+    ("seed not a number", ["--seed_everything", "abc"],
+     "expected true, false or an integer in [0, 2**32 - 1], got 'abc'"),
     ("precision", ["--trainer.precision", "7"], 'Parser key "trainer.precision"'),
 ]  # fmt: skip
 
