@@ -20,6 +20,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from ncl_lightning.checkpoints.check import CheckpointError
+from ncl_lightning.checkpoints.record import RECORD_KEY, class_path, same_class
 
 
 def saved_group_sizes(ckpt: dict[str, Any]) -> list[list[int]] | None:
@@ -37,18 +38,20 @@ def saved_group_sizes(ckpt: dict[str, Any]) -> list[list[int]] | None:
     return sizes
 
 
-def _remedy(model: nn.Module, path: str | Path) -> str:
-    """What to do instead: ``--new_run true`` restores the optimizer state as well, so a
-    new fit must start from the weights alone."""
+def _fresh_fit(model: nn.Module, path: str | Path) -> str:
+    """How to start a new fit from the checkpoint's weights alone (new optimizer and
+    schedule): ``--new_run true`` restores the optimizer state as well."""
     if "pretrained" in inspect.signature(type(model).__init__).parameters:
-        fresh = f"drop --ckpt_path and pass --model.init_args.pretrained {path}"
-    else:
-        fresh = (f"in Python: trainer.fit(ncl_lightning.load_method({str(path)!r}).train(), "
-                 "datamodule)")  # fmt: skip
+        return f"drop --ckpt_path and pass --model.init_args.pretrained {path}"
+    return f"in Python: trainer.fit(ncl_lightning.load_method({str(path)!r}).train(), datamodule)"
+
+
+def _remedy(model: nn.Module, path: str | Path) -> str:
+    """What to do instead of resuming state that does not fit."""
     return (
         "--new_run true restores the optimizer state too; finish that run with the "
         "ncl-lightning version that wrote it, or start a new fit from its weights (new "
-        f"optimizer and schedule): {fresh}"
+        f"optimizer and schedule): {_fresh_fit(model, path)}"
     )
 
 
@@ -84,8 +87,9 @@ def check_optimizer_groups(
 
 class OptimizerGroupsCheck(Callback):
     """Refuse, in one line at ``on_fit_start`` (before Lightning loads the state and fails
-    with torch's ``ValueError``), a resumed fit whose optimizer state does not fit the
-    parameter groups the module builds now.
+    with torch's ``ValueError`` or ``KeyError``), a resumed fit whose optimizer state does
+    not fit the optimizer class (the checkpoint record's) or the parameter groups the module
+    builds now.
 
     Args:
         ckpt: The checkpoint resumed (only its groups' sizes are kept).
@@ -94,9 +98,20 @@ class OptimizerGroupsCheck(Callback):
 
     def __init__(self, ckpt: dict[str, Any], path: str | Path) -> None:
         self.saved = saved_group_sizes(ckpt)
+        self.classes = (ckpt.get(RECORD_KEY) or {}).get("optimizers")  # None: older records
         self.path = str(path)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        for saved, optimizer in zip(self.classes or [], trainer.optimizers, strict=False):
+            if not same_class(saved, class_path(type(optimizer))):
+                raise CheckpointError(
+                    f"ckpt_path: {self.path} holds the state of a {saved} optimizer, but this "
+                    f"fit builds a {class_path(type(optimizer))} (model.init_args.optimizer "
+                    "differs from the run's), so it cannot resume it; resume with the run's "
+                    "optimizer, or start a new fit from its weights (new optimizer and "
+                    f"schedule): {_fresh_fit(pl_module, self.path)}",
+                    key="ckpt_path",
+                )
         if self.saved is not None:
             check_optimizer_groups(self.saved, list(trainer.optimizers), pl_module, self.path)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import lightning as L
 
-from ncl_lightning.checkpoints.record import RECORD_KEY, backbone_spec, make_record
+from ncl_lightning.checkpoints.record import RECORD_KEY, backbone_spec, class_path, make_record
 from ncl_lightning.foundation.internals import attached_trainer
 
 CHECKPOINT_FOLDER = "checkpoints"
@@ -74,6 +74,7 @@ def write_record(module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
     if trainer is not None:
         record["loggers"] = logger_versions(trainer.loggers)
         record["run"] = run_identity(trainer)
+        record["optimizers"] = [class_path(type(o)) for o in trainer.optimizers]
         for logger in trainer.loggers:
             logger.save()
     checkpoint[RECORD_KEY] = record

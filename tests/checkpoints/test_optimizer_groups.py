@@ -89,6 +89,14 @@ def test_resuming_a_checkpoint_with_one_group_fewer_is_refused_before_training(
 ) -> None:
     cli_main(_fit_args(tmp_path))
     (path,) = tmp_path.rglob("last.ckpt")
+    adam = ["--model.init_args.optimizer", "torch.optim.Adam"]  # another optimizer class
+    with pytest.raises(SystemExit) as exit_info:  # was torch's KeyError: 'step'
+        main(_fit_args(tmp_path, "--trainer.max_epochs", "2", "--ckpt_path", str(path), *adam))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"ncl-cli: error: ckpt_path: {path} holds the state of a " in err, err
+    assert "optimizer, but this fit builds a torch.optim.adam.Adam" in err, err
     _one_group_fewer(path)
     written = path.read_bytes()
     resume = ["--trainer.max_epochs", "2", "--ckpt_path", str(path)]
