@@ -37,6 +37,10 @@ from PIL import Image, UnidentifiedImageError
 from ncl_lightning.foundation.errors import CorruptImageError
 
 SKIP_HINT = "set data.init_args.skip_corrupt: true to skip unreadable images"
+CHANGED_HINT = (
+    "it was readable when skip_corrupt checked the images at setup, so the file changed "
+    "during the run; restore it (a resume continues the run)"
+)
 ALPHA_MODES = frozenset({"LA", "La", "PA", "RGBA", "RGBa"})
 GRAY_MODES = frozenset({"1", "L", "LA", "La"})
 SIXTEEN_BIT_MODES = frozenset({"I;16", "I;16B", "I;16L", "I;16N"})
@@ -45,9 +49,10 @@ CONVERTED_MODES = frozenset({"P", "RGB", "RGBX", "CMYK", "YCbCr", "HSV"})
 UNDEFINED_RANGE = {"F": "32-bit float samples", "I": "32-bit integer samples"}
 
 
-def corrupt_image_error(path: str, reason: str) -> CorruptImageError:
-    """The one-line error for an unreadable image; ``reason`` is kept as ``.reason``."""
-    error = CorruptImageError(f"cannot read image {path}: {reason}; {SKIP_HINT}")
+def corrupt_image_error(path: str, reason: str, hint: str = SKIP_HINT) -> CorruptImageError:
+    """The one-line error for an unreadable image, ending with what to do (``hint``);
+    ``reason`` is kept as ``.reason``."""
+    error = CorruptImageError(f"cannot read image {path}: {reason}; {hint}")
     error.path, error.reason = path, reason  # type: ignore[attr-defined]
     return error
 
@@ -143,4 +148,4 @@ def read_image(path: str, mode: Literal["RGB", "L"] = "RGB") -> Image.Image:
         raise corrupt_image_error(path, reason) from err
 
 
-__all__ = ["SKIP_HINT", "corrupt_image_error", "read_image", "to_8bit"]
+__all__ = ["CHANGED_HINT", "SKIP_HINT", "corrupt_image_error", "read_image", "to_8bit"]

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 
 from ncl_lightning.data.base import _STAGE_SPLITS as STAGE_SPLITS
 from ncl_lightning.data.base import Split
-from ncl_lightning.data.decode import read_image
+from ncl_lightning.data.decode import CHANGED_HINT, corrupt_image_error, read_image
 from ncl_lightning.data.device_decode import DecodeOn, EncodedBatch, EncodedFiles, decode_batch
 from ncl_lightning.data.memory import CacheMode, check_cache, decode_images
 from ncl_lightning.foundation.errors import ConfigError, CorruptImageError
@@ -73,8 +73,11 @@ class ImageListDataset(Dataset):
             loader worker, DataLoader re-raises it with the path in its message).
     """
 
-    def __init__(self, samples: list[tuple[str, int]], classes: Sequence[str]) -> None:
+    def __init__(
+        self, samples: list[tuple[str, int]], classes: Sequence[str], verified: bool = False
+    ) -> None:
         self.samples = samples
+        self.verified = verified  # skip_corrupt read every file at setup
         self.classes = list(classes)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
         self.targets = [label for _, label in samples]
@@ -84,7 +87,12 @@ class ImageListDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Image.Image, int]:
         path, label = self.samples[index]
-        return read_image(path), label
+        try:
+            return read_image(path), label
+        except CorruptImageError as err:
+            if not self.verified:
+                raise
+            raise corrupt_image_error(path, err.reason, CHANGED_HINT) from None  # type: ignore[attr-defined]
 
 
 class DecodedCacheMixin:
@@ -239,7 +247,7 @@ class DecodedCacheMixin:
         samples = self.samples(split)
         if self.cache == "none":
             kept, skipped = verify_images(samples) if self.skip_corrupt else (samples, [])
-            dataset: Dataset = ImageListDataset(kept, self.classes)
+            dataset: Dataset = ImageListDataset(kept, self.classes, self.skip_corrupt)
         else:
             dataset = decode_images(
                 ImageListDataset(samples, self.classes),

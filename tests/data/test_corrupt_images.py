@@ -122,6 +122,20 @@ def test_skip_corrupt_leaves_both_out_with_one_warning(subset_copy: Path, cache:
     assert sum(len(y) for _, y in dm.clean_train_dataloader()) == total - 2
 
 
+def test_an_image_damaged_after_skip_corrupt_checked_it_is_not_told_to_set_it(
+    subset_copy: Path,
+) -> None:
+    """skip_corrupt read every file at setup; one damaged during the run is named, with
+    what happened instead of the advice to set the option that is set."""
+    dm = _dm(subset_copy, skip_corrupt=True)
+    dm.setup("fit")  # cache none: every file read once, none unreadable
+    path = _damage(subset_copy, ("corrupt",))["corrupt"]
+    with pytest.raises(CorruptImageError) as info:
+        dm.base_dataset("train")[_index(dm, path)]
+    assert str(info.value).startswith(f"cannot read image {path}: cannot identify image file; ")
+    assert HINT not in str(info.value) and "changed during the run" in str(info.value)
+
+
 def test_disk_cache_records_the_skipped_files(subset_copy: Path, tmp_path: Path) -> None:
     damaged = _damage(subset_copy, ("corrupt", "truncated"))
     cache_dir = tmp_path / "cache"
