@@ -59,23 +59,39 @@ def check_run_args(
         if not arg.startswith("-") or _is_number(arg):
             continue  # the value of the option before it
         flag, sep, value = arg.partition("=")
-        name = flag.lstrip("-")
-        for key, why in owned.items():
-            if name == key or name.startswith(f"{key}."):
-                raise ConfigError(
-                    f"{option}: {arg} would change {key}, which the study sets for each "
-                    f"cell ({why})",
-                    key=option,
-                )
+        _check_not_owned(flag.lstrip("-"), arg, owned, option)
         if flag in CONFIG_FLAGS:
             if not sep:  # the file is the next argument
                 value = run_args[i + 1] if i + 1 < len(run_args) else None
             if value is None:
                 raise ConfigError(f"{option}: {arg} needs a config file", key=option)
             try:
-                check_config_file(value)
+                mapping = check_config_file(value)
             except ConfigError as err:
                 raise ConfigError(f"{option}: {err}", key=option) from None
+            for name in _dotted_keys(mapping):  # a config file sets what it names, too
+                _check_not_owned(name, f"{arg} (its {name})", owned, option)
+
+
+def _check_not_owned(name: str, given: str, owned: Mapping[str, str], option: str) -> None:
+    """Refuse a config key ``name`` (``given`` as the user gave it) at or below an owned key."""
+    for key, why in owned.items():
+        if name == key or name.startswith(f"{key}."):
+            raise ConfigError(
+                f"{option}: {given} would change {key}, which the study sets for each cell ({why})",
+                key=option,
+            )
+
+
+def _dotted_keys(mapping: Mapping, prefix: str = "") -> list[str]:
+    """Every key of a nested mapping, dotted (``trainer.logger.init_args.name``)."""
+    keys = []
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        keys.append(name)
+        if isinstance(value, Mapping):
+            keys += _dotted_keys(value, f"{name}.")
+    return keys
 
 
 def _is_number(arg: str) -> bool:

@@ -223,6 +223,11 @@ def test_bad_arguments_fail_in_one_line_before_any_run(tmp_path: Path, capsys) -
             ["demo", "--run-arg=--config", "--run-arg={tmp}/none.yaml"],
             "--run-arg: {tmp}/none.yaml: config file not found",
         ),
+        (
+            ["demo", "--run-arg=--config={tmp}/overlay.yaml"],
+            "--run-arg: --config={tmp}/overlay.yaml (its trainer.default_root_dir) would "
+            "change trainer.default_root_dir",
+        ),
         (["demo", "--out", "{tmp}/afile"], "--out: {tmp}/afile is a file, not a folder"),
         (["demo", "--out", "{tmp}/afile/study"], "--out: {tmp}/afile/study: {tmp}/afile is"),
     ],
@@ -231,6 +236,7 @@ def test_every_argument_is_checked_before_any_cell(
     tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], expected: str
 ) -> None:
     (tmp_path / "afile").write_text("not a folder")
+    (tmp_path / "overlay.yaml").write_text("trainer:\n  default_root_dir: /tmp/elsewhere\n")
     argv = [a.format(tmp=tmp_path) for a in args]
     if "--out" not in argv:
         argv += ["--out", str(tmp_path / "study")]
