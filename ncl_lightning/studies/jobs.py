@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, as_completed
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from ncl_lightning.foundation.disk import atomic_write
-from ncl_lightning.foundation.errors import ConfigError
+from ncl_lightning.foundation.errors import ConfigError, RunFailedError
 from ncl_lightning.foundation.progress import QUIET_TRAINER_ARGS, Progress, quiet_lightning
 
 J = TypeVar("J")  # a job
@@ -52,6 +56,55 @@ def write_record(result_file: Path, record: dict) -> None:
     """Write a finished job's record whole or not at all (a kill leaves no cut file)."""
     with atomic_write(result_file) as f:
         f.write(json.dumps(record).encode())
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)  # what a scheduler sends the study's pid
+_RUNNING: set[subprocess.Popen] = set()
+_STOPPED: list[int] = []
+
+
+def run_child(command: Sequence[str], log: IO, env: Mapping[str, str]) -> int:
+    """Run one ``ncl-cli`` process to its end, its output into ``log``; its exit status.
+    Under [`forward_stops`][], a stop signal the study gets reaches it (it saves and ends
+    as any run does), and none starts once the study was stopped.
+
+    Raises:
+        RunFailedError: The study was stopped before this process started.
+    """
+    if _STOPPED:
+        name = signal.Signals(_STOPPED[0]).name
+        raise RunFailedError(f"not started: the study was stopped by {name}")
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=dict(env))
+    _RUNNING.add(proc)
+    try:
+        if _STOPPED:  # the signal came as it started
+            proc.send_signal(_STOPPED[0])
+        return proc.wait()
+    finally:
+        _RUNNING.discard(proc)
+
+
+@contextmanager
+def forward_stops() -> Iterator[None]:
+    """While a study runs (from the main thread): ``SIGTERM``/``SIGUSR1`` to the study go on
+    to its running ``ncl-cli`` processes, and no new one starts (else the study died and its
+    cells trained on, unseen)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, frame: object) -> None:
+        _STOPPED.append(signum)
+        for proc in list(_RUNNING):
+            proc.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _STOPPED.clear()
 
 
 def cli_here(args: Sequence[str], verbose: bool = False) -> Any:

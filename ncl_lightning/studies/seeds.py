@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -38,7 +37,9 @@ from ncl_lightning.studies.jobs import (
     earlier_record,
     fingerprint,
     folder_args,
+    forward_stops,
     fresh_attempt,
+    run_child,
     run_jobs,
     slug,
     write_record,
@@ -138,12 +139,12 @@ def run_cell(cell: Cell, study: Study, threads: int) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "offline"}
     start = time.perf_counter()
     with (cell.root / "fit.log").open("w") as log:
-        done = subprocess.run(cell.command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    if done.returncode != 0:  # the log's last line: ``ncl-cli: error: ...`` for bad input
+        code = run_child(cell.command, log, env)
+    if code != 0:  # the log's last line: ``ncl-cli: error: ...`` for bad input
         lines = (cell.root / "fit.log").read_text(errors="replace").strip().splitlines()
         last = lines[-1].strip()[:300] if lines else ""
         raise RunFailedError(
-            f"{cell.row} seed {cell.seed} failed (exit {done.returncode})"
+            f"{cell.row} seed {cell.seed} failed (exit {code})"
             + (f": {last}" if last else "")
             + f"; see {cell.root / 'fit.log'}"
         )
@@ -298,7 +299,8 @@ def run_study(
     check_seeds_study(study, out, seeds, workers, threads, extra, rows)
     out.mkdir(parents=True, exist_ok=True)
     cells = [c for c in cells_of(study, seeds, out, extra) if rows is None or c.row in rows]
-    run_cells(cells, study, workers, threads)
+    with forward_stops():  # a stop signal to the study stops its running cells too
+        run_cells(cells, study, workers, threads)
     records = finished(study, out)
     (out / "results.json").write_text(json.dumps(records))
     text = f"## {study.title}\n\n{report(records, study)}"

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import signal
 import statistics
 import subprocess
+import sys
+import time
 from concurrent.futures import Executor, Future
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -19,6 +22,7 @@ from ncl_lightning.foundation.errors import ConfigError, RunFailedError
 from ncl_lightning.foundation.resources import config_path
 from ncl_lightning.studies import landscape, seeds
 from ncl_lightning.studies.study_defs import COLUMNS, STUDIES, Row, Study, grids_and_atlas
+from tests.conftest import ROOT
 from tests.helpers.tools import refused
 
 
@@ -38,19 +42,18 @@ class InlineExecutor(Executor):
         return future
 
 
-def run_cell_here(command: list[str], stdout, stderr, env) -> subprocess.CompletedProcess:
-    """``subprocess.run`` of a cell's ``python -m ncl_lightning.entry fit ...``, here: the
-    same entry point and arguments, its output in the cell's ``fit.log``, its exit status."""
+def run_cell_here(command: list[str], log, env) -> int:
+    """``run_child`` of a cell's ``python -m ncl_lightning.entry fit ...``, here: the same
+    entry point and arguments, its output in the cell's ``fit.log``; its exit status."""
     from ncl_lightning.entry import main
 
-    assert command[1:3] == ["-m", "ncl_lightning.entry"] and stderr == subprocess.STDOUT, command
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout):
+    assert command[1:3] == ["-m", "ncl_lightning.entry"], command
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
             main(command[3:])
-            code = 0
         except SystemExit as exited:
-            code = exited.code if isinstance(exited.code, int) else 1
-    return subprocess.CompletedProcess(command, code)
+            return exited.code if isinstance(exited.code, int) else 1
+    return 0
 
 
 @pytest.fixture
@@ -59,9 +62,7 @@ def cells_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     the other, not in a subprocess each (~10 s of imports a cell);
     ``test_a_failing_cell_names_its_row_seed_and_log`` keeps the real subprocess (its exit
     status and log)."""
-    monkeypatch.setattr(
-        seeds, "subprocess", SimpleNamespace(run=run_cell_here, STDOUT=subprocess.STDOUT)
-    )
+    monkeypatch.setattr(seeds, "run_child", run_cell_here)
     monkeypatch.setattr(seeds, "ThreadPoolExecutor", InlineExecutor)
 
 
@@ -390,3 +391,33 @@ def test_sensitivity_studies_give_each_row_its_value_after_the_configs(tmp_path:
             assert at > last_config, command
             values.append(float(command[at + 1]))
         assert len(set(values)) == len(study.rows) and float(paper) in values
+
+
+@pytest.mark.slow
+def test_a_stop_signal_to_the_study_stops_its_running_cell(tmp_path: Path) -> None:
+    """SIGTERM to the study's process (what a scheduler sends its pid) reaches the cell it
+    is running: the cell saves its last checkpoint and ends, then the study ends (exit 1,
+    naming the stopped cell). It used to die alone and leave the cell training."""
+    out = tmp_path / "study"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "ncl_lightning.studies.seeds", "demo", "--rows", "CL",
+           "--seeds", "0", "--out", str(out), "--run-arg=--trainer.max_epochs=1000"]  # fmt: skip
+    study = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    ckpt_dir = out / "runs" / "cl" / "seed_0" / "logs" / "version_0" / "checkpoints"
+    deadline = time.monotonic() + 300
+    while not (ckpt_dir / "last.ckpt").exists():  # the cell is training
+        assert study.poll() is None, study.communicate()[1][-3000:]
+        if time.monotonic() > deadline:
+            study.kill()
+            pytest.fail("the cell never saved its first epoch")
+        time.sleep(0.2)
+    study.send_signal(signal.SIGTERM)
+    try:
+        _, err = study.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        study.kill()
+        raise
+    assert study.returncode == 1, err[-3000:]
+    assert "CL seed 0 failed (exit 143): ncl-cli: stopped by SIGTERM" in err, err[-3000:]
+    running = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+    assert running.stdout.strip() == "", "the cell outlived the study"
