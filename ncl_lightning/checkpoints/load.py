@@ -195,7 +195,13 @@ def backbone_from_checkpoint(
 
 
 def _load_strictly(backbone: nn.Module, state: dict[str, Any], path: Path | str) -> nn.Module:
-    missing, unexpected = backbone.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = backbone.load_state_dict(state, strict=False)
+    except (RuntimeError, TypeError) as err:  # shapes that differ, entries that are no tensor
+        name = type(backbone).__name__
+        reason = " ".join(str(err).split())
+        reason = reason.removeprefix(f"Error(s) in loading state_dict for {name}: ")
+        raise CheckpointError(f"{path}: weights do not fit {name}: {reason[:500]}") from None
     if missing or unexpected:
         raise CheckpointError(
             f"{path}: weights do not fit {type(backbone).__name__}: missing keys "

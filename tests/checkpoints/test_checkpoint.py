@@ -170,6 +170,9 @@ def _tampered(checkpoints, tmp_path: Path, edit) -> Path:
          r"weights do not fit SmallCNN: missing keys \['fc\.weight'\]"),
         (lambda c: c["state_dict"].update({"backbone.extra": torch.zeros(1)}),
          r"unexpected keys \['extra'\]"),
+        (lambda c: c["state_dict"].update({"backbone.fc.weight": torch.zeros(3, 3)}),
+         r"weights do not fit SmallCNN: size mismatch for fc\.weight: copying a "
+         r"param with shape torch\.Size\(\[3, 3\]\)"),
         (lambda c: c[RECORD_KEY].update(method="subprocess.Popen"),
          r"'ncl_lightning\.method' names class 'subprocess\.Popen' from a module that is not "
          r"trusted"),
