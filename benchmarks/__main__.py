@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         "--verbose", action="store_true", help="keep Lightning's banners during training runs"
     )
     args = parser.parse_args(argv)
+    if args.repeats < 1:  # before any work: 0 repeats would time nothing
+        parser.error(f"--repeats must be an integer >= 1, got {args.repeats}")
     names = args.names or list(BENCHMARKS)
     unknown = [name for name in names if name not in BENCHMARKS]
     if unknown:  # before any work

@@ -36,6 +36,10 @@ def test_unknown_benchmark_name_is_refused_before_work(capsys: pytest.CaptureFix
         main(["nonesuch"])
     assert err.value.code == 2
     assert "valid names: " + ", ".join(BENCHMARKS) in capsys.readouterr().err
+    with pytest.raises(SystemExit) as err:  # it ran the default number before
+        main(["metrics", "--repeats", "0"])
+    assert err.value.code == 2
+    assert "--repeats must be an integer >= 1, got 0" in capsys.readouterr().err
 
 
 @pytest.mark.slow
