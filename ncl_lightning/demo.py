@@ -110,10 +110,10 @@ def main(argv: list[str] | None = None) -> str:
         "models, and the numbers then do not depend on the machine's core count)",
     )
     args, extra = parser.parse_known_args(argv)  # the rest goes to every `ncl-cli fit`
-    return run_main(PROG, lambda: _run(args, extra))
+    return run_main(PROG, lambda: _compare(args, extra))
 
 
-def _run(args: argparse.Namespace, extra: list[str]) -> str:
+def _compare(args: argparse.Namespace, extra: list[str]) -> str:
     check_at_least("--threads", args.threads, 1)
     if args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out: {args.out} is a file, not a folder", key="out")

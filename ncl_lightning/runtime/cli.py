@@ -79,7 +79,10 @@ def _seed(value: object) -> bool | int:
     except ValueError:
         seed = -1
     if not 0 <= seed < 2**32 or isinstance(value, float):
-        raise ValueError(f"expected true, false or an integer in [0, 2**32 - 1], got {value!r}")
+        raise ConfigError(
+            f"expected true, false or an integer in [0, 2**32 - 1], got {value!r}",
+            key="seed_everything",
+        )
     return seed
 
 

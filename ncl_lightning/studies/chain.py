@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "--verbose", action="store_true", help="keep Lightning's per-run banners and bars"
     )
     args = parser.parse_args(argv)
-    return run_main(PROG, lambda: _run(args))
+    return run_main(PROG, lambda: _chains(args))
 
 
 def check_chain(args: argparse.Namespace) -> None:
@@ -250,7 +250,7 @@ def check_chain(args: argparse.Namespace) -> None:
         raise ConfigError(f"--out: {args.out} is a file, not a folder")
 
 
-def _run(args: argparse.Namespace) -> dict:
+def _chains(args: argparse.Namespace) -> dict:
     check_chain(args)
     if args.seeds is None:
         all_results = run_all(args, args.out, args.pretrain_args, args.eval_args)

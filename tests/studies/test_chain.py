@@ -114,6 +114,9 @@ def test_main_announces_every_run_and_the_runs_done_before(
         return {"val/z/sparsity": 0.5, "_last_ckpt": str(ckpt)}
 
     monkeypatch.setattr(chain, "_run", fake_run)
+    monkeypatch.chdir(tmp_path)  # the config files exist (the chain checks), runs are faked
+    for name in ("a", "b", "knn", "lin", "ce"):
+        (tmp_path / f"{name}.yaml").write_text("{}\n")
     argv = ["--pretrain", "a.yaml", "b.yaml", "--knn", "knn.yaml", "--linear", "lin.yaml"]
     argv += ["--supervised", "ce.yaml", "--out", str(tmp_path / "out")]
     chain.main(argv)

@@ -74,6 +74,9 @@ def test_main_runs_each_probe_per_space_and_reruns_a_chain_without_z(
     ckpt.touch()
     calls: list = []
     monkeypatch.setattr(chain, "_run", _fake_run(calls, ckpt))
+    monkeypatch.chdir(tmp_path)  # the config files exist (the chain checks), runs are faked
+    for name in ("a", "lin", "ft", "knn"):
+        (tmp_path / f"{name}.yaml").write_text("{}\n")
     out = tmp_path / "out"
     argv = ["--pretrain", "a.yaml", "--linear", "lin.yaml", "--finetune", "ft.yaml"]
     argv += ["--knn", "knn.yaml", "--out", str(out)]
