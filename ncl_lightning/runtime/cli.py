@@ -66,8 +66,9 @@ from ncl_lightning.runtime.signals import Preemption
 
 
 class Seed(int):
-    """``--seed_everything``: ``true`` (a random seed), ``false`` (none) or an integer numpy
-    takes (its own jsonargparse type: a bad value gets one reason, not a union's)."""
+    """``--seed_everything``: ``true`` (Lightning's default seed), ``false`` (none) or an
+    integer numpy takes (its own jsonargparse type: a bad value gets one reason, not a
+    union's)."""
 
 
 def _seed(value: object) -> bool | int:
@@ -123,7 +124,8 @@ class NCLCLI(LightningCLI):
             type=Seed,
             default=self.seed_everything_default,
             help="An integer in [0, 2**32 - 1]: seed_everything with it before the classes "
-            "are built; true: a random seed.",
+            "are built; true: Lightning's seed_everything() without one (seed 0, or "
+            "$PL_GLOBAL_SEED); false: no seeding.",
         )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
