@@ -20,9 +20,8 @@ from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.atlas import build_atlas
 from ncl_lightning.callbacks import TopActivations
-from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.resources import config_file, config_root
-from ncl_lightning.foundation.validation import check_at_least
+from ncl_lightning.foundation.validation import check_at_least, check_output_dir
 from ncl_lightning.plot import plot_curves
 from ncl_lightning.plot.pictures import side_by_side
 from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
@@ -115,8 +114,7 @@ def main(argv: list[str] | None = None) -> str:
 
 def _compare(args: argparse.Namespace, extra: list[str]) -> str:
     check_at_least("--threads", args.threads, 1)
-    if args.out.exists() and not args.out.is_dir():
-        raise ConfigError(f"--out: {args.out} is a file, not a folder", key="out")
+    check_output_dir("--out", args.out)
     args.configs = [config_file(c) for c in args.configs]
     torch.set_num_threads(args.threads)
     results, dims, pics, logs = {}, {}, {}, {}

@@ -19,7 +19,11 @@ CASES = [
     (chain, [], "nothing to run: give --pretrain and/or --supervised configs"),
     (chain, ["--pretrain", "{tmp}/missing.yaml"], "{tmp}/missing.yaml: config file not found"),
     (chain, ["--pretrain", "demo/digits_cl", "--knn", "nonsense"], "no packaged config"),
-    (chain, ["--pretrain", "demo/digits_cl", "--seeds", "0", "-1"], "--seeds: -1 is not a seed"),
+    (
+        chain,
+        ["--pretrain", "demo/digits_cl", "--seeds", "0", "-1"],
+        "--seeds must be an integer >= 0, got -1",
+    ),
     (chain, ["--supervised", "demo/digits_ce", "--out", "{tmp}/afile"], "is a file, not a folder"),
 ]
 

@@ -27,11 +27,12 @@ from pathlib import Path
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.progress import Progress
 from ncl_lightning.foundation.resources import config_file
-from ncl_lightning.foundation.validation import check_choice
+from ncl_lightning.foundation.validation import check_choice, check_output_dir
 from ncl_lightning.plot.pictures import accuracy_vs_k
 from ncl_lightning.runtime.errors import ToolArgumentParser, run_main
 from ncl_lightning.studies.chain_seeds import write_combined
 from ncl_lightning.studies.chain_table import markdown, selection_curves, table_row
+from ncl_lightning.studies.checks import check_seeds
 from ncl_lightning.studies.jobs import cli_here, folder_args, run_jobs
 
 PROG = "python -m ncl_lightning.studies.chain"
@@ -243,11 +244,9 @@ def check_chain(args: argparse.Namespace) -> None:
             setattr(args, name, [config_file(c) for c in given])
         elif given is not None:
             setattr(args, name, config_file(given))
-    for seed in args.seeds or []:
-        if not 0 <= seed < 2**32:
-            raise ConfigError(f"--seeds: {seed} is not a seed (an integer in [0, 2**32 - 1])")
-    if args.out.exists() and not args.out.is_dir():
-        raise ConfigError(f"--out: {args.out} is a file, not a folder")
+    if args.seeds is not None:
+        check_seeds("--seeds", args.seeds)
+    check_output_dir("--out", args.out)
 
 
 def _chains(args: argparse.Namespace) -> dict:
