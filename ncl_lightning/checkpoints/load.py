@@ -211,9 +211,27 @@ def _load_strictly(backbone: nn.Module, state: dict[str, Any], path: Path | str)
     return backbone
 
 
+def _check_shapes(
+    planned: nn.Module, shapes: dict[str, tuple[int, ...]], config: Path, weights: Path
+) -> None:
+    """Refuse a ``config.json`` whose architecture (built on the meta device) does not hold
+    the weights' names and shapes."""
+    wanted = {k: tuple(v.shape) for k, v in planned.state_dict().items()}
+    if wanted == shapes:
+        return
+    differ = [f"{k}: {shapes[k]} in the weights, {v} by the config" for k, v in wanted.items()
+              if k in shapes and shapes[k] != v]  # fmt: skip
+    missing, unexpected = sorted(wanted.keys() - shapes), sorted(shapes.keys() - wanted)
+    what = "; ".join(differ[:3]) or f"missing keys {missing[:5]}, unexpected keys {unexpected[:5]}"
+    raise CheckpointError(
+        f"{config}: the architecture it describes does not fit {weights.name} ({what}); "
+        "export the checkpoint again with python -m ncl_lightning.export"
+    )
+
+
 def _load_exported(path: Path, backbone: nn.Module | None) -> nn.Module:
     """``load_backbone`` of an exported folder or its ``.safetensors`` file."""
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
     folder = path if path.is_dir() else path.parent
@@ -232,17 +250,26 @@ def _load_exported(path: Path, backbone: nn.Module | None) -> nn.Module:
         raise CheckpointError(f"{config_path}: cannot read it as JSON ({err})") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{config_path}: expected a JSON object, got {type(config).__name__}")
-    if backbone is None:
-        # An export holds the trained weights: never download pretrained ones on top (a
-        # hand-edited config.json may ask for them).
-        init_args = config.get("init_args") or {}
-        spec = {"class_path": config.get("class_path"), "init_args": init_args}
-        backbone = _rebuild(spec, RECORD_FORMAT, config_path)
     weights = path / WEIGHTS_FILE if path.is_dir() else path
     if not weights.is_file():
         raise CheckpointNotFoundError(
             f"{path}: no {weights.name} (the weights) in this folder", key="path"
         )
+    try:
+        with safe_open(weights, framework="pt") as f:  # the header only: names and shapes
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"cannot read {weights}: {err}") from None
+    if backbone is None:
+        # An export holds the trained weights: never download pretrained ones on top (a
+        # hand-edited config.json may ask for them). Its sizes are checked against the
+        # weights' shapes on the meta device first: a forged size allocates nothing.
+        init_args = config.get("init_args") or {}
+        spec = {"class_path": config.get("class_path"), "init_args": init_args}
+        with torch.device("meta"):
+            planned = _rebuild(spec, RECORD_FORMAT, config_path)
+        _check_shapes(planned, shapes, config_path, weights)
+        backbone = _rebuild(spec, RECORD_FORMAT, config_path)
     try:
         state = load_file(weights, device="cpu")  # tensors only, by design
     except (SafetensorError, OSError) as err:

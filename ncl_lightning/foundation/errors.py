@@ -62,6 +62,11 @@ class RunFailedError(NCLError, RuntimeError):
     """A child ``ncl-cli`` run (one cell of a study) exited non-zero; names its log file."""
 
 
+class RunFaultError(NCLError, OSError, RuntimeError):
+    """A file or folder of a run that became unusable while the run worked (deleted,
+    unmounted, its permissions changed): a fault, not bad input (``ncl-cli`` exits 1)."""
+
+
 class DownloadError(NCLError, OSError, RuntimeError):
     """Pretrained weights that could not be downloaded: names them, the cause and where to
     put them by hand on a machine without network. A fault, not bad input (``ncl-cli``

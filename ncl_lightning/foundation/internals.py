@@ -13,6 +13,10 @@ the name and this module (``tests/foundation/test_internals.py``). What is used,
   progress counters ([`build_train_loader`][], [`batches_processed`][], ...).
 * ``LightningCLI._parse_ckpt_path`` ([`override_ckpt_path_parsing`][]).
 * ``Trainer._logger_connector`` ([`logs_this_step`][]).
+* ``Trainer._signal_connector.received_sigterm``: the flag Lightning's loops stop on at the
+  next batch end ([`stop_at_batch_end`][]; set on every rank at once under DDP).
+* ``_SubprocessScriptLauncher.procs``: the processes Lightning's ``ddp`` launcher started
+  ([`launched_processes`][]).
 * ``wandb.proto.wandb_internal_pb2.Record`` and the layout of an offline run's ``.wandb``
   file (wandb has no reader): the numbers the plot draws ([`history_rows`][]).
 """
@@ -41,11 +45,18 @@ PRIVATE_APIS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop"),
     ("wandb.proto.wandb_internal_pb2", "Record"),
     ("lightning.pytorch.trainer.trainer", "Trainer._logger_connector"),
+    ("lightning.pytorch.trainer.trainer", "Trainer._signal_connector"),
+    ("lightning.pytorch.strategies.launchers.subprocess_script", "_SubprocessScriptLauncher.procs"),
 )
 # Keyword arguments of the fresh instance an instance attribute is looked up on, for the
 # classes that need some (by ``module:class``).
 _INSTANCE_KWARGS: dict[str, dict[str, Any]] = {
     "lightning.pytorch.trainer.trainer:Trainer": {"logger": False},
+    "lightning.pytorch.strategies.launchers.subprocess_script:_SubprocessScriptLauncher": {
+        "cluster_environment": None,
+        "num_processes": 1,
+        "num_nodes": 1,
+    },
 }
 
 
@@ -112,6 +123,19 @@ def logs_this_step(trainer: Any) -> bool:
     """Whether Lightning writes this training step's logged values to the loggers
     (every ``log_every_n_steps``): a step that does not log need not call ``self.log``."""
     return bool(trainer._logger_connector.should_update_logs)
+
+
+# -- stopping a run ---------------------------------------------------------------------------
+def stop_at_batch_end(trainer: Any) -> None:
+    """Have Lightning's loops stop at the end of this batch (training: after it completed;
+    validation: at the next batch), as on SIGTERM: they raise ``SIGTERMException``."""
+    trainer._signal_connector.received_sigterm = True
+
+
+def launched_processes(trainer: Any) -> list[Any]:
+    """The ``subprocess.Popen`` of the ranks Lightning's ``ddp`` launcher started from this
+    process (none on other ranks, or when the cluster started the processes)."""
+    return list(getattr(trainer.strategy.launcher, "procs", None) or [])
 
 
 # -- LightningCLI's hyper-parameter hand-over ------------------------------------------

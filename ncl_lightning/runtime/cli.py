@@ -39,6 +39,7 @@ from ncl_lightning.methods.subclass_defaults import check_model_defaults
 from ncl_lightning.methods.trainable import DATA_LINKED, TrainableModule
 from ncl_lightning.runtime.console import FitSummary, default_logger, progress_callbacks
 from ncl_lightning.runtime.errors import run_main
+from ncl_lightning.runtime.failures import FailedRun
 from ncl_lightning.runtime.resume import (
     continue_loggers,
     describe,
@@ -387,10 +388,13 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
     Raises:
         PreemptedError: A ``SystemExit`` with status ``128 + signum`` when SIGTERM,
             SIGUSR1 or SIGINT stopped training (``last.ckpt`` saved).
+        RankEndedError: A ``SystemExit`` with the status of the rank whose failure stopped
+            this one under DDP ([`failures`][ncl_lightning.runtime.failures]).
+        RunFaultError: A file of the run became unusable while it worked.
     """
     for package in PUBLIC_PACKAGES:  # short class names: --model NCL, --data DigitsDataModule
         importlib.import_module(package)
-    preemption = Preemption()
+    preemption, failed = Preemption(), FailedRun()
     subs = {s: {"description": f"ncl-cli {s}: {SUMMARY}"} for s in NCLCLI.subcommands()}
     try:
         with library_notices_off():  # Lightning's tips and a torch notice about its code
@@ -404,11 +408,16 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
                 parser_kwargs={"description": SUMMARY, **subs},  # named in --help
                 args=args,
                 auto_configure_optimizers=False,
-                trainer_defaults={"callbacks": [preemption, FitSummary()]},
+                trainer_defaults={"callbacks": [preemption, failed, FitSummary()]},
             )
     except (SystemExit, KeyboardInterrupt):
         if preemption.stop is not None:
             raise preemption.stop from None
+        raise
+    except Exception as err:
+        ending = failed.ending(err)  # another rank's failure, or a file lost mid-run
+        if ending is not None:
+            raise ending from err
         raise
 
 

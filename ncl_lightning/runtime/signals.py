@@ -1,6 +1,8 @@
 """Pre-emption: SIGTERM, SIGUSR1 and SIGINT save ``last.ckpt`` and exit ``128 + signal``
 ([`Preemption`][]; Lightning stops at the batch end but exits 0, so a pre-empted job would
 look finished); [`StopWatchdog`][] ends a run that reaches no batch boundary in time.
+Under DDP the ranks agree at each batch end whether any of them got a signal, so a signal
+to one process (the launching one, say) stops them all at the same batch.
 Details: ``docs/reliability.md``, "Pre-emption".
 """
 
@@ -25,6 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ncl_lightning.foundation.errors import DiskFullError
+from ncl_lightning.foundation.internals import stop_at_batch_end
 from ncl_lightning.methods.record import run_folder
 from ncl_lightning.runtime.runs import slurm_job
 
@@ -223,24 +226,57 @@ class Preemption(Callback):
         grace = self.grace_s if self.grace_s is not None else grace_from_env()
         self._watchdog = StopWatchdog(grace, self._stuck)
         self._watchdog.start()
-        # Lightning's SIGTERM handler stops at the batch end: note the signal, and let
-        # SIGUSR1 stop the run the same way.
+        self._take_signals(trainer)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.world_size > 1 and self._watchdog is not None:
+            self._take_signals(trainer)  # over the handler Lightning installed since
+
+    def _take_signals(self, trainer: L.Trainer) -> None:
+        """One process: Lightning's SIGTERM handler (installed later, around this one) stops
+        at the batch end; note the signal, and let SIGUSR1 stop the run the same way.
+        Several: only note it, in place of Lightning's handler, which runs a collective
+        inside the handler (it hangs when the other ranks are in another one); the ranks
+        agree at the batch end ([`_agree`][])."""
         previous = signal.getsignal(signal.SIGTERM)
+        alone = trainer.world_size == 1
 
         def on_term(num: int, frame: Any) -> None:
             self._note(num)
-            if callable(previous):
+            if alone and callable(previous):
                 previous(num, frame)
 
         def as_term(num: int, frame: Any) -> None:  # SIGUSR1: whatever handles SIGTERM now
             self._note(num)
             handler = signal.getsignal(signal.SIGTERM)  # Lightning's wraps on_term
-            if callable(handler):
+            if alone and callable(handler):
                 handler(signal.SIGTERM, frame)
 
         self._install(signal.SIGTERM, on_term)
-        if slurm_job() is not None or signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+        unused = signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None)
+        if slurm_job() is not None or unused or signal.SIGUSR1 in self._previous:
             self._install(signal.SIGUSR1, as_term)
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        self._agree(trainer)
+
+    def on_validation_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.state.fn == "fit":
+            self._agree(trainer)
+
+    def _agree(self, trainer: L.Trainer) -> None:
+        """Under DDP, have every rank stop at this batch when any rank got a signal (the
+        largest signal number wins): one all-reduce of one number per batch."""
+        if trainer.world_size == 1 or self._watchdog is None:
+            return
+        import torch.distributed as dist
+
+        got = torch.tensor([self.signum or 0], device=trainer.strategy.root_device)
+        dist.all_reduce(got, op=dist.ReduceOp.MAX)
+        signum = int(got.item())
+        if signum:
+            self._note(signum)
+            stop_at_batch_end(trainer)
 
     def _note(self, signum: int) -> None:
         self.signum = self.signum or signum
@@ -304,7 +340,7 @@ class Preemption(Callback):
         where = f"at step {trainer.global_step} (epoch {trainer.current_epoch})"
         path = last_checkpoint_path(trainer)
         try:
-            trainer.save_checkpoint(path)  # collective: every rank calls it, rank 0 writes
+            trainer.save_checkpoint(path, weights_only=False)  # collective: rank 0 writes
         except DiskFullError as err:  # still a pre-empted run: say what is on disk
             message = f"stopped by {name} {where}; not saved: {err}; {on_disk(trainer)}"
         else:

@@ -280,3 +280,19 @@ def test_the_checkpoint_is_read_once_and_the_round_trip_still_matches(
     x = torch.randn(3, 1, 8, 8)
     assert again.spec == original.spec and torch.equal(again(x), original(x))
     assert "ncl_lightning.methods" in (out / "README.md").read_text()  # the card's facts
+
+
+def test_forged_sizes_in_config_json_are_refused_before_anything_is_allocated(
+    tmp_path: Path,
+) -> None:
+    """A ``config.json`` edited to a huge ``out_dim`` (5 * 10^11 weights, 2 TB in float32)
+    is compared with the weights' shapes on the meta device: one line, nothing allocated."""
+    out = export_backbone(SmallCNN(in_channels=1, width=4, out_dim=8), tmp_path / "export")
+    config = json.loads((out / "config.json").read_text())
+    config["init_args"]["out_dim"] = 10**12 // 16  # fc: [out_dim, 8]
+    (out / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as err:
+        load_backbone(out)
+    assert str(err.value).startswith(f"{out / 'config.json'}: the architecture it describes "
+                                     "does not fit model.safetensors (")  # fmt: skip
+    assert "by the config" in str(err.value) and "\n" not in str(err.value)
