@@ -37,7 +37,13 @@ SOURCES = ("docs/evaluation.md", "docs/ground-truth.md", "docs/performance.md", 
 
 # Tables of the source pages that describe rather than measure, by header row.
 REFERENCE_TABLES = {
-    "docs/evaluation.md": {"| protocol | module | command | paper settings |"},
+    "docs/evaluation.md": {
+        "| protocol | module | command | paper settings |",
+        "| rule | ranks by the EA of | NCL paper Table 1 row |",
+        "| config | space | rules | runs |",
+        "| selection | linear CL | linear NCL | retrieval CL | retrieval NCL | transfer CL | "
+        "transfer NCL |",
+    },
     "docs/ground-truth.md": {"| piece | where | what |"},
     "docs/performance.md": {"| part | before | now |", "| `step_mode` | what runs | where |"},
     "docs/atlas.md": set(),

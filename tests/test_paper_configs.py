@@ -54,7 +54,9 @@ def rows() -> list[Row]:
 def test_the_paper_config_set() -> None:
     names = paper_config_names()
     for family in ("cifar10_ncl", "imagenet100_bayesncl", "nce/cifar10_nce",
-                   "nce/imagenet100_nce_finetune", "eval/cifar100_linear", "eval/imagenet100_ood",
+                   "nce/imagenet100_nce_finetune", "nce/imagenet100_ce_finetune",
+                   "nce/cifar10_ce_finetune",
+                   "eval/cifar100_linear", "eval/imagenet100_ood",
                    "ground_truth/sparse_coding_simsiam", "ground_truth/dsprites_ncl"):  # fmt: skip
         assert family in names
     overlays = ("ground_truth/overlays/", "nce/overlays/")

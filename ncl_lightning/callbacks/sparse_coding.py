@@ -48,26 +48,33 @@ def ground_truth_dictionary(trainer: L.Trainer, owner: str) -> Tensor:
     return require_extra(trainer.datamodule, GroundTruthDictionary, owner, what, "data").dictionary
 
 
-WARM_START_C = 2.0
-"""Pokle et al. (2022), Fig. 7: the warm start's noise exponent ``c`` (``N(0, p^{-c} I)``)."""
+WARM_START_C = 1.0
+"""Pokle et al. (2022), Sec. 5.2.2, Figs. 4-6: the warm start's noise exponent ``c``
+(``N(0, p^{-c} I)``, std ``σ = 1/√p ≈ 0.141`` at ``p = 50``)."""
 
 
 class WarmStart(L.Callback):
     """Start the encoder near the ground truth: ``W_i = M_{j_i} + N(0, p^{-c} I)``.
 
-    Pokle et al. (2022, Sec. 6) show that a non-contrastive method with a predictor
-    recovers the dictionary from such a start while it does not from a random one. The
-    weights are written in ``setup("fit")``, i.e. *before* Lightning restores a checkpoint,
-    so resuming a run keeps its trained weights. Methods with a momentum target
-    (``reset_target()``, e.g. BYOL) get their target re-synchronised.
+    Pokle et al. (2022, Sec. 5.2.2) report that from such a start (``c = 1``) their
+    non-contrastive loss without a predictor still fails (Fig. 4), with a linear predictor
+    recovers the dictionary (Fig. 5), and that the predictor alone, from a random start,
+    fails (Fig. 6); with ``c = 2`` and encoder rows renormalised after every step
+    ([`EncoderNormalization`][]) it recovers without a predictor (Fig. 7). The weights are
+    written in ``setup("fit")``, i.e. *before* Lightning restores a checkpoint, so resuming
+    a run keeps its trained weights. Methods with a momentum target (``reset_target()``,
+    e.g. BYOL) get their target re-synchronised.
 
     Args:
-        c: Noise exponent ``c`` (std ``1 / p^{c/2}``; >= 0). The default 2 is the warm
-            start of Pokle et al.'s Fig. 7 (std ``1/p``, 0.02 at ``p = 50``). Their
-            release sweeps ``ws_noise_levels: (2, 1.5, 1.25, 1)``
-            (``config/overpara_pre_ws_alter.yaml``), but its ``gen_Winit`` uses the
-            level as the noise std itself (the ``p^{-c/2}`` form is commented out); we
-            follow the paper's ``N(0, p^{-c} I)``. Larger ``c`` starts nearer the atoms.
+        c: Noise exponent ``c`` (std ``σ = 1 / p^{c/2}``; >= 0). The default 1 is the warm
+            start of Pokle et al.'s Figs. 4-6 (``σ ≈ 0.141`` at ``p = 50``); their Fig. 7
+            uses 2 (``σ = 1/p = 0.02``). The release's ``gen_Winit``
+            (``data_model/gen_sparse_coding_data.py``) draws the same ``N(0, p^{-c} I)``
+            at its HEAD (commit ``b40ed17``, "reverted to previous warm start logic":
+            ``1.0/p**(c/2)``); only its first commit (``e8fe120``) used the level ``c``
+            as the std itself. Its configs sweep ``ws_noise_levels`` such as
+            ``(2, 1.5, 1.25, 1)`` (``config/overpara_pre_ws_alter.yaml``). Larger ``c``
+            starts nearer the atoms.
         seed: Seed of the atom assignment and the noise.
     """
 

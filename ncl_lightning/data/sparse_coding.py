@@ -101,7 +101,8 @@ class SparseCodingModel:
     Latents (``β = nonzero_prob``, ``ncl_lightning.data.sparse_latents``): with
     ``support="bernoulli"`` every entry is non-zero independently with probability ``β``,
     conditioned on at least one non-zero entry, so the expected fraction of non-zero
-    entries is ``β / (1 - (1 - β)^d)`` (0.154 at ``β = 0.1``, ``d = 10``). With
+    entries is ``β / (1 - (1 - β)^d)`` (0.154 at ``β = 0.1``, ``d = 10``): the law Pokle
+    et al. state (Sec. 5.2.2, "at least one of the entries is non-zero"). With
     ``support="fixed_count"`` every sample has exactly ``k`` non-zeros at uniformly random
     positions, as in Pokle et al.'s code (``gen_z``): ``k = nonzero_count``, or by default
     their rule ``k = max(⌈dβ⌉, ⌈dβ/2⌉ + 1)`` (2 at ``β = 0.1`` and ``0.2``, 3 at ``0.3``,
@@ -239,9 +240,10 @@ class SparseCodingDataModule(GeneratedData, L.LightningDataModule):
         latent: ``"symmetric"`` (±1 latents) or ``"binary"`` ({0, 1} latents).
         nonzero_prob: Probability ``β`` that a latent entry is non-zero, in ``(0, 1]``.
         noise_var: Noise variance per input entry (>= 0); ``None`` uses ``log(d) / d``.
-        support: ``"bernoulli"`` (i.i.d. non-zeros, the default) or ``"fixed_count"``
-            (exactly ``k`` non-zeros per sample, Pokle et al.'s generator; the paper
-            configs use it).
+        support: ``"bernoulli"`` (i.i.d. non-zeros given at least one, the paper's text,
+            Sec. 5.2.2 and its footnote; the default and the paper configs') or
+            ``"fixed_count"`` (exactly ``k`` non-zeros per sample, the generator of
+            Pokle et al.'s code).
         nonzero_count: ``k`` of ``"fixed_count"``; ``None``: the authors' rule from
             ``nonzero_prob`` (2 at 0.1 and 0.2, 3 at 0.3 for ``d = 10``).
         alpha: Probability that a coordinate survives a mask, in ``(0, 1)``.

@@ -3,24 +3,35 @@
 NCL features are sparse and each dimension is used by a few semantic clusters, so the
 dimensions with the largest expected activation ``EA_i = mean_x ẑ_i(x)`` on the training
 set carry most of the information: keeping the top-k of them loses little accuracy,
-while for dense CL features the ranking means little (Wang et al., ICLR 2024, Sec. 5.3).
+while for dense CL features the ranking means little (Wang et al., ICLR 2024, Sec. 5.1).
 
 For every ``k`` in ``ks`` and every rule in ``rules`` (``RULES``), this module reports
-on the selected dims of the projector features ``z``:
+on the selected dims of the features of ``space``:
 
 * ``linear_acc``: a linear probe trained on the training features, tested on the test split;
 * ``retrieval_p@10``: cosine retrieval precision@10 on the test split ("mAP@10");
-* ``transfer_acc``: a linear probe on another labelled dataset (``transfer``).
+* ``transfer_acc``: a linear probe on another labelled dataset (``transfer``; Table 1 trains
+  it on Stylized ImageNet-100, App. G.4).
 
-The rules (``RULES``):
+The spaces (what is probed): ``z``, the method's features (after NCL's non-negative map
+and BayesNCL's gate; ours); ``p``, the raw projector output before the map (the NCL
+release's ``main_linear.py`` with ``selected_dims``: it probes ``projector(backbone(x))``);
+``h``, the encoder output.
 
-* ``ea``: the top-k dims by EA of the features ``z`` themselves;
-* ``ea_no_relu``: the top-k dims by EA of the projector outputs *before* the non-negative
-  map (NCL paper, Table 1, "EA w/o ReLU"), i.e. of ``p`` where ``z = ReLU(p)``; the
-  selected dims are then evaluated on ``z`` like the others. For a method without a map
-  (CL) or for ``space: h`` the pre-map features are ``z`` itself and the rule equals ``ea``.
-  For BayesNCL it ranks the projector outputs before the map and the gate;
+The rules (``RULES``) rank the dims by the EA of one tensor, computed on the training split.
+Write ``q`` for the pre-map features: the projector output ``p`` for ``space: z`` or ``p``
+(``z = ReLU(p)`` for NCL), the features themselves for ``space: h``.
+
+* ``ea``: EA of the probed features themselves (ours: ``z`` for ``space: z``);
+* ``ea_no_relu``: EA of ``q`` (NCL paper Table 1, "EA w/o ReLU");
+* ``ea_relu``: EA of ``ReLU(q)``, the rule of the NCL release for CL and NCL alike
+  (``solo/methods/linear.py``, ``training_epoch_end``: ``relu``, ``normalize``, sum over
+  samples, sort) and Table 1's "EA w/ ReLU";
 * ``random``: a seeded random k (the baseline).
+
+Which rules coincide: on CL's ``z`` (``z = p``) ``ea`` = ``ea_no_relu``; on NCL's ``z``
+with a ReLU map ``ea`` = ``ea_relu``; on ``p`` ``ea`` = ``ea_no_relu``. For CL, Table 1's two
+EA rows are therefore ``ea_no_relu`` and ``ea_relu``, both on ``space: p``.
 
 Run with ``ncl-cli test``. Keys: ``test/selection/{rule}/k{k}/{metric}``; files in the run
 folder: ``feature_selection.json``, ``feature_selection.md``, ``accuracy_vs_k.png``.
@@ -29,7 +40,7 @@ folder: ``feature_selection.json``, ``feature_selection.md``, ``accuracy_vs_k.pn
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
 import torch
@@ -40,8 +51,8 @@ from ncl_lightning.callbacks.schedule import run_dir
 from ncl_lightning.checkpoints.load import load_method
 from ncl_lightning.data.base import MultiViewDataModule
 from ncl_lightning.evaluation.features import extract_features, probe_accuracy
-from ncl_lightning.evaluation.linear import z_width
-from ncl_lightning.foundation.errors import ConfigError, UsageError
+from ncl_lightning.evaluation.linear import SPACES, Space, encode_space, z_width
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.protocols import CleanData, require_extra
 from ncl_lightning.foundation.validation import (
     check_at_least,
@@ -60,8 +71,12 @@ from ncl_lightning.metrics.functional import (
 from ncl_lightning.nn.gather import gather_uneven
 from ncl_lightning.plot.pictures import accuracy_vs_k
 
-RULES = ("ea", "ea_no_relu", "random")
-"""Selection rules by name: EA of ``z``, EA of the pre-map projector outputs, random."""
+RULES = ("ea", "ea_no_relu", "ea_relu", "random")
+"""Selection rules by name: EA of the probed features, of the pre-map features ``q``, of
+``ReLU(q)`` (the NCL release), random."""
+
+PRE_MAP_RULES = ("ea_no_relu", "ea_relu")
+"""The rules that rank the pre-map features ``q`` rather than the probed ones."""
 
 DEFAULT_RULES = ("ea", "random")
 """The rules [`FeatureSelection`][ncl_lightning.evaluation.FeatureSelection] runs unless
@@ -74,19 +89,23 @@ def default_ks(d: int) -> list[int]:
     return [*ks, d]
 
 
-def select_dims(
-    ea: Tensor, k: int, rule: str, seed: int, pre_map_ea: Tensor | None = None
-) -> Tensor:
-    """Indices ``[k]`` of the kept dims under ``rule``: ``ea`` (top-k of the expected
-    activations ``ea`` ``[d]`` of ``z``), ``ea_no_relu`` (top-k of ``pre_map_ea`` ``[d]``,
-    those before the non-negative map) or ``random`` (k of the ``d``, seeded by ``seed``)."""
+def rule_activations(features: Tensor, pre_map: Tensor, rule: str) -> Tensor:
+    """Expected activations ``[d]`` that ``rule`` ranks: of ``features`` ``[N, d]`` (``ea``,
+    ``random``), of the pre-map features ``pre_map`` ``[N, d]`` (``ea_no_relu``) or of
+    ``ReLU(pre_map)`` (``ea_relu``); each row is L2-normalised first."""
     check_choice("rule", rule, RULES)
-    if rule == "ea":
+    if rule == "ea_relu":
+        return expected_activation(torch.relu(pre_map))
+    return expected_activation(pre_map if rule == "ea_no_relu" else features)
+
+
+def select_dims(ea: Tensor, k: int, rule: str, seed: int) -> Tensor:
+    """Indices ``[k]`` of the kept dims under ``rule``: the top-k of the expected
+    activations ``ea`` ``[d]`` ([`rule_activations`][] of the rule), or for ``random`` k of
+    the ``d`` dims, seeded by ``seed``."""
+    check_choice("rule", rule, RULES)
+    if rule != "random":
         return select_by_expected_activation(ea, k)
-    if rule == "ea_no_relu":
-        if pre_map_ea is None:
-            raise UsageError("rule ea_no_relu needs pre_map_ea: the EA before the map")
-        return select_by_expected_activation(pre_map_ea, k)
     gen = torch.Generator().manual_seed(seed)
     return torch.randperm(ea.shape[0], generator=gen)[:k].to(ea.device)
 
@@ -99,14 +118,19 @@ class FeatureSelection(L.LightningModule):
         num_classes: Classes of the evaluated data (CLI-linked).
         batch_size: Unused (CLI-linked).
         ks: Numbers of kept dims to sweep (default: powers of two up to ``d``, and ``d``).
-        space: Features to select from: ``z`` (projector, paper) or ``h`` (encoder).
+        space: Features to select from and probe: ``z`` (the method's features, after the
+            non-negative map and gate; ours), ``p`` (the raw projector output, the NCL
+            release's ``main_linear.py``) or ``h`` (encoder).
         rules: Selection rules to compare (names of ``RULES``; default ``ea`` and
-            ``random``; add ``ea_no_relu`` for NCL Table 1's "EA w/o ReLU" row).
+            ``random``). NCL Table 1's rows: "EA w/o ReLU" is ``ea_no_relu``, "EA w/ ReLU"
+            ``ea_relu`` (the release's rule); with ``space: p`` for the release's probe.
         seed: Seed of the random-k baseline.
         probe_epochs: Epochs of each linear probe on fixed features.
         probe_lr: Peak learning rate of those probes.
         retrieval_k: Neighbours of the retrieval precision.
-        transfer: A labelled DataModule (train/val splits) for the transfer probe.
+        transfer: A labelled DataModule (train/val splits) for the transfer probe (Table 1:
+            Stylized ImageNet-100, an ``ImageNet100DataModule`` on its ``train``/``val``
+            folders).
     """
 
     def __init__(
@@ -115,7 +139,7 @@ class FeatureSelection(L.LightningModule):
         num_classes: int = 0,
         batch_size: int | None = None,
         ks: list[int] | None = None,
-        space: Literal["z", "h"] = "z",
+        space: Space = "z",
         rules: list[str] | None = None,
         seed: int = 0,
         probe_epochs: int = 100,
@@ -125,7 +149,7 @@ class FeatureSelection(L.LightningModule):
     ) -> None:
         super().__init__()
         check_at_least("num_classes", num_classes, 1)
-        check_choice("space", space, ("z", "h"))
+        check_choice("space", space, SPACES)
         check_rules(rules)
         check_at_least("probe_epochs", probe_epochs, 1)
         check_positive("probe_lr", probe_lr)
@@ -133,12 +157,15 @@ class FeatureSelection(L.LightningModule):
         self.save_hyperparameters(ignore=["transfer"])
         self.method = load_method(checkpoint).requires_grad_(False)
         # Check ks against the feature width now, before any image is encoded.
-        width = z_width(self.method, checkpoint) if space == "z" else self.method.backbone.out_dim
+        if space == "h":
+            width = self.method.backbone.out_dim
+        else:
+            width = z_width(self.method, checkpoint, space)
         if ks is not None:
             check_ks(ks, width)
         self.transfer = transfer
         self._train: tuple[Tensor, Tensor] | None = None
-        self._pre_map_ea: Tensor | None = None  # EA [d] before the map (rule ea_no_relu)
+        self._eas: dict[str, Tensor] = {}  # rule -> the EA [d] it ranks (training split)
         self._test: list[tuple[Tensor, Tensor]] = []
         self.results: dict[str, dict[int, dict[str, float]]] = {}
 
@@ -150,19 +177,20 @@ class FeatureSelection(L.LightningModule):
         """The rules this run compares."""
         return tuple(self.hparams.get("rules") or DEFAULT_RULES)
 
+    @property
+    def pre_map_differs(self) -> bool:
+        """Whether the pre-map features ``q`` are not the probed ones (``space: z``)."""
+        return self.hparams.space == "z"
+
     def encode(self, x: Tensor) -> Tensor:
         """The selected space's features ``[B, d]`` of images ``[B, C, H, W]``."""
-        return getattr(self.method.encode(x), self.hparams.space)
+        return encode_space(self.method, x, self.hparams.space).z
 
     def encode_with_pre_map(self, x: Tensor) -> Tensor:
-        """``[z, p]`` ``[B, 2d]``: the selected features and the same features before the
-        non-negative map (the projector output ``p`` for ``space: z``; ``z`` itself where
-        there is no map)."""
+        """``[x, q]`` ``[B, 2d]`` for ``space: z``: the method's features ``z`` and the
+        projector output ``q = p`` before the non-negative map (and gate)."""
         encoded = self.method.encode(x)
-        z = getattr(encoded, self.hparams.space)
-        projector = getattr(self.method, "projector", None)
-        pre = projector(encoded.h) if self.hparams.space == "z" and projector is not None else z
-        return torch.cat([z, pre], dim=1)
+        return torch.cat([encoded.z, self.method.projector(encoded.h)], dim=1)
 
     def _clean(self, dm: object, split: str, pre_map: bool = False) -> tuple[Tensor, Tensor]:
         dm = require_extra(dm, CleanData, "FeatureSelection", "clean_dataloader()", "data")
@@ -171,13 +199,15 @@ class FeatureSelection(L.LightningModule):
         return extract_features(encode, loader, self.device)
 
     def on_test_start(self) -> None:
-        self._pre_map_ea = None
-        if "ea_no_relu" in self.rules:  # one pass of the encoder for both
+        needs_pre_map = self.pre_map_differs and any(r in PRE_MAP_RULES for r in self.rules)
+        if needs_pre_map:  # one pass of the encoder for both
             both, y = self._clean(self.trainer.datamodule, "train", pre_map=True)
-            z, pre_map = both.chunk(2, dim=1)
-            self._train, self._pre_map_ea = (z, y), expected_activation(pre_map)
-        else:
-            self._train = self._clean(self.trainer.datamodule, "train")
+            x, pre_map = both.chunk(2, dim=1)
+        else:  # space p or h (the probed features are q), or no rule ranks q
+            x, y = self._clean(self.trainer.datamodule, "train")
+            pre_map = x
+        self._train = (x, y)
+        self._eas = {rule: rule_activations(x, pre_map, rule) for rule in self.rules}
         self._test = []
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
@@ -194,12 +224,11 @@ class FeatureSelection(L.LightningModule):
             transfer = (self._clean(self.transfer, "train"), self._clean(self.transfer, "val"))
         d = self._train[0].shape[1]
         ks = self.hparams.ks or default_ks(d)
-        ea = expected_activation(self._train[0])
         fit = {"epochs": self.hparams.probe_epochs, "lr": self.hparams.probe_lr}
         self.results = {rule: {} for rule in self.rules}
         for rule in self.rules:
             for k in ks:
-                dims = select_dims(ea, k, rule, self.hparams.seed, self._pre_map_ea)
+                dims = select_dims(self._eas[rule], k, rule, self.hparams.seed)
                 row = self.evaluate_dims(dims, test, transfer, fit)
                 self.results[rule][k] = row
                 for name, value in row.items():

@@ -153,11 +153,13 @@ class SparseCodingEncoder(nn.Module, Backbone):
 def warm_start_(
     weight: Tensor, dictionary: Tensor, c: float, generator: torch.Generator | None = None
 ) -> Tensor:
-    """Initialise ``W`` at the dictionary plus noise (Pokle et al., 2022, Sec. 6).
+    """Initialise ``W`` at the dictionary plus noise (Pokle et al., 2022, Sec. 5.2.2).
 
     Row ``i`` becomes ``M[:, j_i]ᵀ + ξ_i`` with ``ξ_i ~ N(0, p^{-c} I)`` (std
-    ``1 / p^{c/2}``): larger ``c`` starts closer to the ground truth. Every atom gets at
-    least one row when ``m >= d``; the other rows take uniformly random atoms.
+    ``σ = 1 / p^{c/2}``; the paper's Figs. 4-6 use ``c = 1``, ``σ ≈ 0.141`` at ``p = 50``,
+    Fig. 7 ``c = 2``): larger ``c`` starts closer to the ground truth. Every atom gets at
+    least one row when ``m >= d``; the other rows take uniformly random atoms (the
+    authors' ``gen_Winit`` draws all ``m`` atoms at random, with replacement).
 
     Args:
         weight: Encoder weight ``[m, p]``, overwritten in place.

@@ -241,6 +241,9 @@ def report(records: Sequence[dict], study: Study) -> str:
                 cells.append("n/a")
                 continue
             mean, std = mean_std(seq)  # one seed: its value, no spread to show
+            if mean != mean:  # NaN: undefined on a seed (see the per-seed values)
+                cells.append("undefined")
+                continue
             cells.append(column.format(mean) + (f" ± {column.format(std)}" if len(seq) > 1 else ""))
         if study.paper:
             cells.append(study.paper.get(name, "not reported"))

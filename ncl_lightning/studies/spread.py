@@ -2,17 +2,22 @@
 
 The studies report every value as ``mean ± std`` over seeds (the sample standard
 deviation, ``n - 1``; 0 for one seed) and list the pairs of rows whose ``mean ± std``
-intervals do not overlap, ``|mean_a - mean_b| > std_a + std_b``.
+intervals do not overlap, ``|mean_a - mean_b| > std_a + std_b``. A metric undefined on a
+seed (NaN: semantic consistency with no active dimension) makes the row's value NaN.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (0 for a single value)."""
+    """Mean and sample standard deviation (0 for a single value); NaN and NaN when a value
+    is NaN."""
+    if any(math.isnan(v) for v in values):
+        return math.nan, math.nan
     std = statistics.stdev(values) if len(values) > 1 else 0.0
     return statistics.fmean(values), std
 
@@ -27,6 +32,8 @@ def beyond_spread(
     if len(va) < 2 or len(vb) < 2:
         return None
     (ma, sa), (mb, sb) = mean_std(va), mean_std(vb)
+    if math.isnan(ma) or math.isnan(mb):
+        return None
     if abs(ma - mb) <= sa + sb or shown(ma) == shown(mb):
         return None
     hi, lo = ((a, ma, sa), (b, mb, sb)) if ma > mb else ((b, mb, sb), (a, ma, sa))

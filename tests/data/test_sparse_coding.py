@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -36,6 +37,27 @@ def test_symmetric_latents(beta):
     frac = (z != 0).float().mean().item()
     assert frac == pytest.approx(model.expected_nonzero_fraction(), abs=0.01)
     assert (z == 1).sum().item() / (z != 0).sum().item() == pytest.approx(0.5, abs=0.01)
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.3])
+def test_paper_latents_match_a_rejection_sampling_reference(beta):
+    """Pokle et al. (2022) Sec. 5.2.2: each z_i is -1 or +1 w.p. β/2, else 0, and every z
+    has at least one non-zero entry. The reference draws whole vectors entry by entry and
+    redraws all-zero ones; the number of non-zeros per sample has the same law (at
+    β = 0.1 no longer the code's fixed 2)."""
+    d, n = 10, 20000
+    rng = random.Random(beta)
+    reference = [0] * (d + 1)
+    for _ in range(n):
+        while not any(z := [rng.choice((-1, 1)) if rng.random() < beta else 0 for _ in range(d)]):
+            pass
+        reference[sum(v != 0 for v in z)] += 1
+    z = SparseCodingModel(nonzero_prob=beta, support="bernoulli").sample_latents(n, _gen(4))
+    counts = torch.bincount((z != 0).sum(dim=1), minlength=d + 1).tolist()
+    assert counts[0] == reference[0] == 0
+    for k in range(1, d + 1):
+        assert abs(counts[k] - reference[k]) / n < 0.015, k
+    assert abs((z == -1).sum().item() - (z == 1).sum().item()) / (z != 0).sum().item() < 0.03
 
 
 def test_binary_latents():

@@ -195,8 +195,8 @@ def test_z_probe_checkpoint_keeps_the_backbone_record(
 
 def test_bad_space_and_checkpoints_without_z(pretrained: dict[str, Path], tmp_path: Path) -> None:
     # checked before the checkpoint is read: the file does not exist
-    with pytest.raises(ConfigError, match=r"^space must be one of 'h', 'z', got 'p'$") as err:
-        LinearProbe("nowhere.ckpt", num_classes=10, space="p")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^space must be one of 'h', 'z', 'p', got 'q'$") as err:
+        LinearProbe("nowhere.ckpt", num_classes=10, space="q")  # type: ignore[arg-type]
     assert err.value.key == "space"
     torch.manual_seed(0)
     nce = NCEClassifier(SmallCNN(1, 8, 24), num_classes=10, batch_size=64)  # no projector

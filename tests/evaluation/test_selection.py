@@ -14,8 +14,7 @@ from ncl_lightning.evaluation import (
     probe_accuracy,
     selection_table,
 )
-from ncl_lightning.evaluation.selection import select_dims
-from ncl_lightning.foundation.errors import UsageError
+from ncl_lightning.evaluation.selection import rule_activations, select_dims
 from ncl_lightning.metrics.functional import expected_activation, retrieval_precision
 from tests.checkpoints.test_checkpoint import FACTORIES, _fit_and_save
 
@@ -88,59 +87,131 @@ def _reference_top_k(features: torch.Tensor, k: int) -> set[int]:
     return set(sorted(range(d), key=lambda i: -means[i])[:k])
 
 
-def test_ea_no_relu_ranks_the_features_before_the_map() -> None:
-    """Dims 0-2 spike to +6 half the time and sit at -8 otherwise (large EA after ReLU,
-    negative mean before it); dims 3-5 are steadily slightly positive: the two rules must
-    pick different dims, and ``ea_no_relu`` those of a slow reference on the pre-map
-    features."""
+def _pre_map_features(n: int = 200, d: int = 12) -> torch.Tensor:
+    """Projector outputs ``p`` ``[n, d]``: dims 0-2 spike to +6 half the time and sit at -8
+    otherwise (large EA after ReLU, negative mean before it); dims 3-5 are steadily slightly
+    positive; the others hover around -0.5."""
     gen = torch.Generator().manual_seed(0)
-    n, d = 200, 12
     p = -0.5 + 0.1 * torch.randn(n, d, generator=gen)
     spikes = torch.rand(n, 3, generator=gen) < 0.5
     p[:, :3] = torch.where(spikes, torch.full((n, 3), 6.0), torch.full((n, 3), -8.0))
     p[:, 3:6] = 0.3 + 0.05 * torch.rand(n, 3, generator=gen)
+    return p
+
+
+def test_pre_map_rules_rank_p_and_relu_p() -> None:
+    """NCL (``z = ReLU(p)``, probed on ``z``): ``ea_no_relu`` ranks ``p`` and picks dims 3-5,
+    ``ea_relu`` and ``ea`` rank ``ReLU(p)`` and pick dims 0-2, each as a slow reference does."""
+    p = _pre_map_features()
     z = torch.relu(p)
-    ea, pre_ea = expected_activation(z), expected_activation(p)
-    no_relu = select_dims(ea, 3, "ea_no_relu", seed=0, pre_map_ea=pre_ea)
-    assert set(no_relu.tolist()) == _reference_top_k(p, 3) == {3, 4, 5}
-    assert set(select_dims(ea, 3, "ea", seed=0).tolist()) == _reference_top_k(z, 3) == {0, 1, 2}
-    # without a map the two rules agree
-    assert torch.equal(
-        select_dims(ea, 5, "ea_no_relu", 0, pre_map_ea=ea), select_dims(ea, 5, "ea", 0)
-    )
+    picks = {
+        rule: set(select_dims(rule_activations(z, p, rule), 3, rule, seed=0).tolist())
+        for rule in ("ea", "ea_no_relu", "ea_relu")
+    }
+    assert picks["ea_no_relu"] == _reference_top_k(p, 3) == {3, 4, 5}
+    assert picks["ea_relu"] == picks["ea"] == _reference_top_k(z, 3) == {0, 1, 2}
+    # without a map (space p or h, CL's z) ea and ea_no_relu rank the same tensor
+    for rule in ("ea", "ea_no_relu"):
+        assert torch.equal(rule_activations(p, p, rule), rule_activations(p, p, "ea"))
     with pytest.raises(ValueError, match="rule must be one of"):
-        select_dims(ea, 3, "ea_relu", seed=0)
-    with pytest.raises(UsageError, match="ea_no_relu needs pre_map_ea"):
-        select_dims(ea, 3, "ea_no_relu", seed=0)
+        select_dims(rule_activations(z, p, "ea"), 3, "ea_top", seed=0)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        rule_activations(z, p, "ea_top")
+
+
+def test_cl_rows_w_and_wo_relu_differ_on_p() -> None:
+    """Table 1's CL rows: on CL's raw projector output (signed, no map) the release's rule
+    ``ea_relu`` (EA of ``normalize(relu(p))``) and ``ea_no_relu`` (EA of ``normalize(p)``)
+    pick different dims, each the slow reference's."""
+    p = _pre_map_features()
+    with_relu = select_dims(rule_activations(p, p, "ea_relu"), 3, "ea_relu", seed=0)
+    without = select_dims(rule_activations(p, p, "ea_no_relu"), 3, "ea_no_relu", seed=0)
+    assert set(with_relu.tolist()) == _reference_top_k(torch.relu(p), 3) == {0, 1, 2}
+    assert set(without.tolist()) == _reference_top_k(p, 3) == {3, 4, 5}
+    # the order too: by decreasing EA of normalize(relu(p)), with a margin between ranks
+    ea = _reference_means(torch.relu(p))
+    assert with_relu.tolist() == sorted(range(12), key=lambda i: -ea[i])[:3]
+    assert min(ea[i] for i in with_relu.tolist()) > max(ea[3:]) + 0.1
+
+
+def _reference_means(features: torch.Tensor) -> list[float]:
+    """Mean over rows of ``x_i / ||x||`` (0 for an all-zero row), one entry at a time."""
+    rows = features.tolist()
+    norms = [sum(v * v for v in row) ** 0.5 for row in rows]
+    d = len(rows[0])
+    return [
+        sum(row[i] / norm for row, norm in zip(rows, norms, strict=True) if norm > 0) / len(rows)
+        for i in range(d)
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ncl", "cl"])
-def test_feature_selection_runs_the_pre_map_rule(name: str, tmp_path) -> None:
+def test_feature_selection_runs_the_pre_map_rules(name: str, tmp_path) -> None:
     path = _fit_and_save(FACTORIES[name](), tmp_path / f"{name}.ckpt")  # projector width 16
-    rules = ["ea", "ea_no_relu", "random"]
+    rules = ["ea", "ea_no_relu", "ea_relu", "random"]
     model = FeatureSelection(str(path), num_classes=10, ks=[4], rules=rules, probe_epochs=1)
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
                         enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
     trainer.test(model, DigitsDataModule(batch_size=64))
     assert list(model.results) == rules and all(list(r) == [4] for r in model.results.values())
-    assert "test/selection/ea_no_relu/k4/linear_acc" in trainer.callback_metrics
+    assert "test/selection/ea_relu/k4/linear_acc" in trainer.callback_metrics
     both, _ = model._clean(trainer.datamodule, "train", pre_map=True)
     z, pre = both.chunk(2, dim=1)
     assert torch.equal(z, model._train[0]) and z.shape[1] == 16
     # NCL's z is ReLU(p) of the pre-map features; CL's z is p itself
     assert torch.equal(z, torch.relu(pre) if name == "ncl" else pre)
-    assert torch.allclose(model._pre_map_ea, expected_activation(pre))  # what the rule ranks
+    assert torch.allclose(model._eas["ea_no_relu"], expected_activation(pre))  # what it ranks
+    assert torch.allclose(model._eas["ea_relu"], expected_activation(torch.relu(pre)))
     if name == "ncl":
         assert (pre < 0).any()
+
+
+@pytest.mark.slow
+def test_release_rule_and_space_pick_the_reference_dims(tmp_path) -> None:
+    """``space: p`` with ``ea_relu`` on an NCL checkpoint: the probed training features are
+    ``projector(backbone(x))`` of the clean training images, recomputed here from an
+    independent copy of the method, and the chosen dims are the top-k of a hand-computed
+    mean of ``normalize(relu(p))`` (the release's ``training_epoch_end``)."""
+    from ncl_lightning import load_method
+
+    path = _fit_and_save(FACTORIES["ncl"](), tmp_path / "ncl.ckpt")
+    model = FeatureSelection(
+        str(path), num_classes=10, ks=[8, 16], space="p", rules=["ea_relu", "ea_no_relu"],
+        probe_epochs=1,
+    )  # fmt: skip
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+    data = DigitsDataModule(batch_size=64)
+    trainer.test(model, data)
+    method = load_method(path)
+    with torch.no_grad():
+        p = torch.cat([method.projector(method.backbone(x)) for x, _ in
+                       DigitsDataModule(batch_size=64).clean_dataloader("train")])  # fmt: skip
+    torch.testing.assert_close(model._train[0], p)
+    assert (p < 0).any()  # the probed space is signed: p, not ReLU(p)
+    ea = _reference_means(torch.relu(p))
+    for k in (4, 8):
+        chosen = set(select_dims(model._eas["ea_relu"], k, "ea_relu", seed=0).tolist())
+        # every kept dim's reference EA is at least every dropped one's (ties, e.g. dead
+        # dims at 0, may go either way)
+        dropped = set(range(16)) - chosen
+        assert len(chosen) == k
+        assert min(ea[i] for i in chosen) >= max(ea[i] for i in dropped) - 1e-6
+    assert torch.allclose(model._eas["ea_no_relu"], expected_activation(p))
+    assert set(model.results) == {"ea_relu", "ea_no_relu"}
+    # all 16 dims: the same set under either rule, so the same probe
+    assert model.results["ea_relu"][16]["linear_acc"] == pytest.approx(
+        model.results["ea_no_relu"][16]["linear_acc"], abs=0.02
+    )
 
 
 def test_rules_are_checked() -> None:
     from ncl_lightning.evaluation.selection import DEFAULT_RULES, RULES, check_rules
 
-    assert set(DEFAULT_RULES) < set(RULES) == {"ea", "ea_no_relu", "random"}
+    assert set(DEFAULT_RULES) < set(RULES) == {"ea", "ea_no_relu", "ea_relu", "random"}
     check_rules(None)
-    check_rules(["ea_no_relu", "random"])
+    check_rules(["ea_no_relu", "ea_relu", "random"])
     for bad, message in (([], "distinct"), (["ea", "ea"], "distinct"), (["top"], "one of")):
         with pytest.raises(ValueError, match=message):
             check_rules(bad)

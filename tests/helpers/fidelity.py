@@ -170,11 +170,17 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+# A DataModule given to the model (FeatureSelection's ``transfer``) has the data's keys:
+# they are exempt where the data's are (docs/fidelity.md, "Keys without rows").
+NESTED_DATA = re.compile(r"^model\.init_args\.transfer\.init_args\.")
+
+
 def is_setting(key: str, sub: str) -> bool:
     """Whether a resolved leaf is a setting the table must cover."""
-    if any(fnmatch.fnmatchcase(key, p) for p in EXEMPT):
+    as_data = NESTED_DATA.sub("data.init_args.", key)
+    if any(fnmatch.fnmatchcase(as_data, p) for p in EXEMPT):
         return False
-    if sub == "test" and any(fnmatch.fnmatchcase(key, p) for p in TEST_ONLY):
+    if sub == "test" and any(fnmatch.fnmatchcase(as_data, p) for p in TEST_ONLY):
         return False
     top = key.split(".")[0]
     return top in ("model", "data", "augmentation", "seed_everything") or key in TRAINER_SETTINGS

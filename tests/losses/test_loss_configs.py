@@ -1,12 +1,12 @@
 """The NCL paper's loss-variant configs build the loss they name and train a few steps.
 
-``configs/cifar10_cl_l1.yaml`` (Table 5, App. D.2: CL + L1 penalty) and
-``configs/cifar10_spectral_{cl,ncl}.yaml`` (App. D.1: the spectral contrastive loss) are
-run through ``ncl-cli fit`` in-process with an overlay that keeps their method and loss
-and swaps what needs a GPU and CIFAR-10 for the embedded digits, a small CNN and 3 steps
-on the CPU; the checkpoint must load back with the same loss. Their other settings are
-the CIFAR-10 CL/NCL ones, which ``tests/test_paper_configs.py`` checks against
-``docs/fidelity.md``.
+``configs/cifar10_spectral_{cl,ncl}.yaml`` (App. D.1: the spectral contrastive loss),
+``configs/cifar10_spectral_cl_l1.yaml`` (Table 5, App. D.2: "SCL + reg") and our
+``configs/cifar10_cl_l1.yaml`` (InfoNCE + L1 penalty) are run through ``ncl-cli fit``
+in-process with an overlay that keeps their method, loss and optimiser and swaps what needs
+a GPU and CIFAR-10 for the embedded digits, a small CNN and 3 steps on the CPU; the
+checkpoint must load back with the same loss. Their other settings are checked by
+``tests/test_paper_configs.py`` against ``docs/fidelity.md``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 import yaml
 
 from ncl_lightning.checkpoints.load import load_method
-from ncl_lightning.losses import InfoNCEL1Loss, SpectralContrastiveLoss
+from ncl_lightning.losses import InfoNCEL1Loss, SpectralContrastiveLoss, SpectralL1Loss
 from ncl_lightning.methods import CL, NCL
 from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
@@ -42,6 +42,7 @@ CASES = {
     "cifar10_cl_l1": (CL, InfoNCEL1Loss),
     "cifar10_spectral_cl": (CL, SpectralContrastiveLoss),
     "cifar10_spectral_ncl": (NCL, SpectralContrastiveLoss),
+    "cifar10_spectral_cl_l1": (CL, SpectralL1Loss),
 }
 
 
@@ -60,6 +61,11 @@ def test_config_trains_its_loss_a_few_steps(name: str, tmp_path: Path) -> None:
         assert cli.model.loss_fn.l1_weight == 0.1 and cli.model.loss_fn.temperature == 0.2
     if name == "cifar10_spectral_ncl":
         assert cli.model.hparams.nonneg == "rep_relu"
+    if name.startswith("cifar10_spectral"):  # HaoChen et al.'s release: the ball of radius 1
+        assert (cli.model.loss_fn.normalize, cli.model.loss_fn.mu) == ("ball", 1.0)
+        assert isinstance(cli.model.optimizers().optimizer, torch.optim.SGD)
+    if name == "cifar10_spectral_cl_l1":
+        assert cli.model.loss_fn.l1_weight == 0.01
     # the evaluation protocols rebuild the method, and its loss, from the checkpoint
     cli.trainer.save_checkpoint(tmp_path / "last.ckpt")
     rebuilt = load_method(str(tmp_path / "last.ckpt"))

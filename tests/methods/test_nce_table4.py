@@ -31,7 +31,11 @@ from tests.helpers.start_weights import CALLBACK, at_start, backbone_of, same
 
 CONFIGS = ROOT / "configs"
 OVERLAY = CONFIGS / "nce" / "overlays" / "no_projector.yaml"
-FINETUNE = ("../nce/imagenet100_nce_finetune", "../nce/cifar10_nce_finetune", "digits_nce_finetune")
+FINETUNE = (
+    "../nce/imagenet100_nce_finetune", "../nce/cifar10_nce_finetune", "digits_nce_finetune",
+    "../nce/imagenet100_ce_finetune", "../nce/cifar10_ce_finetune",
+)  # fmt: skip
+OURS = CONFIGS / "nce" / "overlays" / "bn_sgd_cosine.yaml"
 CPU = [
     "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.strategy", "auto",
     "--trainer.precision", "32-true", "--trainer.enable_progress_bar", "false",
@@ -109,6 +113,80 @@ def test_no_projector_overlay_changes_only_the_projector_sizes(
     model = NCEClassifier(backbone, num_classes=10, loss=init["loss"], proj_hidden_dim=0,
                           proj_output_dim=0)  # fmt: skip
     assert isinstance(model.projector, nn.Identity) and model.classifier.in_features == width
+
+
+def _resolved(resolver: Resolver, *configs: Path) -> dict[str, Any]:
+    """``ncl-cli fit --config <each>`` resolved: the fit section without ``config``."""
+    args = ["fit", *(a for c in configs for a in ("--config", str(c)))]
+    out = resolver.parser.parse_args(args)["fit"].clone().as_dict()
+    out.pop("config")
+    return out
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> set[str]:
+    """Dotted keys where two resolved configs differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = set(a) | set(b)
+        return {d for k in keys for d in _differences(a.get(k), b.get(k), f"{prefix}{k}.")}
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return {
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(x, y, f"{prefix}{i}.")
+        }
+    return set() if a == b else {prefix.rstrip(".")}
+
+
+NAME = {"trainer.logger.init_args.name", "trainer.logger.init_args.job_type"}
+
+
+@pytest.mark.parametrize("dataset", ["imagenet100", "cifar10"])
+def test_ce_finetune_is_the_nce_finetune_with_cross_entropy(
+    resolver: Resolver, dataset: str
+) -> None:
+    """Table 4's fine-tuned CE row: the NCE fine-tune config with ``loss: ce``, and each
+    fine-tune config is its from-scratch config started from a checkpoint for 50 epochs."""
+    nce = _resolved(resolver, CONFIGS / "nce" / f"{dataset}_nce_finetune.yaml")
+    ce = _resolved(resolver, CONFIGS / "nce" / f"{dataset}_ce_finetune.yaml")
+    assert _differences(nce, ce) - NAME == {"model.init_args.loss"}
+    assert (ce["model"]["init_args"]["loss"], nce["model"]["init_args"]["loss"]) == ("ce", "nce")
+    for loss, tuned in (("ce", ce), ("nce", nce)):
+        scratch = _resolved(resolver, CONFIGS / "nce" / f"{dataset}_{loss}.yaml")
+        assert _differences(scratch, tuned) - NAME == {
+            "trainer.max_epochs", "model.init_args.require_pretrained",
+        }  # fmt: skip
+        assert (scratch["trainer"]["max_epochs"], tuned["trainer"]["max_epochs"]) == (100, 50)
+
+
+@pytest.mark.parametrize("name", ["ce", "nce", "ce_finetune", "nce_finetune"])
+def test_imagenet100_configs_follow_app_g6_and_the_overlay_restores_ours(
+    resolver: Resolver, name: str
+) -> None:
+    """NCL paper App. G.6: SimCLR's projector (no BatchNorm) and the release's
+    ``scripts/finetuning/imagenet-100/simclr.yaml`` (SGD lr 1.0 at batch 256, momentum 0.9,
+    no weight decay, x0.1 at epochs 60 and 80, no warm-up); ``bn_sgd_cosine.yaml`` changes
+    exactly those keys back to our recipe."""
+    base = CONFIGS / "nce" / f"imagenet100_{name}.yaml"
+    paper = _resolved(resolver, base)
+    init = paper["model"]["init_args"]
+    sgd = init["optimizer"]["init_args"]
+    assert init["optimizer"]["class_path"] == "torch.optim.SGD"
+    assert (sgd["lr"], sgd["momentum"], sgd["weight_decay"]) == (1.0, 0.9, 0.0)
+    assert (init["lr_milestones"], init["lr_gamma"], init["warmup_epochs"]) == ([60, 80], 0.1, 0)
+    assert init["scale_lr"] and paper["data"]["init_args"]["batch_size"] == 256
+    assert (init["proj_hidden_dim"], init["proj_output_dim"], init["proj_batch_norm"]) == (
+        16384, 2048, False,
+    )  # fmt: skip
+    ours = _resolved(resolver, base, OURS)
+    assert _differences(paper, ours) == {
+        "model.init_args.proj_batch_norm", "model.init_args.optimizer.init_args.lr",
+        "model.init_args.optimizer.init_args.weight_decay", "model.init_args.warmup_epochs",
+        "model.init_args.lr_milestones",
+    }  # fmt: skip
+    cifar = _resolved(resolver, CONFIGS / "nce" / f"cifar10_{name}.yaml")["model"]["init_args"]
+    mine = ours["model"]["init_args"]
+    for key in ("proj_batch_norm", "warmup_epochs", "lr_milestones", "optimizer"):
+        assert mine[key] == cifar[key], key  # the overlay is the CIFAR-10 configs' recipe
 
 
 # -- fine-tuned from a CL checkpoint ------------------------------------------------------

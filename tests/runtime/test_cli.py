@@ -54,7 +54,8 @@ FIT: dict[str, str | None] = {
     "cifar10_bayesncl": None,  # bf16-mixed: the gate under autocast
     "cifar10_supcon_ncl": None,  # bf16-mixed: labelled positives
     "cifar10_cl_l1": None,  # bf16-mixed: CL, the L1-penalised InfoNCE loss class
-    "cifar10_spectral_ncl": "32-true",  # the spectral loss
+    "cifar10_spectral_ncl": "32-true",  # the spectral loss, SGD
+    "cifar10_spectral_cl_l1": "32-true",  # the spectral loss with the L1 penalty (SCL + reg)
     "cifar100_ncl": "32-true",  # CIFAR-100's DataModule
     "imagenet100_ncl": "32-true",  # ImageNet-100's DataModule, ResNet ImageNet stem, relu
     "imagenet100_ncl_vit": "32-true",  # timm ViT-S/16 at 224 px, AdamW

@@ -163,8 +163,21 @@ def test_eval_config(
         extra = ["--trainer.limit_test_batches", "2", "--trainer.logger", "false"]
         if protocol == "FeatureSelection":
             extra += ["--model.init_args.ks", "[4, 8]", "--model.init_args.probe_epochs", "2"]
-        transfer = protocol == "FeatureSelection" and "subset" in config.stem
-        if transfer:  # the commented-out `transfer:` example of the config, on 3 classes
+        shipped_transfer = (spec["model"].get("init_args") or {}).get("transfer")
+        transfer = protocol == "FeatureSelection" and (
+            "subset" in config.stem or shipped_transfer is not None
+        )
+        if shipped_transfer is not None:  # Table 1's Stylized ImageNet-100: the same tree
+            extra += [
+                f"--model.init_args.transfer.init_args.{key}={value}"
+                for key, value in (
+                    ("root", tmp_path / "imagenet"),
+                    ("class_list", tmp_path / "classes.txt"),
+                    ("batch_size", 4),
+                    ("num_workers", 0),
+                )
+            ]
+        elif transfer:  # the commented-out `transfer:` example of the config, on 3 classes
             folder = make_image_folder(tmp_path / "transfer", ["x", "y", "z"], n=2, size=(40, 40))
             extra += [
                 "--model.init_args.transfer", "ncl_lightning.data.ImageFolderDataModule",
@@ -177,10 +190,9 @@ def test_eval_config(
         if protocol == "KNNClassifier":
             expected = {"test/offline_knn/acc_top1", "test/offline_knn/acc_top5"}
         else:
-            expected = {
-                f"test/selection/{r}/k{k}/linear_acc" for r in ("ea", "random") for k in (4, 8)
-            }
-            expected.add("test/selection/ea/k4/retrieval_p@10")
+            rules = spec["model"]["init_args"].get("rules") or ["ea", "random"]
+            expected = {f"test/selection/{r}/k{k}/linear_acc" for r in rules for k in (4, 8)}
+            expected.add(f"test/selection/{rules[0]}/k4/retrieval_p@10")
             if transfer:
                 expected.add("test/selection/random/k8/transfer_acc")
             assert (tmp_path / "run" / "feature_selection.md").is_file()

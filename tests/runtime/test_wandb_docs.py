@@ -277,8 +277,11 @@ def test_wandb_config_logs_the_documented_key_names(config: Path) -> None:
         sgd = job_type in ("ce", "nce") or (probe and config.name.startswith("imagenet100"))
         # the ViT variants of the ImageNet-100 configs: AdamW (docs/fidelity.md, issue 36)
         vit = family == "pre-training" and config.stem.endswith("_vit")
-        assert optimizer == ("SGD" if sgd else "AdamW" if vit else "LARS"), config
-        assert model.get("exclude_bias_n_norm", True)  # the no-decay group pg2
+        # the NCL paper's SCL runs (App. D.1, Table 5): the SCL release's SGD, which decays
+        # every parameter (one group, then the online probe's)
+        scl = config.stem.startswith("cifar10_spectral")
+        assert optimizer == ("SGD" if sgd or scl else "AdamW" if vit else "LARS"), config
+        assert model.get("exclude_bias_n_norm", True) is not scl  # the no-decay group pg2
     if job_type == "feature_selection":
         assert model["retrieval_k"] == 10
 
