@@ -88,8 +88,9 @@ def check_optimizer_groups(
 class OptimizerGroupsCheck(Callback):
     """Refuse, in one line at ``on_fit_start`` (before Lightning loads the state and fails
     with torch's ``ValueError`` or ``KeyError``), a resumed fit whose optimizer state does
-    not fit the optimizer class (the checkpoint record's) or the parameter groups the module
-    builds now.
+    not fit the optimizer class (the checkpoint record's; in a record written before
+    2026-11-29, the ``optimizer`` class path of its hyper-parameters) or the parameter groups
+    the module builds now.
 
     Args:
         ckpt: The checkpoint resumed (only its groups' sizes are kept).
@@ -98,7 +99,11 @@ class OptimizerGroupsCheck(Callback):
 
     def __init__(self, ckpt: dict[str, Any], path: str | Path) -> None:
         self.saved = saved_group_sizes(ckpt)
-        self.classes = (ckpt.get(RECORD_KEY) or {}).get("optimizers")  # None: older records
+        self.classes = (ckpt.get(RECORD_KEY) or {}).get("optimizers")
+        if self.classes is None:  # a record before 2026-11-29: the config's optimizer class
+            spec = (ckpt.get("hyper_parameters") or {}).get("optimizer")
+            named = spec.get("class_path") if isinstance(spec, dict) else None
+            self.classes = [named] if isinstance(named, str) else None
         self.path = str(path)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:

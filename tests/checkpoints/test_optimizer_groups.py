@@ -63,6 +63,23 @@ def test_the_fit_start_check_compares_the_built_optimizers() -> None:
     OptimizerGroupsCheck({}, "w.ckpt").on_fit_start(_Trainer(_optimizer(1)), nn.Linear(1, 1))
 
 
+def test_an_older_record_is_checked_by_the_configs_optimizer_class() -> None:
+    """Checkpoints written before the record named its optimizers: the ``optimizer`` class
+    path of the hyper-parameters (the first optimizer) decides, as before torch's KeyError."""
+    adam = torch.optim.Adam([nn.Parameter(torch.zeros(1))])
+    ckpt = {
+        "optimizer_states": [_optimizer(1).state_dict()],
+        "hyper_parameters": {"optimizer": {"class_path": "torch.optim.SGD", "init_args": {}}},
+    }
+    with pytest.raises(CheckpointError, match=r"^ckpt_path: old\.ckpt holds the state of a "
+                       r"torch\.optim\.SGD optimizer, but this fit builds a "
+                       r"torch\.optim\.adam\.Adam"):  # fmt: skip
+        OptimizerGroupsCheck(ckpt, "old.ckpt").on_fit_start(_Trainer(adam), nn.Linear(1, 1))
+    OptimizerGroupsCheck(ckpt, "old.ckpt").on_fit_start(_Trainer(_optimizer(1)), nn.Linear(1, 1))
+    no_spec = {"optimizer_states": ckpt["optimizer_states"], "hyper_parameters": {}}
+    OptimizerGroupsCheck(no_spec, "old.ckpt").on_fit_start(_Trainer(adam), nn.Linear(1, 1))
+
+
 def _fit_args(root: Path, *extra: str) -> list[str]:
     return [
         "fit", "--config", BAYESNCL, "--trainer.max_epochs", "1",
