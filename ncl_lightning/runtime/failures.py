@@ -13,6 +13,9 @@ the launching process exits 1 whatever the cause. [`FailedRun`][] decides instea
 * on a started rank, when the launching process has ended: nothing more (its own line says
   why), exit status 1.
 
+"While it works" starts with the first batch of any loop: an ``OSError`` before it (a
+DataModule's ``setup`` reading a path) is the input's, status 2 as before.
+
 An error of ours, a signal and a run of one process keep their own ending. Under
 ``torchrun`` or SLURM, which start every rank themselves (and end the others when one
 fails), the tracebacks stay. Lightning's launcher also kills the launching process when a
@@ -52,17 +55,26 @@ class FailedRun(Callback):
 
     def __init__(self, wait_s: float = WAIT_S) -> None:
         self.wait_s = wait_s
-        self.failed = False
+        self.failed = False  # raised after the first batch began: the run was working
         self.ended: RankEndedError | None = None
+        self._working = False
         self._parent = os.getppid()
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.failed, self.ended, self._parent = False, None, os.getppid()
+        self.failed, self.ended, self._working, self._parent = False, None, False, os.getppid()
+
+    def _batch_began(self, *args: object) -> None:
+        self._working = True
+
+    # A batch of any loop began: what fails from now on fails while the run works (a
+    # DataModule's setup, before any batch, is still reading its input).
+    on_train_batch_start = on_validation_batch_start = _batch_began
+    on_test_batch_start = on_predict_batch_start = _batch_began
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        self.failed = True
+        self.failed = self._working
         if (
             trainer.world_size > 1
             and ours(exception) is None
@@ -73,11 +85,10 @@ class FailedRun(Callback):
     def ending(self, error: Exception) -> BaseException | None:
         """What ``ncl-cli`` raises in place of ``error`` (raised by the trainer's work), or
         ``None`` to keep it: the other rank's status, or a file the run lost (a fault)."""
-        if not self.failed:
-            return None
         if self.ended is not None:
             return self.ended
-        if isinstance(error, OSError) and ours(error) is None and error.filename is not None:
+        lost = isinstance(error, OSError) and error.filename is not None
+        if self.failed and lost and ours(error) is None:
             message = error_message(error)
             return RunFaultError(
                 f"{message}; the run stopped: a file it works with became unusable while it "

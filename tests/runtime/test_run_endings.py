@@ -1,6 +1,7 @@
 """How a run that stops while it works ends, through the real entry point.
 
-* Its run folder deleted mid-run: one line naming the file, exit 1 (a fault, not bad input).
+* Its run folder deleted mid-run: one line naming the file, exit 1 (a fault, not bad input);
+  a path refused in a DataModule's ``setup``, before any batch, stays bad input (exit 2).
 
 A 2-process CPU DDP ``ncl-cli fit`` (Lightning's ``ddp`` launcher starts rank 1 as a child
 of the command, gloo on loopback):
@@ -26,7 +27,9 @@ import pytest
 import yaml
 
 from ncl_lightning.checkpoints.load import read_checkpoint
+from ncl_lightning.data import DigitsDataModule
 from ncl_lightning.data.seeding import EpochSampler
+from ncl_lightning.runtime.cli import main
 from tests.conftest import ROOT
 from tests.helpers.cluster import free_port, launch_env
 from tests.resume_helpers import output_of
@@ -132,3 +135,25 @@ def test_a_bad_image_on_one_rank_is_one_line_and_exit_2(
     assert errors == expected, out[-3000:]
     assert "Traceback" not in out
     assert proc.returncode == 2, out[-3000:]
+
+
+class UnreadableData(DigitsDataModule):
+    """Digits whose ``setup`` meets a path it may not read, as a user's DataModule can."""
+
+    def setup(self, stage: str) -> None:
+        raise PermissionError(13, "Permission denied", "/data/private")
+
+
+def test_a_path_refused_before_the_first_batch_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """An ``OSError`` in a DataModule's ``setup`` (before any batch) keeps status 2 and says
+    nothing of a fault; only one raised once a batch began is a fault (test above)."""
+    config = digits_config(tmp_path / "run")
+    config["data"]["class_path"] = f"{__name__}.UnreadableData"
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(tmp_path / "run.yaml")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "ncl-cli: error: /data/private: Permission denied\n" in err, err
