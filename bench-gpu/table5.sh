@@ -3,7 +3,8 @@
 # on the real CIFAR-10 subset, 3 seeds, on one GPU: pre-training with
 # configs/subset/cifar10_subset_spectral_{cl,cl_l1,ncl}.yaml, then the linear probe
 # (configs/eval/cifar10_subset_linear.yaml) on h (encoder) and on z (projector output).
-# All 9 (method, seed) chains run at once; each step has its own time limit.
+# The 9 (method, seed) chains run JOBS at a time (default all 9); each step has its own
+# time limit (FIT_S, PROBE_S seconds).
 #
 # Output ($OUT): summary.tsv (method, seed, val/z/sparsity of the last pre-training
 # validation, probe top-1 on h and z), logs.tar.gz (every metrics.csv and log tail).
@@ -11,7 +12,8 @@
 # bench-gpu/data/cifar10-real-subset; carry both:
 #   run(command="bash bench-gpu/table5.sh", timeout_s=330,
 #       carry=["bench-gpu/wheels", "bench-gpu/data"])
-# ACCEL=cpu EPOCHS=1 PROBE_EPOCHS=1 LIMIT=2 METHODS=spectral_cl SEEDS=0 try it on a CPU.
+# ACCEL=cpu EPOCHS=1 PROBE_EPOCHS=1 LIMIT=2 METHODS=spectral_cl SEEDS=0 try it on a CPU;
+# ACCEL=cpu JOBS=2 FIT_S=1800 PROBE_S=1800 runs the whole table on a 2-core CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +26,7 @@ PROBE_EPOCHS=${PROBE_EPOCHS:-30}
 LIMIT=${LIMIT:-1.0}
 FIT_S=${FIT_S:-170}
 PROBE_S=${PROBE_S:-60}
+JOBS=${JOBS:-9}
 mkdir -p "$OUT/runs"
 export PYTHONUNBUFFERED=1 WANDB_MODE=offline
 
@@ -61,6 +64,7 @@ chain() { # chain METHOD SEED
 
 for m in ${METHODS:-spectral_cl spectral_cl_l1 spectral_ncl}; do
 	for s in ${SEEDS:-0 1 2}; do
+		while (($(jobs -rp | wc -l) >= JOBS)); do wait -n; done
 		chain "$m" "$s" &
 	done
 done

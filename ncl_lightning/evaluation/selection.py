@@ -9,7 +9,8 @@ For every ``k`` in ``ks`` and every rule in ``rules`` (``RULES``), this module r
 on the selected dims of the features of ``space``:
 
 * ``linear_acc``: a linear probe trained on the training features, tested on the test split;
-* ``retrieval_p@10``: cosine retrieval precision@10 on the test split ("mAP@10");
+* ``retrieval_p@10``: cosine retrieval precision@10 on the test split ("mAP@10"; with
+  ``retrieval_distance: euclidean`` the release's variant, ``retrieval_p@10_euclidean``);
 * ``transfer_acc``: a linear probe on another labelled dataset (``transfer``; Table 1 trains
   it on Stylized ImageNet-100, App. G.4).
 
@@ -64,6 +65,8 @@ from ncl_lightning.foundation.validation import (
 from ncl_lightning.methods.classifier import first_view
 from ncl_lightning.methods.record import write_record
 from ncl_lightning.metrics.functional import (
+    RETRIEVAL_DISTANCES,
+    RetrievalDistance,
     expected_activation,
     retrieval_precision,
     select_by_expected_activation,
@@ -128,6 +131,11 @@ class FeatureSelection(L.LightningModule):
         probe_epochs: Epochs of each linear probe on fixed features.
         probe_lr: Peak learning rate of those probes.
         retrieval_k: Neighbours of the retrieval precision.
+        retrieval_distance: ``cosine`` (App. G.4's "largest cosine similarity": the kept
+            dims re-normalised) or ``euclidean`` (the NCL release's ``main_eval.py``: rows
+            normalised over all dims, the kept dims not re-normalised); the key gets
+            ``_euclidean`` appended for the second
+            ([`retrieval_precision`][ncl_lightning.metrics.functional.retrieval_precision]).
         transfer: A labelled DataModule (train/val splits) for the transfer probe (Table 1:
             Stylized ImageNet-100, an ``ImageNet100DataModule`` on its ``train``/``val``
             folders).
@@ -145,6 +153,7 @@ class FeatureSelection(L.LightningModule):
         probe_epochs: int = 100,
         probe_lr: float = 0.1,
         retrieval_k: int = 10,
+        retrieval_distance: RetrievalDistance = "cosine",
         transfer: MultiViewDataModule | None = None,
     ) -> None:
         super().__init__()
@@ -154,6 +163,7 @@ class FeatureSelection(L.LightningModule):
         check_at_least("probe_epochs", probe_epochs, 1)
         check_positive("probe_lr", probe_lr)
         check_at_least("retrieval_k", retrieval_k, 1)
+        check_choice("retrieval_distance", retrieval_distance, RETRIEVAL_DISTANCES)
         self.save_hyperparameters(ignore=["transfer"])
         self.method = load_method(checkpoint).requires_grad_(False)
         # Check ks against the feature width now, before any image is encoded.
@@ -246,13 +256,15 @@ class FeatureSelection(L.LightningModule):
     ) -> dict[str, float]:
         """Linear accuracy, retrieval precision and transfer accuracy on ``dims``."""
         train_x, train_y = self._train
+        distance = self.hparams.retrieval_distance
+        suffix = "" if distance == "cosine" else f"_{distance}"
         row = {
             "linear_acc": probe_accuracy(
                 (train_x[:, dims], train_y), (test[0][:, dims], test[1]),
                 self.hparams.num_classes, **fit,
             ),
-            f"retrieval_p@{self.hparams.retrieval_k}": retrieval_precision(
-                test[0], test[1], k=self.hparams.retrieval_k, dims=dims
+            f"retrieval_p@{self.hparams.retrieval_k}{suffix}": retrieval_precision(
+                test[0], test[1], k=self.hparams.retrieval_k, dims=dims, distance=distance
             ).item(),
         }  # fmt: skip
         if transfer is not None:

@@ -11,10 +11,10 @@ too. Prints (and writes ``<out>/results.md``) one markdown table; see docs/evalu
         --knn configs/eval/cifar10_subset_knn.yaml \\
         --supervised configs/subset/cifar10_subset_ce.yaml --out runs/eval_subset
 
-``--spaces h z`` runs the linear probe and fine-tuning on the encoder output ``h`` and on
-the projector output ``z`` (NCL paper, Table 7); ``--seeds 0 1 2`` runs the chain once per
-seed into ``<out>/seed_<S>/``, then reports ``mean ± std``
-([`ncl_lightning.studies.chain_seeds`][]).
+``--spaces h z p`` runs the linear probe and fine-tuning on the encoder output ``h``, on
+the projector output ``z`` and on the raw projector output ``p`` (NCL paper, Table 7);
+``--seeds 0 1 2`` runs the chain once per seed into ``<out>/seed_<S>/``, then reports
+``mean ± std`` ([`ncl_lightning.studies.chain_seeds`][]).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ncl_lightning.evaluation.linear import SPACES
 from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.foundation.progress import Progress
 from ncl_lightning.foundation.resources import config_file
@@ -38,8 +39,7 @@ from ncl_lightning.studies.jobs import cli_here, folder_args, run_jobs
 PROG = "python -m ncl_lightning.studies.chain"
 SUBCOMMANDS = {"linear": "fit", "knn": "test", "selection": "test", "finetune": "fit"}
 SPACED = ("linear", "finetune")
-"""Protocols that run once per space of ``--spaces`` (``space: h`` / ``z`` of the probes)."""
-SPACES = ("h", "z")
+"""Protocols that run once per space of ``--spaces`` (the probes' ``space``)."""
 
 
 def protocol_runs(
@@ -103,7 +103,7 @@ def run_chain(
             (``linear`` applies to ``linear_z`` too).
         progress: Where each run is announced (default: a progress of this chain's runs).
         verbose: Keep Lightning's per-run banners, progress bars and model summaries.
-        spaces: Spaces of the linear probe and fine-tuning (``h``, ``z``; see
+        spaces: Spaces of the linear probe and fine-tuning (``h``, ``z``, ``p``; see
             [`protocol_runs`][ncl_lightning.studies.chain.protocol_runs]).
 
     Returns:
@@ -220,7 +220,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     )
     parser.add_argument(
         "--spaces", nargs="+", choices=SPACES, default=["h"],
-        help="linear probe and fine-tuning on h (encoder) and/or z (projector; NCL Table 7)",
+        help="linear probe and fine-tuning on h (encoder), z (features) and/or p (raw "
+        "projector output; NCL Table 7)",
     )  # fmt: skip
     parser.add_argument(
         "--verbose", action="store_true", help="keep Lightning's per-run banners and bars"

@@ -2,8 +2,8 @@
 
 Writes ``<out>/results.md`` (the one-seed table's columns as ``mean ± std`` over the seeds
 that have a value, the per-seed values and the differences beyond the spread, between runs
-and, with ``--spaces h z``, between a run's ``h`` and ``z`` probes), ``results_seeds.json``
-(``{seed: {config stem: results}}``) and the mean ``accuracy_vs_k.png``.
+and, with ``--spaces h z p``, between a run's ``h`` probes and its ``z`` or ``p`` ones),
+``results_seeds.json`` (``{seed: {config stem: results}}``) and the mean ``accuracy_vs_k.png``.
 """
 
 from __future__ import annotations
@@ -78,24 +78,26 @@ def exceeding(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[st
     return lines
 
 
-def _h_column(column: str) -> str | None:
-    """The ``h`` column a ``z`` column pairs with (``z linear top-1`` -> ``linear top-1``),
-    or ``None``."""
-    h_column = column.removeprefix("z ")
-    return h_column if h_column != column and h_column in COLUMNS else None
+def _h_column(column: str) -> tuple[str, str] | None:
+    """The space of a ``z`` or ``p`` column and the ``h`` column it pairs with
+    (``z linear top-1`` -> ``("z", "linear top-1")``), or ``None``."""
+    space, _, h_column = column.partition(" ")
+    return (space, h_column) if space in ("z", "p") and h_column in COLUMNS else None
 
 
 def exceeding_spaces(table: Mapping[str, Mapping[str, Mapping[int, float]]]) -> list[str]:
-    """Within each run, every ``z`` column (``z linear top-1``, ...; chain ``--spaces h z``)
-    against its ``h`` column where their ``mean ± std`` intervals do not overlap."""
+    """Within each run, every ``z`` or ``p`` column (``z linear top-1``, ...; chain
+    ``--spaces h z p``) against its ``h`` column where their ``mean ± std`` intervals do
+    not overlap."""
     lines = []
     for name, row in table.items():
         for column in row:
-            h_column = _h_column(column)
-            if h_column is None or h_column not in row:
+            paired = _h_column(column)
+            if paired is None or paired[1] not in row:
                 continue
-            vh, vz = list(row[h_column].values()), list(row[column].values())
-            if line := beyond_spread("h", vh, "z", vz, "{:.1f}".format):
+            space, h_column = paired
+            vh, vs = list(row[h_column].values()), list(row[column].values())
+            if line := beyond_spread("h", vh, space, vs, "{:.1f}".format):
                 lines.append(f"{h_column}: {name} {line}")
     return lines
 
@@ -118,7 +120,7 @@ def report(table: Mapping[str, Mapping[str, Mapping[int, float]]], seeds: Sequen
     lines += [f"- {line}" for line in exceeding(table)] or ["- none"]
     measured = (c for row in table.values() for c, v in row.items() if v)
     if any(_h_column(c) for c in measured):
-        lines += ["", "Within a run, h against z, beyond the spread:", ""]
+        lines += ["", "Within a run, h against z or p, beyond the spread:", ""]
         lines += [f"- {line}" for line in exceeding_spaces(table)] or ["- none"]
     return "\n".join(lines) + "\n"
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 
 # Column -> (protocol, metric key); selection keys get the reported k filled in. The
-# "linear" and "fine-tune" columns read the probes on h, the "z linear" and "z fine-tune"
-# ones the probes on the projector output z (chain --spaces h z; NCL paper, Table 7).
+# "linear" and "fine-tune" columns read the probes on h, the "z ..." ones the probes on the
+# projector output z and the "p ..." ones those on the raw projector output p (chain
+# --spaces h z p; NCL paper, Table 7).
 COLUMNS: dict[str, tuple[str, str]] = {
     "online linear": ("pretrain", "val/online_acc"),
     "z sparsity": ("pretrain", "val/z/sparsity"),
@@ -19,9 +20,12 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "linear top-5": ("linear", "val/offline_linear/acc_top5"),
     "z linear top-1": ("linear_z", "val/offline_linear_z/acc_top1"),
     "z linear top-5": ("linear_z", "val/offline_linear_z/acc_top5"),
+    "p linear top-1": ("linear_p", "val/offline_linear_p/acc_top1"),
+    "p linear top-5": ("linear_p", "val/offline_linear_p/acc_top5"),
     "kNN top-1": ("knn", "test/offline_knn/acc_top1"),
     "fine-tune top-1": ("finetune", "val/offline_finetune/acc_top1"),
     "z fine-tune top-1": ("finetune_z", "val/offline_finetune_z/acc_top1"),
+    "p fine-tune top-1": ("finetune_p", "val/offline_finetune_p/acc_top1"),
     "EA@k linear": ("selection", "test/selection/ea/k{k}/linear_acc"),
     "random@k linear": ("selection", "test/selection/random/k{k}/linear_acc"),
     "EA@k P@10": ("selection", "test/selection/ea/k{k}/retrieval_p@10"),

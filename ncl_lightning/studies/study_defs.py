@@ -164,9 +164,10 @@ PRIOR_STUDY_KL_WEIGHT = "3.0e-02"
 # the implementation's threshold negative throughout (the KL only opens gates).
 KL_WEIGHT_VALUES = ("3.0e-05", "1.0e-02", "3.0e-01")
 # λ at a sparse prior ρ = 0.2, where both forms agree within 15 %: 4e-5 to 0.14 (its
-# λ = 3e-2 point is the ρ = 0.2 row of the ρ study).
+# λ = 3e-2 point is the ρ = 0.2 row of the ρ study), with 1e-3 and 3e-3 (thresholds near
+# the gains' 25 % quantile) where a peak of an inverted U could sit.
 SPARSE_PRIOR = "0.2"
-SPARSE_KL_WEIGHT_VALUES = ("3.0e-05", "1.0e-02", "1.0e-01")
+SPARSE_KL_WEIGHT_VALUES = ("3.0e-05", "1.0e-03", "3.0e-03", "1.0e-02", "1.0e-01")
 SENSITIVITY_GRIDS: dict[str, tuple[tuple[float, float], ...]] = {
     "sensitivity-prior-digits": tuple(
         (float(rho), float(PRIOR_STUDY_KL_WEIGHT)) for rho in PRIOR_VALUES

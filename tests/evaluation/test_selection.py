@@ -15,6 +15,7 @@ from ncl_lightning.evaluation import (
     selection_table,
 )
 from ncl_lightning.evaluation.selection import rule_activations, select_dims
+from ncl_lightning.foundation.errors import ConfigError
 from ncl_lightning.metrics.functional import expected_activation, retrieval_precision
 from tests.checkpoints.test_checkpoint import FACTORIES, _fit_and_save
 
@@ -204,6 +205,43 @@ def test_release_rule_and_space_pick_the_reference_dims(tmp_path) -> None:
     assert model.results["ea_relu"][16]["linear_acc"] == pytest.approx(
         model.results["ea_no_relu"][16]["linear_acc"], abs=0.02
     )
+
+
+def _euclidean_p_at_10(z: torch.Tensor, y: torch.Tensor, dims: list[int]) -> float:
+    """The NCL release's retrieval, one query at a time: rows normalised over all dims, the
+    kept dims not re-normalised, the 10 nearest others by Euclidean distance."""
+    hits = 0
+    rows = [row / row.norm() for row in z.double()]
+    kept = [row[dims] for row in rows]
+    for i, query in enumerate(kept):
+        order = sorted((float((query - other).norm()), j) for j, other in enumerate(kept) if j != i)
+        hits += sum(int(y[j] == y[i]) for _, j in order[:10])
+    return hits / (10 * len(kept))
+
+
+@pytest.mark.slow
+def test_release_retrieval_is_euclidean_without_renormalising(tmp_path) -> None:
+    path = _fit_and_save(FACTORIES["ncl"](), tmp_path / "ncl.ckpt")
+    model = FeatureSelection(
+        str(path), num_classes=10, ks=[4], space="p", rules=["ea_relu"], probe_epochs=1,
+        retrieval_distance="euclidean",
+    )  # fmt: skip
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+    trainer.test(model, DigitsDataModule(batch_size=64))
+    z = torch.cat([f for f, _ in model._test])
+    y = torch.cat([label for _, label in model._test])
+    dims = select_dims(model._eas["ea_relu"], 4, "ea_relu", seed=0).tolist()
+    row = model.results["ea_relu"][4]
+    assert set(row) == {"linear_acc", "retrieval_p@10_euclidean"}
+    assert row["retrieval_p@10_euclidean"] == pytest.approx(
+        _euclidean_p_at_10(z, y, dims), abs=1e-6
+    )
+    # re-normalising the kept dims (the paper's cosine) ranks differently on a subset
+    cosine = retrieval_precision(z, y, k=10, dims=torch.tensor(dims)).item()
+    assert cosine != pytest.approx(row["retrieval_p@10_euclidean"], abs=1e-6)
+    with pytest.raises(ConfigError, match="retrieval_distance must be one of"):
+        FeatureSelection(str(path), num_classes=10, retrieval_distance="manhattan")
 
 
 def test_rules_are_checked() -> None:

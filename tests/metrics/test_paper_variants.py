@@ -199,6 +199,17 @@ def test_euclidean_retrieval_matches_main_eval_on_kept_dims() -> None:
     assert full == pytest.approx(F.retrieval_precision(z, labels, 5).item())
 
 
+def test_euclidean_retrieval_ranks_near_collapsed_rows_exactly() -> None:
+    """Rows that differ by 1e-4 (an early checkpoint's features): the float32 expansion
+    2 a·b − ‖b‖² would misrank them; the reference subtracts coordinates."""
+    g = torch.Generator().manual_seed(5)
+    z = torch.rand(1, 16, generator=g) + 1e-4 * torch.randn(80, 16, generator=g)
+    labels = torch.randint(0, 4, (80,), generator=g)
+    dims = [1, 2, 6, 11]
+    got = F.retrieval_precision(z, labels, 5, dims=torch.tensor(dims), distance="euclidean")
+    assert got.item() == pytest.approx(ref_euclidean_precision(z, labels, 5, dims))
+
+
 def test_euclidean_retrieval_metric_selects_by_ea_of_the_stored_features() -> None:
     z, labels = _distinct_features(seed=4)
     metric = metrics.RetrievalPrecision(k=4, num_selected=6, distance="euclidean")

@@ -1,5 +1,6 @@
-"""The chain's ``--spaces h z``: linear probe and fine-tuning on ``h`` and on ``z`` (NCL
-paper, Table 7), their runs, table columns and the within-run comparison over seeds."""
+"""The chain's ``--spaces h z p``: linear probe and fine-tuning on ``h``, on ``z`` and on
+the raw projector output ``p`` (NCL paper, Table 7), their runs, table columns and the
+within-run comparison over seeds."""
 
 from __future__ import annotations
 
@@ -42,8 +43,11 @@ def test_protocol_runs_per_space() -> None:
         "knn",
         "finetune_z",
     ]
-    with pytest.raises(ConfigError, match=r"^spaces must be one of 'h', 'z', got 'p'$"):
-        protocol_runs(PROTOCOLS, ("h", "p"))
+    assert protocol_runs(PROTOCOLS, ("h", "p"))[1] == (
+        "linear_p", "linear", Path("lin.yaml"), ["--model.init_args.space", "p"]
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^spaces must be one of 'h', 'z', 'p', got 'q'$"):
+        protocol_runs(PROTOCOLS, ("h", "q"))
 
 
 def _fake_run(calls: list, ckpt: Path):
@@ -52,12 +56,14 @@ def _fake_run(calls: list, ckpt: Path):
     def run(subcommand, config, root, extra, verbose=False):
         calls.append((subcommand, root.name, list(extra)))
         value = {"linear": 0.90, "linear_z": 0.80, "finetune": 0.95, "finetune_z": 0.85}
+        value |= {"linear_p": 0.70, "finetune_p": 0.75}
         if root.name == "pretrain":
             return {"val/z/sparsity": 0.5, "_last_ckpt": str(ckpt)}
+        protocol, _, space = root.name.partition("_")
         label = {"linear": "offline_linear", "finetune": "offline_finetune"}.get(
-            root.name.removesuffix("_z"), "offline_knn"
+            protocol, "offline_knn"
         )
-        label += "_z" if root.name.endswith("_z") else ""
+        label += f"_{space}" if space else ""
         stage = "test" if subcommand == "test" else "val"
         metrics = {f"{stage}/{label}/acc_top1": value.get(root.name, 0.5)}
         if subcommand == "fit":
@@ -113,6 +119,15 @@ def test_main_runs_each_probe_per_space_and_reruns_a_chain_without_z(
     calls.clear()
     chain.main([*argv, "--spaces", "h", "z"])
     assert calls == [] and capsys.readouterr().err.count("done before: ") == 6
+    # --spaces h z p adds the raw projector output p (the release's Table 7 space)
+    chain.main([*argv, "--spaces", "h", "z", "p"])
+    assert [c[1] for c in calls] == [
+        "pretrain", "linear", "linear_z", "linear_p", "knn", "finetune", "finetune_z",
+        "finetune_p",
+    ]  # fmt: skip
+    assert calls[3][2][-2:] == ["--model.init_args.space", "p"]
+    row = table_row(json.loads((out / "results.json").read_text())["a"])
+    assert row["p linear top-1"] == "70.0" and row["p fine-tune top-1"] == "75.0"
 
 
 def _table(values: dict[str, dict[str, list[float]]]) -> dict:
@@ -122,6 +137,7 @@ def _table(values: dict[str, dict[str, list[float]]]) -> dict:
         "linear_z": "val/offline_linear_z/acc_top1",
         "finetune": "val/offline_finetune/acc_top1",
         "finetune_z": "val/offline_finetune_z/acc_top1",
+        "linear_p": "val/offline_linear_p/acc_top1",
     }
     n = len(next(iter(next(iter(values.values())).values())))
     return {
@@ -133,33 +149,36 @@ def _table(values: dict[str, dict[str, list[float]]]) -> dict:
     }
 
 
-def test_h_against_z_beyond_the_spread_within_a_run() -> None:
+def test_h_against_z_and_p_beyond_the_spread_within_a_run() -> None:
     values = {
         "cl": {"linear": [0.95, 0.94, 0.96], "linear_z": [0.80, 0.82, 0.78],
                "finetune": [0.95, 0.96, 0.94], "finetune_z": [0.95, 0.93, 0.96]},
-        "ncl": {"linear": [0.90, 0.91, 0.92], "linear_z": [0.95, 0.96, 0.97]},
+        "ncl": {"linear": [0.90, 0.91, 0.92], "linear_z": [0.95, 0.96, 0.97],
+                "linear_p": [0.80, 0.81, 0.79]},
     }  # fmt: skip
     table = aggregate(_table(values))
     expected = []
     for run, protocols in values.items():
         for h, column in (("linear", "linear top-1"), ("finetune", "fine-tune top-1")):
-            if f"{h}_z" not in protocols:
-                continue
-            vh = [100 * v for v in protocols[h]]
-            vz = [100 * v for v in protocols[f"{h}_z"]]
-            (mh, sh), (mz, sz) = ((statistics.mean(v), statistics.stdev(v)) for v in (vh, vz))
-            if abs(mh - mz) > sh + sz:
-                a, b = f"h {mh:.1f} ± {sh:.1f}", f"z {mz:.1f} ± {sz:.1f}"
-                hi, lo = (a, b) if mh > mz else (b, a)
-                expected.append(f"{column}: {run} {hi} > {lo}")
+            for space in ("z", "p"):
+                if f"{h}_{space}" not in protocols:
+                    continue
+                vh = [100 * v for v in protocols[h]]
+                vs = [100 * v for v in protocols[f"{h}_{space}"]]
+                (mh, sh), (ms, ss) = ((statistics.mean(v), statistics.stdev(v)) for v in (vh, vs))
+                if abs(mh - ms) > sh + ss:
+                    a, b = f"h {mh:.1f} ± {sh:.1f}", f"{space} {ms:.1f} ± {ss:.1f}"
+                    hi, lo = (a, b) if mh > ms else (b, a)
+                    expected.append(f"{column}: {run} {hi} > {lo}")
     lines = exceeding_spaces(table)
     assert lines == expected
     assert lines == [
         "linear top-1: cl h 95.0 ± 1.0 > z 80.0 ± 2.0",
         "linear top-1: ncl z 96.0 ± 1.0 > h 91.0 ± 1.0",
+        "linear top-1: ncl h 91.0 ± 1.0 > p 80.0 ± 1.0",
     ]
     text = report(table, [0, 1, 2])
-    assert "Within a run, h against z, beyond the spread:" in text
+    assert "Within a run, h against z or p, beyond the spread:" in text
     assert "- linear top-1: ncl z 96.0 ± 1.0 > h 91.0 ± 1.0" in text
     h_only = aggregate(_table({"cl": {"linear": [0.95, 0.94, 0.96]}}))
     assert exceeding_spaces(h_only) == [] and "Within a run" not in report(h_only, [0, 1, 2])

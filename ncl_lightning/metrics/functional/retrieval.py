@@ -37,7 +37,8 @@ def retrieval_precision(
     """Precision@k of cosine-similarity retrieval (the NCL paper's "mAP@10").
 
     Queries are processed ``chunk_size`` at a time, so memory is ``O(chunk_size * N)``
-    (a 10,000 × 10,000 similarity matrix never materialises). Ties in similarity are
+    (a 10,000 × 10,000 similarity matrix never materialises). The Euclidean distances are
+    computed in float64. Ties in similarity are
     broken arbitrarily.
 
     Args:
@@ -63,7 +64,8 @@ def retrieval_precision(
     euclidean = distance == "euclidean"
     if euclidean:  # normalise over all dims, then keep the dims as they are
         z_hat = l2_normalize_rows(z)
-        z_hat = z_hat if dims is None else z_hat[:, dims]
+        # float64: 2 a·b − ‖b‖² cancels; in float32 it misranks near-equal rows
+        z_hat = (z_hat if dims is None else z_hat[:, dims]).double()
         # -‖a − b‖² = 2 a·b − ‖b‖² − ‖a‖²: the query's ‖a‖² does not change its ranking.
         sq_norms = z_hat.square().sum(dim=1)
     else:
