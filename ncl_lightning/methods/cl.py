@@ -30,6 +30,9 @@ class CL(SSLMethod):
         proj_batch_norm: BatchNorm after each hidden projector layer. ``False`` (default)
             is the NCL and BayesNCL releases' projector, Linear–ReLU–Linear
             (``solo/methods/simclr.py`` of both); ``True`` is the SimCLR paper's.
+        proj_output_batch_norm: BatchNorm after the projector's output layer too, before
+            the features' map (``True``: the SCL release's projector, Linear–BN–ReLU–
+            Linear–BN; NCL paper App. D.1 follows "the default settings of SCL").
         loss: Registered loss name (``info_nce``, ``spectral``; see
             [`OBJECTIVES`][ncl_lightning.losses.OBJECTIVES]) or a module
             ``(z1 [n, d], z2 [n, d]) -> loss`` that [`objective`][] applies; ``None``:
@@ -54,6 +57,7 @@ class CL(SSLMethod):
         proj_output_dim: int = 256,
         proj_num_layers: int = 2,
         proj_batch_norm: bool = False,
+        proj_output_batch_norm: bool = False,
         loss: str | TorchModule | None = None,
         temperature: float = 0.2,
         gather_distributed: bool = True,
@@ -68,8 +72,9 @@ class CL(SSLMethod):
         super().__init__(backbone, **kwargs)
         check_projector(proj_hidden_dim, proj_output_dim, proj_num_layers)
         self.projector = MLP(
-            backbone.out_dim, proj_hidden_dim, proj_output_dim, proj_num_layers, proj_batch_norm
-        )
+            backbone.out_dim, proj_hidden_dim, proj_output_dim, proj_num_layers,
+            proj_batch_norm, proj_output_batch_norm,
+        )  # fmt: skip
         loss = self.resolve_loss(loss)
         if isinstance(loss, str):
             make = OBJECTIVES.get(loss, config_key="loss")

@@ -21,6 +21,9 @@ class MLP(nn.Module):
         out_dim: Output width.
         num_layers: Number of linear layers (>= 1; 1 is a linear projector).
         batch_norm: BatchNorm after each hidden linear layer.
+        output_batch_norm: BatchNorm (affine) after the output layer too: the projector of
+            the SCL release (HaoChen et al., 2021; ``cifar_resnet_1_mlp_norelu.py``,
+            Linear–BN–ReLU–Linear–BN).
 
     The methods check their own arguments first (``proj_hidden_dim``, ``gate_hidden_dim``,
     ...), so the message a config sees names its key; these checks guard direct use.
@@ -33,6 +36,7 @@ class MLP(nn.Module):
         out_dim: int,
         num_layers: int = 2,
         batch_norm: bool = True,
+        output_batch_norm: bool = False,
     ) -> None:
         super().__init__()
         check_int("num_layers", num_layers)
@@ -49,7 +53,9 @@ class MLP(nn.Module):
                 layers.append(nn.BatchNorm1d(hidden_dim))
             layers.append(nn.ReLU(inplace=True))
             width = hidden_dim
-        layers.append(nn.Linear(width, out_dim))
+        layers.append(nn.Linear(width, out_dim, bias=not output_batch_norm))
+        if output_batch_norm:
+            layers.append(nn.BatchNorm1d(out_dim))
         self.net = nn.Sequential(*layers)
         self.out_dim = out_dim
 
