@@ -35,8 +35,10 @@ def _checks() -> dict[str, Callable[[int, int], dict[str, Any]]]:
     from tests.metrics import ddp_metrics_worker
 
     return {
-        "info_nce": lambda r, w: ddp_worker.objective_result(r, w, "info_nce"),
-        "spectral": lambda r, w: ddp_worker.objective_result(r, w, "spectral"),
+        **{
+            name: (lambda r, w, name=name: ddp_worker.objective_result(r, w, name))
+            for name in ddp_worker.LOSSES
+        },
         "pairs": ddp_pairs_worker.rank_result,
         "supcon": ddp_supcon_worker.rank_result,
         "bayesncl": ddp_bayes_worker.rank_result,

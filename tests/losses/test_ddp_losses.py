@@ -10,19 +10,19 @@ import torch
 from ncl_lightning.losses import OBJECTIVES
 from tests.gloo_group import WORLD, check_result, gloo_results
 from tests.losses import ddp_pairs_worker
-from tests.losses.ddp_worker import make_problem
+from tests.losses.ddp_worker import LOSSES, make_problem
 from tests.losses.test_pairs import check_against_reference
 
 
 @pytest.mark.ddp
 @pytest.mark.xdist_group("gloo")
-@pytest.mark.parametrize("objective", ["info_nce", "spectral"])
+@pytest.mark.parametrize("objective", list(LOSSES))
 def test_two_rank_gloo_equals_single_process(objective: str, tmp_path_factory) -> None:
+    """InfoNCE, the spectral loss on the sphere and in HaoChen et al.'s ball (rows both
+    inside and outside it), and the ball with Table 5's L1 penalty."""
     ranks = check_result(gloo_results(tmp_path_factory), objective)
     model, x1, x2 = make_problem()
-    loss = OBJECTIVES.build(objective, temperature=0.3, gather_distributed=False)(
-        model(x1), model(x2)
-    )
+    loss = LOSSES[objective](False)(model(x1), model(x2))
     loss.backward()
     for got in ranks:
         torch.testing.assert_close(got["loss"], loss.detach(), rtol=1e-5, atol=1e-6)
