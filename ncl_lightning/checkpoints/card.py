@@ -16,7 +16,7 @@ import importlib
 import importlib.metadata
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from types import ModuleType
 from typing import Any
 
@@ -118,15 +118,26 @@ def hub_dataset(class_path: str | None) -> str | None:
     return hub_id if isinstance(hub_id, str) else None
 
 
+def elided(text: str) -> str:
+    """``text``, or for an absolute path (POSIX, Windows or ``~``) a note keeping only its
+    last part: a card is published, and the training machine's folders are not its to show."""
+    posix, windows = PurePosixPath(text), PureWindowsPath(text)
+    if posix.is_absolute() or windows.is_absolute() or text.startswith("~"):
+        name = (windows if windows.is_absolute() else posix).name
+        return f"<absolute path on the training machine: {name}>"
+    return text
+
+
 def plain(value: Any) -> Any:
-    """A YAML-safe copy of hyper-parameters (other objects as their ``str``)."""
+    """A YAML-safe copy of hyper-parameters (other objects as their ``str``; absolute paths
+    [`elided`][ncl_lightning.checkpoints.card.elided])."""
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items() if k != "_instantiator"}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
+    if value is None or isinstance(value, bool | int | float):
         return value
-    return str(value)
+    return elided(str(value))
 
 
 def front_matter(config: Mapping[str, Any], ckpt: Mapping[str, Any] | None,
