@@ -405,7 +405,8 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
                 subclass_mode_data=True,
                 save_config_callback=RunConfig,
                 trainer_class=TypedTrainer,
-                parser_kwargs={"description": SUMMARY, **subs},  # named in --help
+                # named in --help; no prefix matching: --trainer.max_epoch is an error
+                parser_kwargs={"description": SUMMARY, "allow_abbrev": False, **subs},
                 args=args,
                 auto_configure_optimizers=False,
                 trainer_defaults={"callbacks": [preemption, failed, FitSummary()]},

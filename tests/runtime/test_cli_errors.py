@@ -155,6 +155,10 @@ PARSE_CASES = [
      "ResNett"),
     ("unknown config key", ["--model.init_args.tempreture", "0.3"], "tempreture"),
     ("unknown trainer key", ["--trainer.max_epohcs", "3"], "--trainer.max_epohcs"),
+    # a prefix of a real key is not taken for it (argparse's allow_abbrev is off)
+    ("abbreviated trainer key", ["--trainer.max_epoch", "3"],
+     "unrecognized arguments: --trainer.max_epoch 3"),
+    ("abbreviated top-level key", ["--seed_every", "3"], "unrecognized arguments: --seed_every"),
     ("invalid choice", ["--data.init_args.augment_on", "gpu"], 'Parser key "augment_on"'),
     ("wrong type", ["--model.init_args.temperature", "abc"], "abc"),
     ("seed out of range", ["--seed_everything", "-1"], 'Parser key "seed_everything"'),
