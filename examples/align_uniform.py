@@ -2,8 +2,9 @@
 
 Run it with the demo data:
 
-    python -m ncl_lightning.runtime.cli fit --config configs/demo/digits_ncl.yaml \
-        --model examples.align_uniform.AlignUniformNCL --model.init_args.nonneg squared_relu
+    ncl-cli fit --config configs/demo/digits_ncl.yaml \
+        --model examples.align_uniform.AlignUniformNCL --model.init_args.nonneg squared_relu \
+        --trainer.default_root_dir runs/extending --trainer.logger.init_args.save_dir runs/extending
 
 The loss is alignment + uniformity (Wang & Isola, "Understanding Contrastive Representation
 Learning through Alignment and Uniformity on the Hypersphere", ICML 2020).

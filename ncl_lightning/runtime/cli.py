@@ -13,6 +13,8 @@ The promises and their tests: ``docs/reliability.md``.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable, Sequence
 from functools import partialmethod
 from pathlib import Path
@@ -425,7 +427,13 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
 def main(args: list[str] | None = None) -> None:
     """Console entry point ``ncl-cli``: an error of ours is one line, exit status 2 (1 for
     faults during training) ([`errors`][ncl_lightning.runtime.errors]); jsonargparse prints
-    its own parse errors (exit status 2)."""
+    its own parse errors (exit status 2).
+
+    The current folder goes first on ``sys.path``, as ``python -m`` puts it: ``--model
+    mypkg.MyNCL`` imports the user's module from the folder ``ncl-cli`` runs in."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
     run_main("ncl-cli", lambda: cli_main(args))
 
 
