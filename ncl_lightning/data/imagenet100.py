@@ -58,11 +58,15 @@ def load_imagenet100_classes(class_list: str | None = None) -> list[str]:
 
 
 def class_list_hint(class_list: str | None, count: int) -> str:
-    """The missing-class error's pointer to where the ``count`` classes are listed."""
-    source = (
-        SHIPPED_CLASS_LIST if class_list is None else f"{class_list} (data.init_args.class_list)"
+    """The missing-class error's pointer to where the ``count`` classes are listed, and to
+    the options for other classes or another folder (the docs page "Your own data")."""
+    if class_list is not None:
+        return f"; the {count} classes are listed in {class_list} (data.init_args.class_list)"
+    return (
+        f"; the {count} classes are listed in {SHIPPED_CLASS_LIST}: for other classes give "
+        "--data.init_args.class_list <file of WNIDs>, for any labelled or unlabelled folder "
+        "--data ncl_lightning.data.ImageFolderDataModule (docs: 'Your own data')"
     )
-    return f"; the {count} classes are listed in {source}"
 
 
 class ImageNet100DataModule(DecodedCacheMixin, MultiViewDataModule):

@@ -174,7 +174,10 @@ def case_imagenet_classes_missing(tmp: Path, tree: Path):
     fragments = [
         f"data.init_args.train_dir: ImageNet-100 class folder(s) missing under "
         f"{root / 'train'}: {', '.join(gone[:5])} and 2 more (7 of 100 classes); the 100 "
-        f"classes are listed in {SHIPPED}"
+        f"classes are listed in {SHIPPED}",
+        # the way out for a user's own subset or folder, on the same line
+        "for other classes give --data.init_args.class_list <file of WNIDs>",
+        "--data ncl_lightning.data.ImageFolderDataModule (docs: 'Your own data')",
     ]
     return _fit(_imagenet_dm(root)), DataNotFoundError, fragments
 
