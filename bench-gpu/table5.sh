@@ -4,7 +4,8 @@
 # configs/subset/cifar10_subset_spectral_{cl,cl_l1,ncl}.yaml, then the linear probe
 # (configs/eval/cifar10_subset_linear.yaml) on h (encoder) and on z (projector output).
 # The 9 (method, seed) chains run JOBS at a time (default all 9); each step has its own
-# time limit (FIT_S, PROBE_S seconds).
+# time limit (FIT_S, PROBE_S seconds). SPACES picks the probes (default "h z"); a chain
+# whose pre-training finished in an earlier run into the same OUT reuses it.
 #
 # Output ($OUT): summary.tsv (method, seed, val/z/sparsity of the last pre-training
 # validation, probe top-1 on h and z), logs.tar.gz (every metrics.csv and log tail).
@@ -27,6 +28,7 @@ LIMIT=${LIMIT:-1.0}
 FIT_S=${FIT_S:-170}
 PROBE_S=${PROBE_S:-60}
 JOBS=${JOBS:-9}
+SPACES=${SPACES:-h z}
 mkdir -p "$OUT/runs"
 export PYTHONUNBUFFERED=1 WANDB_MODE=offline
 
@@ -43,15 +45,19 @@ chain() { # chain METHOD SEED
 	local common=(--seed_everything "$s" --trainer.accelerator "$ACCEL"
 		--trainer.enable_progress_bar false --trainer.limit_train_batches "$LIMIT"
 		--data.init_args.root "$DATA")
-	timeout "$FIT_S" "$PY" -m ncl_lightning.runtime.cli fit \
-		--config "configs/subset/cifar10_subset_$m.yaml" "${common[@]}" \
-		--trainer.max_epochs "$EPOCHS" --trainer.check_val_every_n_epoch "$EPOCHS" \
-		--trainer.default_root_dir "$d/pre" >"$d/fit.log" 2>&1
-	echo "fit exit $?" >>"$d/fit.log"
 	local ckpt
 	ckpt=$(ls "$d"/pre/*/version_0/checkpoints/last.ckpt 2>/dev/null | head -1)
+	if [[ -z $ckpt ]]; then # a finished pre-training (same OUT) is reused
+		timeout "$FIT_S" "$PY" -m ncl_lightning.runtime.cli fit \
+			--config "configs/subset/cifar10_subset_$m.yaml" "${common[@]}" \
+			--trainer.max_epochs "$EPOCHS" --trainer.check_val_every_n_epoch "$EPOCHS" \
+			--trainer.default_root_dir "$d/pre" >"$d/fit.log" 2>&1
+		echo "fit exit $?" >>"$d/fit.log"
+		ckpt=$(ls "$d"/pre/*/version_0/checkpoints/last.ckpt 2>/dev/null | head -1)
+	fi
 	[[ -n $ckpt ]] || return
-	for space in h z; do
+	for space in $SPACES; do
+		rm -rf "$d/probe_$space"
 		timeout "$PROBE_S" "$PY" -m ncl_lightning.runtime.cli fit \
 			--config configs/eval/cifar10_subset_linear.yaml "${common[@]}" \
 			--model.checkpoint "$ckpt" --model.init_args.space "$space" \

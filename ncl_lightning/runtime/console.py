@@ -49,6 +49,10 @@ class LineProgress(ProgressBar):
 
         Epoch 3/30: 11 batches in 1.2s | objective=5.3 val/online_acc=0.525
 
+    Validation values (``val/...``) are shown on the lines of the epochs that validated,
+    not carried over to those that did not; an epoch that ran no batch (a resume from
+    the end of an epoch) writes no line.
+
     Args:
         interval_s: Inside an epoch, also a line (``batch k/N``, batches per second)
             when this many seconds passed since the last one.
@@ -60,6 +64,7 @@ class LineProgress(ProgressBar):
         self.enabled = True
         self._epoch_start = self._last_line = monotonic()
         self._batches = 0
+        self._validated = False  # whether this training epoch ran its validation
 
     def disable(self) -> None:
         self.enabled = False
@@ -70,7 +75,11 @@ class LineProgress(ProgressBar):
     def _write(self, trainer: Any, pl_module: Any, head: str) -> None:
         if not self.enabled:
             return
-        metrics = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
+        metrics = {
+            k: v
+            for k, v in self.get_metrics(trainer, pl_module).items()
+            if k != "v_num" and (self._validated or not k.startswith("val/"))
+        }
         shown = format_metrics(metrics)
         epoch = epoch_text(trainer, trainer.current_epoch + 1).capitalize()
         line = f"{epoch}: {head}" + (f" | {shown}" if shown else "")
@@ -79,6 +88,11 @@ class LineProgress(ProgressBar):
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._epoch_start = self._last_line = monotonic()
         self._batches = 0
+        self._validated = False
+
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if not trainer.sanity_checking:
+            self._validated = True
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
@@ -93,6 +107,8 @@ class LineProgress(ProgressBar):
             self._write(trainer, pl_module, f"batch {batch_idx + 1}{of}, {rate:.3g} it/s")
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._batches == 0:
+            return
         took = format_duration(monotonic() - self._epoch_start)
         self._write(trainer, pl_module, f"{self._batches} batches in {took}")
 

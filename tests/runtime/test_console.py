@@ -43,6 +43,7 @@ def _fake_trainer(epoch: int = 0) -> SimpleNamespace:
     return SimpleNamespace(
         loggers=[], progress_bar_metrics={"objective": 5.29612, "val/online_acc": 0.5},
         max_epochs=3, current_epoch=epoch, num_training_batches=1000, is_global_zero=True,
+        sanity_checking=False,
     )  # fmt: skip
 
 
@@ -60,12 +61,28 @@ def test_line_progress_writes_one_line_per_epoch_and_one_per_interval(
         for batch in range(1000):  # 1/16 s a batch: 62.5 s an epoch, one interval line
             now[0] += 0.0625
             bar.on_train_batch_end(trainer, None, None, None, batch)
+        if epoch == 1:  # only the second epoch validates
+            bar.on_validation_epoch_end(trainer, None)
         bar.on_train_epoch_end(trainer, None)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 4, lines
-    assert lines[0] == "Epoch 1/3: batch 960/1000, 16 it/s | objective=5.296 val/online_acc=0.5"
-    assert lines[1] == "Epoch 1/3: 1000 batches in 1m02s | objective=5.296 val/online_acc=0.5"
-    assert lines[3].startswith("Epoch 2/3: 1000 batches in 1m02s")
+    # the first epoch did not validate: the value left from an earlier validation is not shown
+    assert lines[0] == "Epoch 1/3: batch 960/1000, 16 it/s | objective=5.296"
+    assert lines[1] == "Epoch 1/3: 1000 batches in 1m02s | objective=5.296"
+    assert lines[2] == "Epoch 2/3: batch 960/1000, 16 it/s | objective=5.296"
+    assert lines[3] == "Epoch 2/3: 1000 batches in 1m02s | objective=5.296 val/online_acc=0.5"
+    # an epoch that ran no batch (a resume from an epoch's end) writes nothing
+    trainer.current_epoch = 2
+    bar.on_train_epoch_start(trainer, None)
+    bar.on_train_epoch_end(trainer, None)
+    assert capsys.readouterr().err == ""
+    # the sanity check's validation does not count as the epoch's
+    bar.on_train_epoch_start(trainer, None)
+    trainer.sanity_checking = True
+    bar.on_validation_epoch_end(trainer, None)
+    bar.on_train_batch_end(trainer, None, None, None, 0)
+    bar.on_train_epoch_end(trainer, None)
+    assert "val/" not in capsys.readouterr().err
     bar.disable()
     bar.on_train_epoch_end(trainer, None)
     assert capsys.readouterr().err == ""  # other ranks: nothing
@@ -168,6 +185,8 @@ def test_a_fit_without_statistics_gets_them_and_validates_its_last_epoch(
     assert [line.split(" in ")[0] for line in progress] == [
         "Epoch 1/2: 3 batches", "Epoch 2/2: 3 batches"
     ]  # fmt: skip
+    # only the last epoch validated (FinalValidation): only its line shows val/ values
+    assert "val/" not in progress[0] and "val/online_acc=" in progress[1], progress
     assert "\r" not in err and len(err.splitlines()) <= 2 + 25, err
     summary = next(m for m in caplog_lines if m.startswith("Fit done:"))
     assert summary.startswith("Fit done: epoch 2/2, step 6")
