@@ -202,11 +202,40 @@ def _loading(config: Mapping[str, Any], files: Sequence[str]) -> list[str]:
             head = "# replace the classifier's last nn.Linear by torch.nn.Identity()"
         lines += [head, f"net.load_state_dict({state})", "```"]
     if "timm" in config:
-        lines += ["", "With timm (this folder's `config.json` is timm's too):", "", "```python",
-                  "import timm", "",
-                  'net = timm.create_model("hf-hub:<user>/<repo>", pretrained=True)  # or',
-                  'net = timm.create_model("local-dir:path/to/this/folder", pretrained=True)',
-                  "```"]  # fmt: skip
+        lines += [
+            "",
+            "With timm (this folder's `config.json` is timm's too):",
+            "",
+            "```python",
+            "import timm",
+            "",
+            'net = timm.create_model("hf-hub:<user>/<repo>", pretrained=True)  # or',
+            'net = timm.create_model("local-dir:path/to/this/folder", pretrained=True)',
+        ]
+        if "preprocessing" in config:
+            lines += [
+                "# the training run's evaluation transform (resize, crop, mean, std):",
+                "cfg = timm.data.resolve_data_config({}, model=net)",
+                "transform = timm.data.create_transform(**cfg)",
+            ]
+        lines += ["```"]  # fmt: skip
+    pre = config.get("preprocessing")
+    if pre:
+        resize = (
+            f"shorter side resized to {pre['resize']} ({pre['interpolation']}), "
+            if (pre.get("resize"))
+            else ""
+        )
+        lines += ["", f"Inputs as the training run evaluated them: {resize}centre crop "
+                  f"{pre['input_size'][-1]} px, {pre['input_size'][0]} channels in [0, 1], "
+                  f"normalised with mean {pre['mean']} and std {pre['std']} "
+                  "(`config.json`, `preprocessing`)."]  # fmt: skip
+    else:
+        lines += [
+            "",
+            "The checkpoint records no input preprocessing (written before "
+            "2026-11-30, or exported from Python): normalise as the training data was.",
+        ]
     return lines
 
 

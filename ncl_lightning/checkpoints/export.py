@@ -2,8 +2,10 @@
 
 [`export_backbone`][] writes ``model.safetensors`` (the weights, keys in our naming),
 ``config.json`` (how to rebuild it; the equivalent torchvision model and how its keys compare
-with ours, measured when the export is made; timm's fields where the architecture is exactly
-timm's, so ``timm.create_model("hf-hub:<repo>", pretrained=True)`` loads it), ``README.md``
+with ours, measured when the export is made; the training run's evaluation transform,
+``preprocessing``; timm's fields where the architecture is exactly timm's, so
+``timm.create_model("hf-hub:<repo>", pretrained=True)`` loads it and timm's data config
+rebuilds that transform: size, resize, interpolation, mean and std), ``README.md``
 (the model card, [`ncl_lightning.checkpoints.card`][]) and, on request,
 ``torchvision_state_dict.pt`` (the weights keyed as torchvision names them).
 [`load_backbone`][ncl_lightning.checkpoints.load.load_backbone] reads the folder back.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -186,10 +189,43 @@ def _source(
     return backbone_from_checkpoint(ckpt, path), ckpt, path
 
 
+def crop_fraction(crop: int, resize: int | None) -> float:
+    """timm's ``crop_pct`` for a centre crop of ``crop`` pixels from a shorter side resized
+    to ``resize`` (``None``: no resize, 1.0): the largest float whose
+    ``floor(crop / crop_pct)`` is ``resize``, the size timm's evaluation transform resizes
+    to (``crop / resize`` itself can round the other way)."""
+    if resize is None:
+        return 1.0
+    fraction = crop / resize
+    while math.floor(crop / fraction) < resize:
+        fraction = math.nextafter(fraction, 0.0)
+    return fraction
+
+
+def timm_preprocessing(preprocessing: Mapping[str, Any]) -> dict[str, Any]:
+    """timm's ``pretrained_cfg`` fields for the training run's evaluation transform
+    ([`preprocessing`][ncl_lightning.data.MultiViewDataModule.preprocessing]), so that
+    ``timm.data.resolve_data_config`` and ``create_transform`` rebuild it."""
+    input_size = list(preprocessing["input_size"])
+    return {
+        "input_size": input_size,
+        "interpolation": preprocessing["interpolation"],
+        "mean": list(preprocessing["mean"]),
+        "std": list(preprocessing["std"]),
+        "crop_pct": crop_fraction(input_size[-1], preprocessing.get("resize")),
+        "crop_mode": preprocessing.get("crop_mode", "center"),
+    }
+
+
 def export_config(
-    backbone: nn.Module, maps: Mapping[str, KeyMap], method: str | None
+    backbone: nn.Module,
+    maps: Mapping[str, KeyMap],
+    method: str | None,
+    preprocessing: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``config.json`` of an export (module docstring)."""
+    """The ``config.json`` of an export (module docstring); ``preprocessing``: the training
+    run's evaluation transform from the checkpoint's record (``None``: not recorded, a
+    checkpoint written before 2026-11-30 or a backbone exported from Python)."""
     spec = backbone.spec
     config: dict[str, Any] = {
         "class_path": spec["class_path"],
@@ -197,13 +233,18 @@ def export_config(
         "out_dim": int(getattr(backbone, "out_dim", 0)) or None,
         "ncl_lightning": {"export_version": EXPORT_VERSION, "method": method},
     }
+    if preprocessing is not None:
+        config["preprocessing"] = dict(preprocessing)
     if "torchvision" in maps:
         config["torchvision"] = asdict(maps["torchvision"])
     if "timm" in maps:
         config["timm"] = asdict(maps["timm"])
+        pretrained_cfg: dict[str, Any] = {"num_classes": 0}
+        if preprocessing is not None:
+            pretrained_cfg.update(timm_preprocessing(preprocessing))
         config.update(
             architecture=maps["timm"].architecture, num_classes=0,
-            num_features=config["out_dim"], pretrained_cfg={"num_classes": 0},
+            num_features=config["out_dim"], pretrained_cfg=pretrained_cfg,
         )  # fmt: skip
     return config
 
@@ -263,8 +304,8 @@ def export_backbone(
     files = _wanted_files(format, maps, f"{type(backbone).__name__} ({name})")
     state = {k: v.detach().cpu().contiguous().clone() for k, v in backbone.state_dict().items()}
     keyed = {lib: replace(m, keys=compare_keys(state, m)) for lib, m in maps.items()}
-    method = ckpt[RECORD_KEY].get("method") if ckpt else None
-    config = export_config(backbone, keyed, method)
+    record = ckpt[RECORD_KEY] if ckpt else {}
+    config = export_config(backbone, keyed, record.get("method"), record.get("preprocessing"))
     contents = {
         WEIGHTS_FILE: save(state, metadata={"format": "pt"}),
         CONFIG_FILE: (json.dumps(config, indent=2, sort_keys=False) + "\n").encode(),
@@ -288,9 +329,11 @@ __all__ = [
     "TORCHVISION_FILE",
     "KeyMap",
     "compare_keys",
+    "crop_fraction",
     "export_backbone",
     "export_config",
     "key_maps",
     "library_shapes",
     "renamed",
+    "timm_preprocessing",
 ]

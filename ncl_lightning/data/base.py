@@ -229,6 +229,21 @@ class MultiViewDataModule(ResumableData, L.LightningDataModule):
         ``image_size``."""
         return self.eval_resize or self.image_size
 
+    def preprocessing(self) -> dict[str, Any]:
+        """The evaluation transform's facts, which a checkpoint records for its export
+        (``config.json``; timm's ``pretrained_cfg``): ``input_size`` ``[C, H, W]``,
+        ``resize`` (the shorter side before the centre crop; ``None``: images used at
+        their size), ``interpolation`` and the normalisation ``mean``, ``std``."""
+        aug = self.augmentation
+        return {
+            "input_size": [aug.channels, aug.crop_size, aug.crop_size],
+            "resize": self.eval_resize,
+            "crop_mode": "center",
+            "interpolation": "bilinear",  # torchvision's Resize default, as clean() uses
+            "mean": [float(m) for m in aug.mean],
+            "std": [float(s) for s in aug.std],
+        }
+
     def base_dataset(self, split: Split) -> Dataset:
         """The untransformed dataset of ``split``, built once and cached."""
         if split not in self._base:

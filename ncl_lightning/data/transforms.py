@@ -253,10 +253,14 @@ class SimCLRAugmentation:
             A callable mapping a PIL image or image tensor ``[C, H, W]`` to a normalised
             float tensor ``[C, H', W']``.
         """
-        ops: list[Callable[[Any], Any]] = [v2.ToImage()]
+        # Resize and crop on the input type (PIL's bilinear for PIL images), as
+        # torchvision's and timm's evaluation transforms do: an export's timm transform
+        # then gives the same tensors.
+        ops: list[Callable[[Any], Any]] = []
         if resize is not None:
             ops += [v2.Resize(resize, antialias=True), v2.CenterCrop(self.crop_size)]
-        ops += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(self.mean, self.std)]
+        ops += [v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(self.mean, self.std)]  # fmt: skip
         return v2.Compose(ops)
 
 

@@ -5,7 +5,9 @@ puts ``checkpoint["ncl_lightning"]``: the core of
 [`make_record`][ncl_lightning.checkpoints.record.make_record] (class path, backbone spec, so
 [`load_backbone`][ncl_lightning.checkpoints.load.load_backbone] rebuilds the encoder from the file
 alone), the run's logger versions (a resume continues them) and the run's identity
-(``{"id", "folder"}``: a resume into another run's folder is refused); and it flushes the
+(``{"id", "folder"}``: a resume into another run's folder is refused), the DataModule's
+evaluation transform (``preprocessing``: size, resize, normalisation; an export's
+``config.json`` carries it); and it flushes the
 loggers, so a kill after this checkpoint loses no row that the resumed run will not log
 again.
 """
@@ -75,6 +77,9 @@ def write_record(module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         record["loggers"] = logger_versions(trainer.loggers)
         record["run"] = run_identity(trainer)
         record["optimizers"] = [class_path(type(o)) for o in trainer.optimizers]
+        preprocessing = getattr(trainer.datamodule, "preprocessing", None)
+        if callable(preprocessing):  # the evaluation transform, for an export's config
+            record["preprocessing"] = preprocessing()
         for logger in trainer.loggers:
             logger.save()
     checkpoint[RECORD_KEY] = record
