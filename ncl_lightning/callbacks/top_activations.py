@@ -12,6 +12,7 @@ it has them) with its share; each image its class.
 
 from __future__ import annotations
 
+import tempfile
 from itertools import islice
 from pathlib import Path
 from typing import Any, Literal
@@ -147,8 +148,20 @@ class TopActivations(L.Callback):
         return torch.cat(features)[: self.max_samples]
 
     def draw(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> dict[str, Path]:
-        """Encode the split, save the four pictures and hand them to image loggers."""
+        """Encode the split, save the four pictures and hand them to image loggers. Under
+        ``fast_dev_run`` (Lightning's dry run, which keeps no file) they are drawn into a
+        scratch folder that is then removed."""
+        if trainer.fast_dev_run:
+            with tempfile.TemporaryDirectory() as scratch:
+                self._draw(trainer, pl_module, stage, Path(scratch))
+            self.last_paths = {}
+            return {}
         out = run_dir(trainer) / "pictures"  # on every rank: trainer.log_dir is a collective
+        return self._draw(trainer, pl_module, stage, out)
+
+    def _draw(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str, out: Path
+    ) -> dict[str, Path]:
         if not trainer.is_global_zero:
             return {}
         datamodule = _picture_data(trainer)

@@ -47,6 +47,8 @@ PRIVATE_APIS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.trainer.trainer", "Trainer._logger_connector"),
     ("lightning.pytorch.trainer.trainer", "Trainer._signal_connector"),
     ("lightning.pytorch.strategies.launchers.subprocess_script", "_SubprocessScriptLauncher.procs"),
+    ("torch.cpu", "_is_avx512_bf16_supported"),
+    ("torch.cpu", "_is_amx_tile_supported"),
 )
 # Keyword arguments of the fresh instance an instance attribute is looked up on, for the
 # classes that need some (by ``module:class``).
@@ -130,6 +132,14 @@ def stop_at_batch_end(trainer: Any) -> None:
     """Have Lightning's loops stop at the end of this batch (training: after it completed;
     validation: at the next batch), as on SIGTERM: they raise ``SIGTERMException``."""
     trainer._signal_connector.received_sigterm = True
+
+
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU has bfloat16 arithmetic units (AVX512-BF16 or AMX); without them
+    torch emulates bf16 matrix products, slower than float32."""
+    import torch
+
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
 def launched_processes(trainer: Any) -> list[Any]:

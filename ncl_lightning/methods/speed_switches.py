@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import torch
 from torch import Tensor, nn
 
+from ncl_lightning.foundation.internals import cpu_computes_bf16
 from ncl_lightning.foundation.options import CompileMode
 
 _APPLIED = "_speed_switches_applied"
@@ -83,3 +84,18 @@ def apply_speed_switches(module: nn.Module) -> None:
             target = getattr(module, name, None)
             if isinstance(target, nn.Module):
                 target.compile(mode=None if mode == "default" else mode)
+
+
+def bf16_on_cpu_notice(precision: Any, device: torch.device) -> str | None:
+    """The warning for a bf16 run on a CPU that emulates bf16 (``None`` otherwise): such
+    a run is much slower than in float32 (a ResNet-18 forward and backward on 32 CIFAR
+    images, one thread: 6.8 s in float32, 89 s under bf16 autocast, 13x; 2-core AVX2
+    AMD EPYC VM, torch 2.14.1, 2026-11-30)."""
+    if not str(precision).startswith("bf16") or device.type != "cpu" or cpu_computes_bf16():
+        return None
+    return (
+        f"precision {precision} on a CPU without bfloat16 units (no AVX512-BF16 or AMX): "
+        "torch emulates bf16 and trains many times slower than float32; add "
+        "--trainer.precision 32-true "
+        "(or --config configs/smoke.yaml for a quick check)"
+    )

@@ -19,6 +19,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from ncl_lightning.callbacks.final_validation import FinalValidation
@@ -31,7 +32,7 @@ from ncl_lightning.methods.checks import check_common_arguments
 from ncl_lightning.methods.guard import NonFiniteGuard
 from ncl_lightning.methods.preflight import example_batch, preflight
 from ncl_lightning.methods.record import write_record
-from ncl_lightning.methods.speed_switches import apply_speed_switches
+from ncl_lightning.methods.speed_switches import apply_speed_switches, bf16_on_cpu_notice
 from ncl_lightning.optim import decay_param_groups
 from ncl_lightning.optim.schedule_setup import check_schedule_length, configure_warmup_cosine
 
@@ -202,6 +203,9 @@ class TrainableModule(L.LightningModule):
         super().setup(stage)
         if stage != "fit":
             return
+        notice = bf16_on_cpu_notice(self.trainer.precision, self.trainer.strategy.root_device)
+        if notice is not None:
+            rank_zero_warn(notice)
         data = self.trainer.datamodule
         found = {
             name: getattr(data, name)

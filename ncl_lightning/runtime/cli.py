@@ -22,6 +22,7 @@ from typing import Any
 
 from jsonargparse.typing import NonNegativeFloat, PositiveInt, register_type
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info
@@ -236,15 +237,22 @@ class NCLCLI(LightningCLI):
         check_model_defaults(self.model)  # defaults through **kwargs, which the CLI ignores
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """The trainer, with line progress instead of per-batch bars in a log file."""
+        """The trainer, with line progress instead of per-batch bars in a log file; under
+        ``fast_dev_run`` no ``ModelCheckpoint`` writes ``last.ckpt`` (Lightning skips its
+        other saves then, not the one at the end of training)."""
         key = f"{self.subcommand}.trainer" if self.subcommand else "trainer"
         self.trainer_defaults["callbacks"] += progress_callbacks(self.config_init.get(key) or {})
         try:
-            return super().instantiate_trainer(**kwargs)
+            trainer = super().instantiate_trainer(**kwargs)
         except (TypeError, ValueError, ImportError) as err:  # Lightning refuses a value
             if isinstance(err, ConfigError):
                 raise
             raise ConfigError(f"trainer: {err}", key="trainer") from err
+        if trainer.fast_dev_run:
+            for callback in trainer.checkpoint_callbacks:
+                if isinstance(callback, ModelCheckpoint):
+                    callback.save_last = False
+        return trainer
 
     def _config_modules(self) -> list[str]:
         """Modules of the classes the config names (the checkpoint's, once merged, have
