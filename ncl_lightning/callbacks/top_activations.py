@@ -32,6 +32,7 @@ from ncl_lightning.metrics.functional import (
     top_k_class_counts,
 )
 from ncl_lightning.plot import pictures
+from ncl_lightning.plot.feature_map import embed_2d, embedding_used, feature_map
 from ncl_lightning.plot.style import check_formats, save_figure
 
 
@@ -87,6 +88,11 @@ class TopActivations(L.Callback):
         formats: Files of every picture: ``png`` (always written: the loggers get it) and,
             for papers, the vector ``pdf`` and ``svg`` beside it (same name, other suffix).
         image_labels: Write each grid image's class under it (when the data has classes).
+        feature_map: Also draw a 2-D map of the encoded images' features coloured by class
+            (``feature_map``, ``python -m ncl_lightning.atlas.feature_map``); t-SNE of 10,000
+            images takes about a minute on a CPU.
+        feature_map_method: ``auto`` (UMAP where ``umap-learn`` is installed, else
+            t-SNE), ``umap`` or ``tsne``.
     """
 
     def __init__(
@@ -101,12 +107,19 @@ class TopActivations(L.Callback):
         seed: int = 0,
         formats: list[str] = ["png"],  # noqa: B006 (a typed list: it becomes YAML)
         image_labels: bool = True,
+        feature_map: bool = False,
+        feature_map_method: Literal["auto", "umap", "tsne"] = "auto",
     ) -> None:
         for name, value in (("every_n_epochs", every_n_epochs), ("num_dims", num_dims),
                             ("num_images", num_images), ("heatmap_samples", heatmap_samples),
                             ("cell", cell)):  # fmt: skip
             check_int(name, value)
         check_choice("space", space, ("z", "h"))
+        if feature_map:
+            embedding_used(feature_map_method)  # an unknown name, or umap not installed
+        self.feature_map = feature_map
+        self.feature_map_method = feature_map_method
+        self._labels: Tensor | None = None  # classes of the images _encode encoded
         self.formats = list(check_formats(["png", *check_formats(formats)]))
         self.image_labels = image_labels
         self.every_n_epochs = every_n_epochs
@@ -137,14 +150,18 @@ class TopActivations(L.Callback):
         datamodule = trainer.datamodule  # a PictureData: draw checked it
         loader = datamodule.val_dataloader() if stage == "val" else datamodule.test_dataloader()
         most = batch_limit(trainer, stage, loader)  # fast_dev_run, limit_*_batches
-        features, seen = [], 0
-        for x, _ in islice(loader, most):
+        features, labels, seen = [], [], 0
+        for x, y in islice(loader, most):
             features.append(
                 getattr(pl_module.encode(x.to(pl_module.device)), self.space).float().cpu()
             )
+            labels.append(y.cpu() if isinstance(y, Tensor) and y.dim() == 1 else None)
             seen += len(x)
             if self.max_samples is not None and seen >= self.max_samples:
                 break
+        # the feature map's colours: integer class labels of the encoded images, if any
+        known = labels and all(y is not None and not y.is_floating_point() for y in labels)
+        self._labels = torch.cat(labels)[: self.max_samples] if known else None
         return torch.cat(features)[: self.max_samples]
 
     def draw(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> dict[str, Path]:
@@ -221,6 +238,16 @@ class TopActivations(L.Callback):
                 ea, out / f"{tag}_ea_curve.png", f"{self.space}: expected activation", formats
             ),
         }
+        if self.feature_map:
+            xy, used = embed_2d(z, self.feature_map_method, self.seed)
+            paths["feature_map"] = feature_map(
+                [(model_title(pl_module), xy,
+                  None if self._labels is None else self._labels.numpy())],
+                out / f"{tag}_feature_map.png",
+                f"{stage} {self.space} of {n} images, {used}",
+                names or (class_names(datamodule, dataset, count) if count else []),
+                formats,
+            )  # fmt: skip
         for logger in trainer.loggers:
             if hasattr(logger, "log_image"):
                 for name, path in paths.items():
