@@ -209,12 +209,15 @@ class TopActivations(L.Callback):
         captions = [[names[c] for c in row] for row in classes] if known else None
 
         out.mkdir(parents=True, exist_ok=True)
-        tag = f"{stage}_{self.space}_epoch{trainer.current_epoch:03d}"
+        # epochs counted as the console's lines count them: the validation of the 30th
+        # epoch draws epoch030 ("Epoch 30/30"); a test, the epochs trained before it
+        epoch = trainer.current_epoch + (1 if stage == "val" else 0)
+        tag = f"{stage}_{self.space}_epoch{epoch:03d}"
         order = ea.argsort(descending=True)
         g = torch.Generator().manual_seed(self.seed)
         sample = torch.randperm(n, generator=g)[: self.heatmap_samples]
         formats = self.formats
-        title = f"{model_title(pl_module)}\n{stage} {self.space}, epoch {trainer.current_epoch}"
+        title = f"{model_title(pl_module)}\n{stage} {self.space}, epoch {epoch}"
         grid = pictures.activation_grid(
             np.asarray(pixels), labels, title, captions if self.image_labels else None, self.cell
         )

@@ -80,7 +80,8 @@ def test_grid_title_row_classes_and_vector_files_in_a_fit(tmp_path: Path, monkey
     trainer.fit(model, data)
 
     paths = callback.last_paths
-    assert paths["top_activations"].name == "val_z_epoch001_top_activations.png"
+    # the second epoch's validation: "Epoch 2/2" in the console, epoch002 in the name
+    assert paths["top_activations"].name == "val_z_epoch002_top_activations.png"
     for png in paths.values():
         assert png.suffix == ".png" and png.is_file()
         for suffix in (".pdf", ".svg"):
@@ -102,7 +103,7 @@ def test_grid_title_row_classes_and_vector_files_in_a_fit(tmp_path: Path, monkey
         expected_rows.append(f"dim {j}\nEA {float(ea[j]):.3f}\n{NAMES[top]} {share}%")
         expected_captions += [NAMES[c] for c in labels]
     texts = [t.get_text() for t in drawn[-1].texts]
-    assert texts[0].startswith("NCL · SmallCNN backbone\nval z, epoch 1")
+    assert texts[0].startswith("NCL · SmallCNN backbone\nval z, epoch 2")
     assert model_title(model) == "NCL · SmallCNN backbone"
     for row in expected_rows:
         assert row in texts, (row, texts)

@@ -84,7 +84,7 @@ def test_the_callback_draws_the_map_and_logs_it(tmp_path: Path) -> None:
                         num_sanity_val_steps=0)  # fmt: skip
     trainer.fit(FACTORIES["ncl"](), DigitsDataModule(batch_size=64))
     path = pictures.last_paths["feature_map"]
-    assert path.name == "val_z_epoch000_feature_map.png" and path.is_file()
+    assert path.name == "val_z_epoch001_feature_map.png" and path.is_file()
     assert logger.images["val/z/feature_map"] == [str(path)]
     assert pictures._labels is not None and len(pictures._labels) == 300
 

@@ -465,7 +465,8 @@ def test_pictures_are_images_in_wandb_and_on_disk(runs: dict[str, Logged], name:
         assert media.startswith(f"media/images/{key}_") and media.endswith(".png")
         assert (logged.run.folder / "files" / media).is_file()
         name_ = key.rsplit("/", 1)[1]
-        assert (run_dir / "pictures" / f"{stage}_z_epoch000_{name_}.png").is_file()
+        epoch = "001" if stage == "val" else "000"  # after the one-epoch fit; a test: 0
+        assert (run_dir / "pictures" / f"{stage}_z_epoch{epoch}_{name_}.png").is_file()
     for key in logged.keys - set(pictures):  # numbers, and the per-dimension table
         kind = TABLE if key == f"{stage}/z/dimensions" else None
         assert logged.run.media_type(key) == kind, f"{key} is {logged.run.media_type(key)}"
