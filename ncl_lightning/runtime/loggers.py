@@ -20,7 +20,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers import WandbLogger as _LightningWandbLogger
 from lightning.pytorch.loggers.logger import DummyExperiment, rank_zero_experiment
-from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 from torch import Tensor, nn
 
 from ncl_lightning.callbacks.wandb_tables import dimension_table, metric_definition
@@ -172,10 +172,12 @@ class WandbLogger(_LightningWandbLogger):
             target = run_dir
             if self._id:  # the folders of all sessions of this run
                 target = os.path.join(os.path.dirname(run_dir), f"offline-run-*-{run.id}")
-            head = (
-                f"W&B unavailable ({reason}); logging offline" if reason else "W&B offline; logging"
-            )
-            rank_zero_warn(f"{head} to {run_dir}; sync later with: wandb sync {target}")
+            if reason is None:  # offline as asked: where the run went, one info line
+                rank_zero_info(f"W&B offline; logging to {run_dir}; sync later with: "
+                               f"wandb sync {target}")  # fmt: skip
+            else:  # a fallback the user may want to fix: a warning
+                rank_zero_warn(f"W&B unavailable ({reason}); logging offline to {run_dir}; "
+                               f"sync later with: wandb sync {target}")  # fmt: skip
 
     def _to_csv(self, why: str) -> None:
         version = self.version or uuid.uuid4().hex[:8]

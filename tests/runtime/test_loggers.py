@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import logging
 import socket
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,18 +88,35 @@ def _messages(record: list[warnings.WarningMessage], text: str) -> list[str]:
     return [str(w.message) for w in record if text in str(w.message)]
 
 
+@contextmanager
+def _info_lines() -> Iterator[list[str]]:
+    """The messages Lightning's loggers (``rank_zero_info``) emit inside the block."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("lightning.pytorch")
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+
+
 @pytest.mark.slow
 def test_offline_with_invalid_key_trains_and_hints_sync_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
 ) -> None:
+    """Offline as asked (WANDB_MODE=offline): one info line, not a warning."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_API_KEY", "bogus")  # wrong length: wandb refuses it online
     logger = WandbLogger(save_dir=tmp_path, project="p")
-    _fit(logger)
+    with _info_lines() as lines:
+        _fit(logger)
     runs = list(tmp_path.glob("wandb/offline-run-*"))
     assert len(runs) == 1
     assert list(runs[0].glob("run-*.wandb")), "no run data in the offline run folder"
-    hints = _messages(recwarn.list, "wandb sync")
+    assert _messages(recwarn.list, "wandb sync") == []
+    hints = [line for line in lines if "wandb sync" in line]
     assert len(hints) == 1
     assert hints[0].startswith("W&B offline; logging to ")
     assert hints[0].endswith(f"sync later with: wandb sync {runs[0]}")
@@ -214,17 +233,18 @@ def test_offline_resume_with_same_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
 ) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
-    for value in (1.0, 2.0):
-        logger = WandbLogger(save_dir=tmp_path, project="p", version="crashed01")
-        assert logger.experiment.id == "crashed01"
-        logger.log_metrics({"loss": value}, step=int(value))
-        assert logger.version == "crashed01"
-        wandb.finish()  # the process ends (crash) before the next session
-        time.sleep(1.1)  # folders are named to the second: a restart takes longer than that
+    with _info_lines() as lines:
+        for value in (1.0, 2.0):
+            logger = WandbLogger(save_dir=tmp_path, project="p", version="crashed01")
+            assert logger.experiment.id == "crashed01"
+            logger.log_metrics({"loss": value}, step=int(value))
+            assert logger.version == "crashed01"
+            wandb.finish()  # the process ends (crash) before the next session
+            time.sleep(1.1)  # folders are named to the second: a restart takes longer than that
     folders = list(tmp_path.glob("wandb/offline-run-*-crashed01"))
     assert len(folders) == 2
     assert all((folder / "run-crashed01.wandb").is_file() for folder in folders)
-    hints = _messages(recwarn.list, "wandb sync")
+    hints = [line for line in lines if "wandb sync" in line]
     assert len(hints) == 2
     assert all(
         h.endswith("wandb sync " + str(tmp_path / "wandb/offline-run-*-crashed01")) for h in hints
