@@ -112,6 +112,8 @@ class WandbLogger(_LightningWandbLogger):
 
     def __init__(self, *, folder: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if self._wandb_init.get("anonymous") is None:  # wandb warns at any value of it
+            self._wandb_init.pop("anonymous", None)
         self._folder = folder
         self._csv: CSVLogger | None = None
         self._hparams: dict[str, Any] | Namespace = {}

@@ -104,9 +104,13 @@ def _info_lines() -> Iterator[list[str]]:
 
 @pytest.mark.slow
 def test_offline_with_invalid_key_trains_and_hints_sync_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    recwarn: pytest.WarningsRecorder,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
-    """Offline as asked (WANDB_MODE=offline): one info line, not a warning."""
+    """Offline as asked (WANDB_MODE=offline): one info line, not a warning; and no wandb
+    warning about Lightning's ``anonymous`` argument, which the user never set."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_API_KEY", "bogus")  # wrong length: wandb refuses it online
     logger = WandbLogger(save_dir=tmp_path, project="p")
@@ -116,6 +120,7 @@ def test_offline_with_invalid_key_trains_and_hints_sync_once(
     assert len(runs) == 1
     assert list(runs[0].glob("run-*.wandb")), "no run data in the offline run folder"
     assert _messages(recwarn.list, "wandb sync") == []
+    assert "anonymous setting" not in capfd.readouterr().err
     hints = [line for line in lines if "wandb sync" in line]
     assert len(hints) == 1
     assert hints[0].startswith("W&B offline; logging to ")
