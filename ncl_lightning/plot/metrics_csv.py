@@ -64,7 +64,9 @@ def find_metrics(folder: Path, all_versions: bool = False) -> list[Path]:
         folder: A version folder holding ``metrics.csv``, an ``offline-run-*`` folder, the
             file itself, or any folder above (a run root such as ``runs/demo/digits_ncl``
             holding ``<name>/version_N/``, or ``runs/cifar10_ncl`` holding
-            ``wandb/offline-run-*/``).
+            ``wandb/offline-run-*/``); or the run folder ``ncl-cli`` prints for a W&B run,
+            ``<save_dir>/<name>/<run id>``, whose W&B files are
+            ``<save_dir>/wandb/offline-run-*-<run id>/``.
         all_versions: Return every run file found below ``folder``; otherwise more than one
             is refused.
 
@@ -83,6 +85,8 @@ def find_metrics(folder: Path, all_versions: bool = False) -> list[Path]:
     if (folder / METRICS_FILE).is_file():
         return [folder / METRICS_FILE]
     found = _run_files(folder, METRICS_FILE) + _run_files(folder, WANDB_FILE)
+    if not found:  # an ncl-cli run folder <save_dir>/<name>/<run id> of a W&B run
+        found = sorted(folder.parent.parent.glob(f"wandb/offline-run-*-{folder.name}/{WANDB_FILE}"))
     if not found:
         raise DataNotFoundError(
             f"{folder}: no {METRICS_FILE} and no {WANDB_FILE} below it; expected a CSVLogger "

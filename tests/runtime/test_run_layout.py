@@ -160,3 +160,7 @@ def test_a_wandb_run_has_the_same_layout(
     assert f"run folder: {run}" in caplog.text or f"run folder: {run.relative_to(tmp_path)}" in (
         caplog.text
     )
+    # the run folder printed is what the plot tool takes: it finds the W&B files (issue 47)
+    from ncl_lightning.plot.metrics_csv import find_metrics
+
+    assert find_metrics(run) == [offline[0] / "run-w1.wandb"]
