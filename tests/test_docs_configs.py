@@ -176,7 +176,7 @@ COLUMNS: dict[str, Check] = {
 }
 UNCHECKED = {"what it changes", "applies on"}  # free-text columns of config tables
 # Partial configs given as a second `--config` after a base config.
-OVERLAYS = re.compile(r"/overlays/|^configs/ablations/|^configs/smoke\.yaml$")
+OVERLAYS = re.compile(r"/overlays/|^configs/ablations/")
 
 
 # -- parsing docs/configs.md --------------------------------------------------------------

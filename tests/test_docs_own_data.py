@@ -1,5 +1,5 @@
 """Every ``ncl-cli fit`` command of ``docs/own-data.md`` runs as written on generated
-folders (its placeholders replaced), with ``configs/smoke.yaml`` added where the page does
+folders (its placeholders replaced), with ``configs/overlays/smoke.yaml`` added where the page does
 not add it itself: the labelled and unlabelled folder, the small-image config, a subset of
 ImageNet classes, the smoke check (the first command with the overlay, run once)."""
 
@@ -16,7 +16,7 @@ from ncl_lightning.runtime.cli import cli_main
 from tests.conftest import ROOT
 
 PAGE = ROOT / "docs" / "own-data.md"
-SMOKE = "configs/smoke.yaml"
+SMOKE = "configs/overlays/smoke.yaml"
 WNIDS = ("n01440764", "n01443537", "n01484850")
 
 

@@ -97,5 +97,5 @@ def bf16_on_cpu_notice(precision: Any, device: torch.device) -> str | None:
         f"precision {precision} on a CPU without bfloat16 units (no AVX512-BF16 or AMX): "
         "torch emulates bf16 and trains many times slower than float32; add "
         "--trainer.precision 32-true "
-        "(or --config configs/smoke.yaml for a quick check)"
+        "(or --config configs/overlays/smoke.yaml for a quick check)"
     )

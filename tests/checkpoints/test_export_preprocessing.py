@@ -55,7 +55,8 @@ def test_timm_preprocesses_an_export_as_our_evaluation_does(
         "--data.init_args.image_size",
         str(image_size),
     ]
-    cli_main(["fit", "--config", "configs/imagenet100_ncl.yaml", "--config", "configs/smoke.yaml",
+    smoke = "configs/overlays/smoke.yaml"
+    cli_main(["fit", "--config", "configs/imagenet100_ncl.yaml", "--config", smoke,
               *data, "--trainer.default_root_dir", str(runs),
               "--trainer.logger.init_args.save_dir", str(runs),
               "--trainer.enable_progress_bar", "false"])  # fmt: skip
