@@ -154,6 +154,8 @@ class WandbLogger(_LightningWandbLogger):
             # Lightning would log into it; an earlier fit in this process left it open
             rank_zero_warn(f"W&B run {wandb.run.id} still open; finished to start {self._id}")
             wandb.finish()
+        if self._wandb_init.get("dir"):  # wandb looks for git from it: warns while it is missing
+            os.makedirs(self._wandb_init["dir"], exist_ok=True)
         reason = self._online_problem()
         if reason is None:
             try:

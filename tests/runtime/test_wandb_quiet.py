@@ -1,0 +1,85 @@
+"""A quiet W&B run (issue 47, items 6 and 7): what a user sees and finds after ``ncl-cli
+fit`` and ``ncl-cli test`` with the W&B logger offline, run through the installed console
+script in a folder that is not a git checkout, with wandb's own messages on (the tests'
+``WANDB_SILENT`` is removed) and the paper configs' ``bf16-mixed`` precision."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+DEMO = ROOT / "configs" / "demo" / "digits_ncl.yaml"
+NAME = "digits_wandb"  # the run's name, not the save_dir's ("runs") nor the project's
+SHORT = [
+    "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+    "--trainer.limit_val_batches", "1", "--trainer.limit_test_batches", "1",
+    "--trainer.num_sanity_val_steps", "0", "--trainer.enable_progress_bar", "false",
+]  # fmt: skip
+
+
+@dataclass
+class Ran:
+    """One command's output."""
+
+    stdout: str
+    stderr: str
+
+    @property
+    def text(self) -> str:
+        return self.stdout + self.stderr
+
+
+@dataclass
+class QuietRun:
+    """A fit and a test of its last checkpoint, in ``cwd``; the fit's run folder."""
+
+    cwd: Path
+    run: Path
+    fit: Ran
+    test: Ran
+
+
+def _ncl_cli(*args: str, cwd: Path) -> Ran:
+    script = Path(sys.executable).with_name("ncl-cli")
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SILENT", "PYTHONPATH")}
+    env["WANDB_MODE"] = "offline"
+    done = subprocess.run([str(script), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return Ran(done.stdout, done.stderr)
+
+
+@pytest.fixture(scope="module")
+def quiet_run(tmp_path_factory: pytest.TempPathFactory) -> QuietRun:
+    cwd = tmp_path_factory.mktemp("quiet")  # not a git checkout; runs/ does not exist yet
+    assert subprocess.run(["git", "-C", str(cwd), "rev-parse"], capture_output=True).returncode
+    config = yaml.safe_load(DEMO.read_text())
+    config["trainer"]["precision"] = "bf16-mixed"  # as the paper configs
+    config["trainer"]["default_root_dir"] = "runs"
+    config["trainer"]["logger"] = {
+        "class_path": "ncl_lightning.runtime.loggers.WandbLogger",
+        "init_args": {"project": "ncl-lightning", "name": NAME, "save_dir": "runs"},
+    }
+    (cwd / "config.yaml").write_text(yaml.safe_dump(config))
+    fit = _ncl_cli("fit", "--config", "config.yaml", *SHORT, cwd=cwd)
+    (run,) = (p.parent.parent for p in (cwd / "runs").glob(f"{NAME}/*/checkpoints/last.ckpt"))
+    last = run / "checkpoints" / "last.ckpt"
+    test = _ncl_cli("test", "--config", "config.yaml", *SHORT, "--ckpt_path", str(last), cwd=cwd)
+    return QuietRun(cwd, run, fit, test)
+
+
+@pytest.mark.slow
+def test_no_git_warning_outside_a_git_checkout(quiet_run: QuietRun) -> None:
+    """wandb looks for a git checkout from the run's ``dir``; it warned 'git root runs does
+    not exist' while the folder did not exist yet (item 6)."""
+    for ran in (quiet_run.fit, quiet_run.test):
+        assert "git root" not in ran.text
+        assert "git repo" not in ran.text
