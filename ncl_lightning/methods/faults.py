@@ -123,7 +123,9 @@ def last_finite_path(trainer: L.Trainer) -> Path:
 
 
 def where(at: tuple[int, int, int] | None) -> str:
-    """``step S (epoch E, batch B)`` of a ``(step, epoch, batch)`` position."""
+    """``step S (epoch E, batch B)`` of a ``(step, epoch, batch)`` position: ``E`` counted
+    from 1 as the console's epoch lines count them, ``S`` and ``B`` from 0 as Lightning's
+    ``global_step`` and ``batch_idx``."""
     if at is None:
         return "training_step"
-    return f"step {at[0]} (epoch {at[1]}, batch {at[2]})"
+    return f"step {at[0]} (epoch {at[1] + 1}, batch {at[2]})"

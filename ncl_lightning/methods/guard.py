@@ -511,15 +511,16 @@ class NonFiniteGuard(Callback):
             if self._unlogged_skip:
                 self._log_skips(pl_module)
         skipped, batches = self._skipped_epoch, self._batches_epoch
+        epoch = trainer.current_epoch + 1  # as the console's epoch lines count
         self._skipped_epoch = self._batches_epoch = 0
         if not skipped:
             return
         if skipped >= batches:
             self._stop_skipping(
-                pl_module, f"every batch of epoch {trainer.current_epoch} ({skipped} of {batches})"
+                pl_module, f"every batch of epoch {epoch} ({skipped} of {batches})"
             )
         rank_zero_warn(
-            f"epoch {trainer.current_epoch}: skipped {skipped} batch(es) with "
+            f"epoch {epoch}: skipped {skipped} batch(es) with "
             f"a non-finite loss, buffer or gradient ({self.skipped_total} in all; "
             "nonfinite_loss: skip)"
         )

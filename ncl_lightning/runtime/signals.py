@@ -310,7 +310,7 @@ class Preemption(Callback):
             if trainer is not None and trainer.is_global_zero:
                 message = (
                     f"stopped by {signal.Signals(signum).name} at step {trainer.global_step} "
-                    f"(epoch {trainer.current_epoch}): no batch boundary within {grace:g} s (a "
+                    f"(epoch {trainer.current_epoch + 1}): no batch boundary within {grace:g} s (a "
                     "training step, a validation hook or a data loader worker is stuck), so "
                     f"nothing was saved now; {on_disk(trainer)}"
                 )
@@ -337,7 +337,8 @@ class Preemption(Callback):
             self.stop = PreemptedError(f"stopped by {name} before any training step", signum)
             return
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        where = f"at step {trainer.global_step} (epoch {trainer.current_epoch})"
+        # epochs counted from 1, as the console's epoch lines count them
+        where = f"at step {trainer.global_step} (epoch {trainer.current_epoch + 1})"
         path = last_checkpoint_path(trainer)
         try:
             trainer.save_checkpoint(path, weights_only=False)  # collective: rank 0 writes

@@ -388,7 +388,7 @@ def test_preempted_run_whose_save_does_not_fit(tmp_path: Path) -> None:
     assert step == 8  # epoch 0's, kept
     lines = [line for line in out.splitlines() if line.startswith("ncl-cli:")]
     assert len(lines) == 1 and "Traceback" not in out, out[-3000:]
-    found = re.match(r"ncl-cli: stopped by SIGTERM at step (\d+) \(epoch 1\); ", lines[0])
+    found = re.match(r"ncl-cli: stopped by SIGTERM at step (\d+) \(epoch 2\); ", lines[0])
     assert found and step < int(found.group(1)) < 2 * step, lines[0]  # mid-epoch
     assert lines[0][found.end() :].startswith(
         f"not saved: cannot write {last}: file too large for this process or file system "

@@ -159,7 +159,7 @@ class _Snapshot(L.Callback):
 CASES: dict[str, Callable[..., L.LightningModule]] = {
     "ncl": _ncl, "nce": _nce, "ncl-captured": _ncl_captured,
 }  # fmt: skip
-SKIPPED = r"epoch 0: skipped 1 batch\(es\) with a non-finite"
+SKIPPED = r"epoch 1: skipped 1 batch\(es\) with a non-finite"
 
 
 @dataclass
@@ -209,7 +209,7 @@ def test_stop_saves_the_last_finite_state_and_names_the_step(
     kind = "nan" if math.isnan(bad) else "inf"
     assert "\n" not in message
     assert message.startswith(
-        f"non-finite loss ({kind}) at step {BAD_STEP} (epoch 0, batch {BAD_STEP}); "
+        f"non-finite loss ({kind}) at step {BAD_STEP} (epoch 1, batch {BAD_STEP}); "
         "training stopped; last finite state saved to "
     )
     assert message.endswith(f"last-finite.ckpt; {HINT}") and path.is_file()

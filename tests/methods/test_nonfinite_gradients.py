@@ -66,7 +66,7 @@ def test_stop_on_an_inf_gradient_with_a_finite_loss(
     line = _error_line(capsys)
     (path,) = out.rglob("last-finite.ckpt")
     assert line == (
-        f"non-finite gradient of {TARGET} (inf) at step {BAD_STEP} (epoch 0, batch {BAD_STEP}); "
+        f"non-finite gradient of {TARGET} (inf) at step {BAD_STEP} (epoch 1, batch {BAD_STEP}); "
         f"training stopped; last finite state saved to {path}; {HINT}"
     )
     saved = torch.load(path, map_location="cpu", weights_only=True)
@@ -90,7 +90,7 @@ def test_skip_an_inf_gradient_leaves_the_weights_as_they_were(
     out = tmp_path / "out"
     poison = _poison(step=BAD_STEP, target=TARGET, value="nan", record=tmp_path)
     limit = ["--model.init_args.grad_norm_limit", "1e6"]
-    with pytest.warns(UserWarning, match=r"epoch 0: skipped 1 batch\(es\) with a non-finite"):
+    with pytest.warns(UserWarning, match=r"epoch 1: skipped 1 batch\(es\) with a non-finite"):
         main(_args(out, "--model.init_args.nonfinite_loss", "skip", *limit, *poison))
     before = torch.load(tmp_path / "before-rank0.pt", weights_only=True)
     after = torch.load(tmp_path / "after-rank0.pt", weights_only=True)
@@ -112,7 +112,7 @@ def test_a_parameter_made_non_finite_by_a_step_stops_under_both_modes(
         main(_args(out, "--model.init_args.nonfinite_loss", "skip", *poison))
     assert info.value.code == 1
     assert _error_line(capsys).startswith(
-        f"non-finite parameter {TARGET} (nan) at step 2 (epoch 0, batch 2), from an "
+        f"non-finite parameter {TARGET} (nan) at step 2 (epoch 1, batch 2), from an "
         "optimiser step with finite gradients; training stopped; no finite state left to save"
     )
     assert not list(out.rglob("last-finite.ckpt"))
@@ -129,7 +129,7 @@ def test_grad_norm_limit_stops_a_step_above_it(
         main(_args(tmp_path / "low", "--model.init_args.grad_norm_limit", "0.001"))
     line = _error_line(capsys)
     assert line.startswith("gradient norm ") and " above grad_norm_limit 0.001 (largest: " in line
-    assert " at step 0 (epoch 0, batch 0); training stopped; last finite state saved to " in line
+    assert " at step 0 (epoch 1, batch 0); training stopped; last finite state saved to " in line
 
 
 def test_grad_norm_limit_is_checked() -> None:

@@ -61,8 +61,8 @@ def test_a_skip_run_that_skips_every_batch_of_an_epoch_fails(
         tmp_path, capsys, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4"
     )
     assert code == 1
-    assert "nonfinite_loss: skip skipped every batch of epoch 0 (4 of 4), nothing trained" in line
-    assert f"last: non-finite gradient of {TARGET} (inf) at step 3 (epoch 0, batch 3)" in line
+    assert "nonfinite_loss: skip skipped every batch of epoch 1 (4 of 4), nothing trained" in line
+    assert f"last: non-finite gradient of {TARGET} (inf) at step 3 (epoch 1, batch 3)" in line
     assert "last-finite.ckpt" in line
     assert next((tmp_path / "out").rglob("last-finite.ckpt")).is_file()
 
@@ -72,7 +72,7 @@ def test_max_steps_within_an_epoch_counts_too(
 ) -> None:
     code, line = _fit(tmp_path, capsys, "--trainer.max_steps", "3")
     assert code == 1
-    assert "skipped every batch of epoch 0 (3 of 3)" in line
+    assert "skipped every batch of epoch 1 (3 of 3)" in line
 
 
 def test_a_run_with_finite_batches_still_finishes(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_skips_in_a_row_stop_a_long_epoch(
     )
     assert code == 1
     assert "skipped 3 batches in a row, nothing trained (last: " in line
-    assert "at step 2 (epoch 0, batch 2)" in line
+    assert "at step 2 (epoch 1, batch 2)" in line
 
 
 def test_an_overflowing_gradient_names_its_largest_element_and_the_temperature() -> None:

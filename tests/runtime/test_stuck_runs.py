@@ -119,7 +119,7 @@ def test_signal_ends_a_stuck_run(
     step = STEPS
     assert torch.load(last, weights_only=True)["global_step"] == step  # saved after epoch 0
     name = signal.Signals(signum).name
-    found = re.match(rf"ncl-cli: stopped by {name} at step (\d+) \(epoch 1\): ", lines[0])
+    found = re.match(rf"ncl-cli: stopped by {name} at step (\d+) \(epoch 2\): ", lines[0])
     assert found and step <= int(found.group(1)) < 2 * step, lines[0]  # where it hung
     assert lines[0][found.end() :].startswith(
         f"no batch boundary within {GRACE_S} s (a training step, a validation hook or a data "
