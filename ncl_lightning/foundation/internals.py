@@ -12,6 +12,7 @@ the name and this module (``tests/foundation/test_internals.py``). What is used,
 * ``Trainer.fit_loop`` (``_FitLoop``, ``_TrainingEpochLoop``): ``setup_data`` and the
   progress counters ([`build_train_loader`][], [`batches_processed`][], ...).
 * ``LightningCLI._parse_ckpt_path`` ([`override_ckpt_path_parsing`][]).
+* ``LightningCLI._parser``: a subcommand's parser ([`subcommand_parser`][]).
 * ``Trainer._logger_connector`` ([`logs_this_step`][]).
 * ``Trainer._signal_connector.received_sigterm``: the flag Lightning's loops stop on at the
   next batch end ([`stop_at_batch_end`][]; set on every rank at once under DDP).
@@ -41,6 +42,7 @@ from ncl_lightning.foundation.errors import DataError
 PRIVATE_APIS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.core.mixins.hparams_mixin", "_given_hyperparameters"),
     ("lightning.pytorch.cli", "LightningCLI._parse_ckpt_path"),
+    ("lightning.pytorch.cli", "LightningCLI._parser"),
     ("lightning.pytorch.loops.fit_loop", "_FitLoop"),
     ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop"),
     ("wandb.proto.wandb_internal_pb2", "Record"),
@@ -109,6 +111,11 @@ def override_ckpt_path_parsing(cls: type) -> type:
     parse_ckpt_path.__doc__ = cls._read_ckpt_path.__doc__  # type: ignore[attr-defined]
     setattr(cls, PARSE_CKPT_PATH, parse_ckpt_path)
     return cls
+
+
+def subcommand_parser(cli: Any, subcommand: str) -> Any:
+    """The jsonargparse parser of a LightningCLI ``subcommand`` (``fit``, ``test``, ...)."""
+    return cli._parser(subcommand)
 
 
 # -- checkpoint paths -----------------------------------------------------------------------

@@ -34,7 +34,7 @@ from ncl_lightning.checkpoints.load import RECORD_KEY, check_state_fits, read_ch
 from ncl_lightning.checkpoints.optimizer_groups import OptimizerGroupsCheck, ResumeOverrides
 from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.internals import override_ckpt_path_parsing
+from ncl_lightning.foundation.internals import override_ckpt_path_parsing, subcommand_parser
 from ncl_lightning.foundation.progress import library_notices_off
 from ncl_lightning.foundation.protocols import ChecksInputs
 from ncl_lightning.methods.record import run_identity
@@ -67,6 +67,7 @@ from ncl_lightning.runtime.runs import (
     set_logger_versions,
 )
 from ncl_lightning.runtime.signals import Preemption
+from ncl_lightning.runtime.unknown_keys import check_keys
 
 
 class Seed(int):
@@ -143,6 +144,12 @@ class NCLCLI(LightningCLI):
         """LightningCLI's parsing without its caution against ``args`` beside ``sys.argv``:
         [`cli_main`][]'s ``args`` replace ``sys.argv[1:]`` (scripts with their own argv)."""
         self._args = args
+        tokens = sys.argv[1:] if args is None else args
+        if not isinstance(tokens, dict):  # a typo is refused with the closest key
+            at = next((i for i, t in enumerate(tokens) if t in self.subcommands()), None)
+            if at is not None:
+                sub = tokens[at]
+                check_keys(subcommand_parser(self, sub), sub, tokens[at + 1 :])
         self.config = self._parse(defaults=True)
 
     def _parse(self, defaults: bool) -> Any:

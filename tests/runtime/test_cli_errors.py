@@ -154,11 +154,6 @@ PARSE_CASES = [
     ("unknown backbone", ["--model.init_args.backbone.class_path", "ncl_lightning.nn.ResNett"],
      "ResNett"),
     ("unknown config key", ["--model.init_args.tempreture", "0.3"], "tempreture"),
-    ("unknown trainer key", ["--trainer.max_epohcs", "3"], "--trainer.max_epohcs"),
-    # a prefix of a real key is not taken for it (argparse's allow_abbrev is off)
-    ("abbreviated trainer key", ["--trainer.max_epoch", "3"],
-     "unrecognized arguments: --trainer.max_epoch 3"),
-    ("abbreviated top-level key", ["--seed_every", "3"], "unrecognized arguments: --seed_every"),
     ("invalid choice", ["--data.init_args.augment_on", "gpu"], 'Parser key "augment_on"'),
     ("wrong type", ["--model.init_args.temperature", "abc"], "abc"),
     ("seed out of range", ["--seed_everything", "-1"], 'Parser key "seed_everything"'),
@@ -187,6 +182,60 @@ def test_what_jsonargparse_refuses_exits_2_naming_the_key(
 ) -> None:
     err = parse_refused(extra, tmp_path, capsys)
     assert "error:" in err and named in err, err
+
+
+# Keys no parser of the subcommand knows, on the command line or in a --config file: our one
+# line with the closest key, before jsonargparse parses; a prefix of a real key is not taken
+# for it (argparse's allow_abbrev is off)
+TYPO_CASES = [
+    ("unknown trainer key", lambda t: ["--trainer.max_epohcs", "3"],
+     "unknown key 'trainer.max_epohcs'; did you mean 'trainer.max_epochs'?"),
+    ("abbreviated trainer key", lambda t: ["--trainer.max_epoch", "3"],
+     "unknown key 'trainer.max_epoch'; did you mean 'trainer.max_epochs'?"),
+    ("abbreviated key with =", lambda t: ["--trainer.max_epoch=3"],
+     "unknown key 'trainer.max_epoch'; did you mean 'trainer.max_epochs'?"),
+    ("abbreviated top-level key", lambda t: ["--seed_every", "3"],
+     "unknown key 'seed_every'; did you mean 'seed_everything'?"),
+    ("misspelt help", lambda t: ["--trainer.callback.help"],
+     "unknown key 'trainer.callback'; did you mean 'trainer.callbacks'?"),
+    ("key in a config file", lambda t: _config(t, "trainer:\n  max_epoch: 2\n"),
+     "unknown key 'trainer.max_epoch' in "),
+    ("key with nothing close", lambda t: ["--zzzz", "1"],
+     "unknown key 'zzzz'; see: ncl-cli fit --help"),
+]  # fmt: skip
+
+
+def _config(tmp: Path, text: str) -> list[str]:
+    path = tmp / "typo.yaml"
+    path.write_text(text)
+    return ["--config", str(path)]
+
+
+@pytest.mark.parametrize(("extra", "line"), [c[1:] for c in TYPO_CASES],
+                         ids=[c[0] for c in TYPO_CASES])  # fmt: skip
+def test_unknown_keys_are_one_line_with_the_closest_key(
+    extra, line: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    err = parse_refused(extra(tmp_path), tmp_path, capsys)
+    (first,) = [x for x in err.splitlines() if x.startswith("ncl-cli: error:")]
+    assert line in first, first
+
+
+def test_known_keys_below_a_class_and_groups_pass_the_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Keys below a class-typed key (``model.init_args.*``, ``trainer.logger.init_args.*``),
+    appended list items and whole groups go on to jsonargparse: ``--print_config`` prints
+    the resolved values."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(DEMO / "digits_ncl.yaml"),
+              "--model.init_args.temperature", "0.3", "--trainer.max_epochs=2",
+              "--trainer", '{"limit_val_batches": 1}', "--trainer.callbacks+",
+              "LearningRateMonitor", "--trainer.logger.init_args.save_dir", str(tmp_path),
+              "--print_config"])  # fmt: skip
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "temperature: 0.3" in out and "max_epochs: 2" in out and "LearningRateMonitor" in out
 
 
 @pytest.mark.slow
