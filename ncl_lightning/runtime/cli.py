@@ -40,7 +40,12 @@ from ncl_lightning.foundation.protocols import ChecksInputs
 from ncl_lightning.methods.record import run_identity
 from ncl_lightning.methods.subclass_defaults import check_model_defaults
 from ncl_lightning.methods.trainable import DATA_LINKED, TrainableModule
-from ncl_lightning.runtime.console import FitSummary, default_logger, progress_callbacks
+from ncl_lightning.runtime.console import (
+    FitSummary,
+    default_logger,
+    progress_callbacks,
+    summary_callbacks,
+)
 from ncl_lightning.runtime.errors import run_main
 from ncl_lightning.runtime.failures import FailedRun
 from ncl_lightning.runtime.resume import (
@@ -244,13 +249,15 @@ class NCLCLI(LightningCLI):
         check_model_defaults(self.model)  # defaults through **kwargs, which the CLI ignores
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """The trainer, with line progress instead of per-batch bars in a log file; under
+        """The trainer, with line progress instead of per-batch bars in a log file and the
+        model summary of [`ModelTable`][ncl_lightning.runtime.console.ModelTable]; under
         ``fast_dev_run`` no ``ModelCheckpoint`` writes ``last.ckpt`` (Lightning skips its
         other saves then, not the one at the end of training)."""
         key = f"{self.subcommand}.trainer" if self.subcommand else "trainer"
-        self.trainer_defaults["callbacks"] += progress_callbacks(self.config_init.get(key) or {})
+        config = self.config_init.get(key) or {}
+        self.trainer_defaults["callbacks"] += progress_callbacks(config) + summary_callbacks(config)
         try:
-            trainer = super().instantiate_trainer(**kwargs)
+            trainer = super().instantiate_trainer(**{**kwargs, "enable_model_summary": False})
         except (TypeError, ValueError, ImportError) as err:  # Lightning refuses a value
             if isinstance(err, ConfigError):
                 raise

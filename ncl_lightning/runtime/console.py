@@ -1,5 +1,6 @@
 """What ``ncl-cli`` adds to Lightning's console output: [`LineProgress`][] in a log file,
-[`FitSummary`][] when a fit ends, and [`default_logger`][] without Lightning's note."""
+[`ModelTable`][] when a fit starts, [`FitSummary`][] when it ends, and
+[`default_logger`][] without Lightning's note."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ from time import monotonic
 from typing import Any
 
 from jsonargparse import Namespace
-from lightning.pytorch.callbacks import Callback, ProgressBar
+from lightning.pytorch.callbacks import Callback, ModelSummary, ProgressBar
 from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities.model_summary import (
+    get_formatted_model_size,
+    get_human_readable_count,
+)
+from torch import nn
 
 from ncl_lightning.foundation.progress import format_duration
 from ncl_lightning.methods.record import run_folder
@@ -126,6 +132,60 @@ def progress_callbacks(trainer_config: dict[str, Any]) -> list[Callback]:
     ):
         return []
     return [LineProgress()]
+
+
+def model_table(module: nn.Module) -> str:
+    """The table of Lightning's model summary: each top-level module's name, type,
+    parameters and mode, then the totals; the size is that of the parameters as stored
+    (float32 under ``bf16-mixed``, bfloat16 under ``bf16-true``)."""
+    rows = [("", "Name", "Type", "Params", "Mode")]
+    for i, (name, child) in enumerate(module.named_children()):
+        count = sum(p.numel() for p in child.parameters())
+        mode = "train" if child.training else "eval"
+        rows.append((str(i), name, type(child).__name__, get_human_readable_count(count), mode))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = [" | ".join(map(str.ljust, row, widths)).rstrip() for row in rows]
+    rule = "-" * max(len(line) for line in lines)
+    params = [p for p in module.parameters() if not nn.parameter.is_lazy(p)]
+    total = sum(p.numel() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    megabytes = sum(p.numel() * p.element_size() for p in params) / 1e6
+    modes = [m.training for m in module.modules()][1:]  # without the module itself
+    totals = [
+        (get_human_readable_count(trainable), "Trainable params"),
+        (get_human_readable_count(total - trainable), "Non-trainable params"),
+        (get_human_readable_count(total), "Total params"),
+        (get_formatted_model_size(megabytes), "Total params size (MB)"),
+        (str(modes.count(True)), "Modules in train mode"),
+        (str(modes.count(False)), "Modules in eval mode"),
+    ]
+    return "\n".join([lines[0], rule, *lines[1:], rule, *(f"{v:<10}{k}" for v, k in totals)])
+
+
+class ModelTable(Callback):
+    """Lightning's model summary when a fit starts (rank 0), without its two notes that no
+    setting changes: a FLOPs column, filled only from an ``example_input_array`` (zeros
+    otherwise), and a warning that it cannot size the parameters of a mixed precision
+    (they are float32 then). [`model_table`][] makes the table."""
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.is_global_zero:
+            rank_zero_info("\n" + model_table(pl_module))
+
+
+def summary_callbacks(trainer_config: dict[str, Any]) -> list[Callback]:
+    """``[ModelTable()]`` unless ``enable_model_summary`` or ``barebones`` turn the summary
+    off or a ``ModelSummary`` callback is listed; ``trainer_config``: the instantiated
+    ``trainer`` section. The trainer itself then adds none (``enable_model_summary=False``)."""
+    listed = trainer_config.get("callbacks") or []
+    listed = listed if isinstance(listed, Sequence) else [listed]
+    if (
+        trainer_config.get("enable_model_summary") is False
+        or trainer_config.get("barebones")
+        or any(isinstance(c, ModelSummary) for c in listed)  # the user's own summary
+    ):
+        return []
+    return [ModelTable()]
 
 
 def default_logger(trainer_config: Any) -> None:

@@ -83,3 +83,38 @@ def test_no_git_warning_outside_a_git_checkout(quiet_run: QuietRun) -> None:
     for ran in (quiet_run.fit, quiet_run.test):
         assert "git root" not in ran.text
         assert "git repo" not in ran.text
+
+
+@pytest.mark.slow
+def test_the_model_summary_has_no_flops_column(quiet_run: QuietRun) -> None:
+    """Lightning's summary filled a FLOPs column with zeros (it counts them only from an
+    ``example_input_array``); ncl-cli's table has none (item 6)."""
+    lines = quiet_run.fit.text.splitlines()
+    (header,) = [line for line in lines if "| Name" in line]
+    assert [cell.strip() for cell in header.split("|")] == ["", "Name", "Type", "Params", "Mode"]
+    assert "backbone" in quiet_run.fit.text and "Total params" in quiet_run.fit.text
+    assert "FLOPs" not in quiet_run.fit.text and "Total Flops" not in quiet_run.fit.text
+
+
+@pytest.mark.slow
+def test_no_model_summary_warning_under_bf16_mixed(quiet_run: QuietRun) -> None:
+    """Lightning's summary warned on every bf16-mixed fit that it cannot size the model (it
+    knows no mixed precision); the parameters are float32 then, as the table says (item 6)."""
+    assert "is not supported by the model summary" not in quiet_run.fit.text
+    (size,) = [line for line in quiet_run.fit.text.splitlines() if "params size (MB)" in line]
+    (total,) = [line for line in quiet_run.fit.text.splitlines() if line[10:] == "Total params"]
+    assert total.startswith("124 K")  # the demo's NCL: SmallCNN(width 32), projector, probe
+    assert size.split()[0] == "0.497"  # 124,233 float32 parameters
+
+
+def test_the_summary_follows_the_trainer_settings() -> None:
+    """``enable_model_summary: false`` turns the table off; a ``ModelSummary`` callback in the
+    config is Lightning's own summary, kept as given."""
+    from lightning.pytorch.callbacks import ModelSummary
+
+    from ncl_lightning.runtime.console import ModelTable, summary_callbacks
+
+    assert [type(c) for c in summary_callbacks({})] == [ModelTable]
+    assert summary_callbacks({"enable_model_summary": False}) == []
+    assert summary_callbacks({"barebones": True}) == []
+    assert summary_callbacks({"callbacks": [ModelSummary(max_depth=2)]}) == []
