@@ -13,13 +13,16 @@ the name and this module (``tests/foundation/test_internals.py``). What is used,
   progress counters ([`build_train_loader`][], [`batches_processed`][], ...).
 * ``LightningCLI._parse_ckpt_path`` ([`override_ckpt_path_parsing`][]).
 * ``LightningCLI._parser``: a subcommand's parser ([`subcommand_parser`][]).
+* ``argparse.HelpFormatter._split_lines`` and ``_fill_text``: where ``--help`` text is
+  wrapped, so the docstrings' mkdocs links read as plain text ([`PlainHelpFormatter`][]).
 * ``Trainer._logger_connector`` ([`logs_this_step`][]).
 * ``Trainer._signal_connector.received_sigterm``: the flag Lightning's loops stop on at the
   next batch end ([`stop_at_batch_end`][]; set on every rank at once under DDP).
 * ``_SubprocessScriptLauncher.procs``: the processes Lightning's ``ddp`` launcher started
   ([`launched_processes`][]).
 * ``wandb.proto.wandb_internal_pb2.Record`` and the layout of an offline run's ``.wandb``
-  file (wandb has no reader): the numbers the plot draws ([`history_rows`][]).
+  file (wandb has no reader): the numbers the plot draws ([`history_rows`][]) and the
+  run's name in its legend ([`run_name`][]).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -34,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from jsonargparse import DefaultHelpFormatter
 from lightning.pytorch.core.mixins import hparams_mixin
 
 from ncl_lightning.foundation.errors import DataError
@@ -43,6 +48,8 @@ PRIVATE_APIS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.core.mixins.hparams_mixin", "_given_hyperparameters"),
     ("lightning.pytorch.cli", "LightningCLI._parse_ckpt_path"),
     ("lightning.pytorch.cli", "LightningCLI._parser"),
+    ("argparse", "HelpFormatter._split_lines"),
+    ("argparse", "HelpFormatter._fill_text"),
     ("lightning.pytorch.loops.fit_loop", "_FitLoop"),
     ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop"),
     ("wandb.proto.wandb_internal_pb2", "Record"),
@@ -116,6 +123,33 @@ def override_ckpt_path_parsing(cls: type) -> type:
 def subcommand_parser(cli: Any, subcommand: str) -> Any:
     """The jsonargparse parser of a LightningCLI ``subcommand`` (``fit``, ``test``, ...)."""
     return cli._parser(subcommand)
+
+
+# -- --help text ------------------------------------------------------------------------------
+_CROSS_REFERENCE = re.compile(r"\[([^\]]+)\]\[[^\]]*\]")  # [`text`][target], [text][]
+_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")  # [text](url)
+
+
+def plain_help(text: str) -> str:
+    """A docstring's text as a terminal shows it: mkdocs cross-references become their
+    text, Markdown links ``text (url)``, reST literals single backticks."""
+    text = _CROSS_REFERENCE.sub(r"\1", text)
+    text = _LINK.sub(r"\1 (\2)", text)
+    return text.replace("``", "`")
+
+
+class PlainHelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help formatter, with [`plain_help`][] applied before the text is
+    wrapped (``--help``, ``--model.help NCL``)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return super()._split_lines(plain_help(text), width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return super()._fill_text(plain_help(text), width, indent)
+
+    def start_section(self, heading: str | None) -> None:
+        super().start_section(heading and plain_help(heading))  # a group's title
 
 
 # -- checkpoint paths -----------------------------------------------------------------------
@@ -280,3 +314,20 @@ def history_rows(path: Path) -> list[dict[str, float]]:
             rows.append({k: v for k, v, depth in items if v is not None and not k.startswith("_")
                          and depth <= 1})  # fmt: skip
     return rows
+
+
+def run_name(path: Path) -> str | None:
+    """The run's name (``wandb.init(name=...)``, W&B's display name) in the run record of a
+    ``run-<id>.wandb`` file, or None without one (``DataError``: not a run file)."""
+    from google.protobuf.message import DecodeError
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    for payload in record_payloads(path):
+        record = pb.Record()
+        try:
+            record.ParseFromString(payload)
+        except DecodeError:  # history_rows names it; the name is in the first records
+            continue
+        if record.WhichOneof("record_type") == "run":
+            return record.run.display_name or None
+    return None

@@ -34,7 +34,11 @@ from ncl_lightning.checkpoints.load import RECORD_KEY, check_state_fits, read_ch
 from ncl_lightning.checkpoints.optimizer_groups import OptimizerGroupsCheck, ResumeOverrides
 from ncl_lightning.checkpoints.record import same_class
 from ncl_lightning.foundation.errors import ConfigError
-from ncl_lightning.foundation.internals import override_ckpt_path_parsing, subcommand_parser
+from ncl_lightning.foundation.internals import (
+    PlainHelpFormatter,
+    override_ckpt_path_parsing,
+    subcommand_parser,
+)
 from ncl_lightning.foundation.progress import library_notices_off
 from ncl_lightning.foundation.protocols import ChecksInputs
 from ncl_lightning.methods.record import run_identity
@@ -116,6 +120,15 @@ RUN_OPTIONS: dict[str, tuple[Any, str]] = {
     "allow_untrained": (bool, "test/validate/predict: evaluate the model's initial (untrained) "
                         "weights when no --ckpt_path is given, instead of refusing."),
 }  # fmt: skip
+
+
+class HelpParser(LightningArgumentParser):
+    """LightningCLI's parser whose ``--help`` shows the docstrings' mkdocs links as plain
+    text; a class's help (``--model.help NCL``) is printed by a parser of this type too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", PlainHelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 @override_ckpt_path_parsing
@@ -429,6 +442,7 @@ def cli_main(args: list[str] | None = None) -> NCLCLI:
                 subclass_mode_data=True,
                 save_config_callback=RunConfig,
                 trainer_class=TypedTrainer,
+                parser_class=HelpParser,
                 # named in --help; no prefix matching: --trainer.max_epoch is an error
                 parser_kwargs={"description": SUMMARY, "allow_abbrev": False, **subs},
                 args=args,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -131,12 +132,21 @@ def curve(metrics_csv: Path, key: str) -> dict[str, list[float]]:
     }
 
 
+def pasteable(command: Sequence[str], env: dict[str, str]) -> str:
+    """A cell's command as a shell line to paste where ``ncl-cli`` is installed:
+    ``OMP_NUM_THREADS=1 WANDB_MODE=offline ncl-cli fit --config ...``, each word quoted
+    as the shell needs (``command`` runs ``python -m ncl_lightning.entry``, ``ncl-cli``)."""
+    words = [f"{k}={v}" for k, v in env.items()] + ["ncl-cli", *command[3:]]
+    return shlex.join(words)
+
+
 def run_cell(cell: Cell, study: Study, threads: int) -> dict:
     """Run one cell; returns its record."""
     cell.root.mkdir(parents=True, exist_ok=True)
     fresh_attempt(cell.root)
-    (cell.root / "command.txt").write_text(" ".join(cell.command[1:]) + "\n")
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "offline"}
+    env = {"OMP_NUM_THREADS": str(threads), "WANDB_MODE": "offline"}
+    (cell.root / "command.txt").write_text(pasteable(cell.command, env) + "\n")
+    env = {**os.environ, **env}
     start = time.perf_counter()
     with (cell.root / "fit.log").open("w") as log:
         code = run_child(cell.command, log, env)

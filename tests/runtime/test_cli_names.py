@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ncl_lightning.entry import HELP, main
+from ncl_lightning.foundation.internals import plain_help
 from ncl_lightning.methods import NCL
 from ncl_lightning.nn import SmallCNN
 from ncl_lightning.runtime.cli import NCLCLI, cli_main
@@ -80,6 +81,40 @@ def test_method_help_is_short_and_names_the_backbones(capsys: pytest.CaptureFixt
         assert name in out
     assert "torch.nn.Conv2d" not in out
     assert "--model.nonneg" in out and "--model.backbone" in out
+
+
+# what a class's help shows with mkdocs' syntax left in: a cross-reference, a reST literal
+MARKUP = ("][", "``")
+
+
+@pytest.mark.parametrize("option", [
+    ("--model.help", "NCL"), ("--model.help", "BayesNCL"), ("--model.help", "LinearProbe"),
+    ("--data.help", "DigitsDataModule"), ("--data.help", "ImageNet100DataModule"),
+    ("--trainer.callbacks.help", "TopActivations"),
+    ("--trainer.logger.help", "ncl_lightning.runtime.loggers.WandbLogger"),
+])  # fmt: skip
+def test_class_help_reads_as_plain_text(
+    option: tuple[str, str], capsys: pytest.CaptureFixture
+) -> None:
+    """The docstrings' mkdocs links (``[`x`][ncl_lightning...]``) and reST literals show as
+    their text in ``ncl-cli fit <option> --help``; the text itself is kept."""
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["fit", *option])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert not [line for line in out.splitlines() if any(m in line for m in MARKUP)], out
+    if option[1] == "NCL":  # "... [`OBJECTIVES`][ncl_lightning.losses.OBJECTIVES]) or ..."
+        assert "`OBJECTIVES`" in out and "z+ = σ+(g(f(x)))" in out
+
+
+def test_plain_help_against_examples() -> None:
+    cases = {
+        "see [`setup`][] and [`A.b`][ncl_lightning.A.b]": "see `setup` and `A.b`",
+        "[the page](https://x.org/a_b) ``None``": "the page (https://x.org/a_b) `None`",
+        "a [list] [and] [x](y z)": "a [list] [and] [x](y z)",  # not links: left
+    }
+    for text, plain in cases.items():
+        assert plain_help(text) == plain
 
 
 def test_subcommand_help_names_the_project(capsys: pytest.CaptureFixture) -> None:

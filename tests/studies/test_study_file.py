@@ -4,7 +4,10 @@ as a built-in study runs its own; every problem of the file is one line before a
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,6 +197,13 @@ def test_a_study_file_runs_end_to_end_and_writes_the_built_in_table(
     command = (out / "runs" / "my_ncl" / "seed_1" / "command.txt").read_text()
     assert f"--config {(tmp_path / 'my_ncl.yaml').resolve()}" in command
     assert "--model.init_args.temperature 0.5 --seed_everything 1" in command
+    # command.txt pastes into a shell where ncl-cli is installed, as it is
+    assert command.startswith("OMP_NUM_THREADS=1 WANDB_MODE=offline ncl-cli fit --config ")
+    path_env = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    shown = subprocess.run(["bash", "-c", command.strip() + " --print_config"], env={
+        **os.environ, "PATH": path_env}, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "temperature: 0.5" in shown.stdout and "seed_everything: 1" in shown.stdout
     # The table is the built-in report of the same study on the same records.
     table = (out / "table.md").read_text()
     assert table == f"## CL against my NCL\n\n{seeds.report(records, load_study(path))}"
