@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ncl_lightning.foundation.errors import ConfigError, DataError, DataNotFoundError
-from ncl_lightning.foundation.internals import history_rows
+from ncl_lightning.foundation.internals import history_rows, run_name
 
 METRICS_FILE = "metrics.csv"
 WANDB_FILE = "run-*.wandb"  # the record file of an offline W&B run folder
@@ -39,7 +39,7 @@ class RunCurves:
     """The logged series of one run (CSV or offline W&B).
 
     Attributes:
-        label: The name shown in the legend (the logger name, ``digits_ncl``).
+        label: The name shown in the legend (the logger's or W&B run's name, ``digits_ncl``).
         path: The ``metrics.csv`` read.
         series: Column name -> its filled cells in file order; columns never filled are left
             out, and so are ``epoch`` and ``step``.
@@ -66,7 +66,8 @@ def find_metrics(folder: Path, all_versions: bool = False) -> list[Path]:
             holding ``<name>/version_N/``, or ``runs/cifar10_ncl`` holding
             ``wandb/offline-run-*/``); or the run folder ``ncl-cli`` prints for a W&B run,
             ``<save_dir>/<name>/<run id>``, whose W&B files are
-            ``<save_dir>/wandb/offline-run-*-<run id>/``.
+            ``<save_dir>/wandb/offline-run-*-<run id>/`` (found by the id first: the run
+            folder also holds the W&B runs of its tests).
         all_versions: Return every run file found below ``folder``; otherwise more than one
             is refused.
 
@@ -84,9 +85,9 @@ def find_metrics(folder: Path, all_versions: bool = False) -> list[Path]:
         raise DataNotFoundError(f"{folder}: no such file or folder")
     if (folder / METRICS_FILE).is_file():
         return [folder / METRICS_FILE]
-    found = _run_files(folder, METRICS_FILE) + _run_files(folder, WANDB_FILE)
-    if not found:  # an ncl-cli run folder <save_dir>/<name>/<run id> of a W&B run
-        found = sorted(folder.parent.parent.glob(f"wandb/offline-run-*-{folder.name}/{WANDB_FILE}"))
+    own = f"wandb/offline-run-*-{folder.name}/{WANDB_FILE}"  # a W&B run's, by its id
+    found = sorted(folder.glob(own)) or sorted(folder.parent.parent.glob(own))
+    found = found or _run_files(folder, METRICS_FILE) + _run_files(folder, WANDB_FILE)
     if not found:
         raise DataNotFoundError(
             f"{folder}: no {METRICS_FILE} and no {WANDB_FILE} below it; expected a CSVLogger "
@@ -155,9 +156,12 @@ def read_metrics(path: Path) -> dict[str, list[Point]]:
 
 def run_label(path: Path) -> str:
     """The logger name of a ``<name>/version_N/metrics.csv`` (the folder above the version
-    folder), the ``save_dir`` name of a ``<save_dir>/wandb/offline-run-*/run-<id>.wandb``;
-    the file's own folder name otherwise."""
+    folder); the run's name of a ``run-<id>.wandb`` (``wandb.init(name=...)``, e.g. the
+    config's name), else the folder above its ``wandb`` folder; the file's own folder name
+    otherwise."""
     folder = Path(path).parent
+    if Path(path).suffix == ".wandb" and (name := run_name(Path(path))):
+        return name
     if folder.parent.name == "wandb" and folder.parent.parent.name:
         return folder.parent.parent.name
     if folder.name.startswith("version_") and folder.parent.name:
@@ -176,8 +180,8 @@ def load_runs(
         runs: Run folders, version folders, ``offline-run-*`` folders, ``metrics.csv`` or
             ``run-<id>.wandb`` files.
         labels: One legend label per run file found; default: each logger's name (the
-            ``save_dir`` name for W&B), made unique with ``/version_N`` (``/offline-run-…``,
-            then the full folder) where two runs share it.
+            run's name for W&B), made unique with ``/version_N`` (``/offline-run-…``, then
+            the full folder) where two runs share it.
         all_versions: Draw every run found below a folder.
 
     Returns:

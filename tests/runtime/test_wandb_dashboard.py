@@ -250,7 +250,7 @@ def test_plot_reads_the_offline_run(offline: tuple[OfflineRun, Any], tmp_path: P
     run, _ = offline
     save = run.folder.parent.parent
     (curves,) = load_runs([save])
-    assert curves.label == save.name and curves.path.suffix == ".wandb"
+    assert curves.label == "dash" and curves.path.suffix == ".wandb"  # the run's name
     for key in ("train/loss", "val/z/semantic_consistency", "test/z/sepin@all"):
         rows = run.rows_with(key)
         expected = [(r["trainer/global_step"], r.get("epoch"), r[key]) for r in rows]

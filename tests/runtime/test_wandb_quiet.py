@@ -118,3 +118,17 @@ def test_the_summary_follows_the_trainer_settings() -> None:
     assert summary_callbacks({"enable_model_summary": False}) == []
     assert summary_callbacks({"barebones": True}) == []
     assert summary_callbacks({"callbacks": [ModelSummary(max_depth=2)]}) == []
+
+
+@pytest.mark.slow
+def test_plot_follows_the_run_folder_and_names_the_run(quiet_run: QuietRun) -> None:
+    """``python -m ncl_lightning.plot <run folder>`` (the folder ncl-cli prints) finds the
+    run's W&B file, and its legend is the run's name, not the save_dir's (item 7)."""
+    folder = quiet_run.run.relative_to(quiet_run.cwd)
+    assert f"run folder: {folder}" in quiet_run.fit.text
+    done = subprocess.run(
+        [sys.executable, "-m", "ncl_lightning.plot", str(folder), "--out", "curves.png"],
+        cwd=quiet_run.cwd, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"curves.png: 1 run(s) ({NAME}), x = step"), done.stdout
