@@ -5,11 +5,19 @@ packaged names) through the real ``ncl-cli`` entry point, then prints one table 
 validation numbers (``<out>/results.md``) and writes the top-activation pictures side by
 side, the runs' curves (``<out>/curves.png``) and the feature atlas of their last
 checkpoints (``<out>/atlas/index.html``).
+
+The table's majority-share column is measured on the picture itself: the mean, over its
+rows, of the share of each row's majority class among the row's images, as
+[`TopActivations`][ncl_lightning.callbacks.TopActivations] drew and logged it; the lines
+under the table give each row's share, top row first.
+[`caption`][ncl_lightning.demo.caption] turns such a table (``results.md``, or the README's
+copy) into the sentence the README's picture caption holds.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -20,6 +28,8 @@ from lightning.pytorch.loggers import CSVLogger
 
 from ncl_lightning.atlas import build_atlas
 from ncl_lightning.callbacks import TopActivations
+from ncl_lightning.callbacks.top_activations import RowMajority
+from ncl_lightning.foundation.errors import DataError
 from ncl_lightning.foundation.resources import config_file, config_root
 from ncl_lightning.foundation.validation import check_at_least, check_output_dir
 from ncl_lightning.plot import plot_curves
@@ -38,6 +48,12 @@ COLUMNS = {
     "H_s (nats)": ("val/z/semantic_entropy", "{:.2f}"),
     "gate open rate": ("val/gate/open_rate", "{:.1%}"),
 }
+SHARE_AFTER = "semantic consistency"  # the picture's column follows the other class metric
+SHARE_FORMAT = "{:.0%}"  # k = 10 images per row: every row share, and their mean over 10
+# rows, is a whole percent
+SHARE_TITLE = "majority share ({rows} rows × {images} images)"
+SHARE_TITLE_MIXED = "majority share (rows listed below)"  # models drew different grids
+_SHARE_HEADER = re.compile(r"^majority share \((?:(\d+) rows × \d+ images|rows listed below)\)$")
 
 
 def label(config: Path) -> str:
@@ -58,32 +74,115 @@ class Run(NamedTuple):
     metrics: dict[str, float]
     picture: Path | None  # top-activation PNG
     log_dir: Path | None  # the CSV logger's version folder
+    majority: RowMajority | None  # the picture's rows: majority class and share
 
 
 def run(config: Path, out: Path, extra: list[str]) -> Run:
-    """Fit one config; return its final logged metrics, top-activation PNG and log folder."""
+    """Fit one config; return its final logged metrics, top-activation PNG, log folder and
+    the picture's row majorities."""
     args = ["fit", "--config", str(config), *folder_args(out, verbose=True)]
     cli = cli_here([*args, *extra], verbose=True)  # Lightning's banners kept
-    drawn = [c.last_paths for c in cli.trainer.callbacks if isinstance(c, TopActivations)]
-    picture = drawn[0].get("top_activations") if drawn else None
+    drawers = [c for c in cli.trainer.callbacks if isinstance(c, TopActivations)]
+    picture = drawers[0].last_paths.get("top_activations") if drawers else None
+    majority = drawers[0].last_majority if drawers else None
     logger = cli.trainer.logger
     log_dir = Path(logger.log_dir) if isinstance(logger, CSVLogger) else None
     metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
-    return Run(metrics, picture, log_dir)
+    return Run(metrics, picture, log_dir, majority)
 
 
-def table(results: dict[str, dict[str, float]], dims: dict[str, int]) -> str:
-    """Markdown table, one row per method."""
-    lines = ["| method | " + " | ".join(COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+def share_title(majority: dict[str, RowMajority | None]) -> str:
+    """The majority-share column's header: the grid's rows and images per row."""
+    shapes = {(len(m.shares), m.images) for m in majority.values() if m is not None}
+    if len(shapes) != 1:
+        return SHARE_TITLE_MIXED
+    ((rows, images),) = shapes
+    return SHARE_TITLE.format(rows=rows, images=images)
+
+
+def table(
+    results: dict[str, dict[str, float]],
+    dims: dict[str, int],
+    majority: dict[str, RowMajority | None] | None = None,
+) -> str:
+    """Markdown table, one row per method.
+
+    Args:
+        results: Method -> its final logged metrics (``val/...`` keys).
+        dims: Method -> width of ``z`` (the denominator of ``active dims``).
+        majority: Method -> the row majorities of its top-activation picture
+            (``TopActivations.last_majority``); given, the table has the column of their
+            mean after ``semantic consistency`` (``n/a`` for a method without one).
+    """
+    heads = list(COLUMNS)
+    if majority is not None:
+        heads.insert(heads.index(SHARE_AFTER) + 1, share_title(majority))
+    lines = ["| method | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
     for method, metrics in results.items():
         cells = []
-        for key, fmt in COLUMNS.values():
+        for title, (key, fmt) in COLUMNS.items():
             cell = fmt.format(metrics[key]) if key in metrics else "n/a"
             if key == "val/z/active_dims" and key in metrics:
                 cell += f" / {dims[method]}"
             cells.append(cell)
+            if majority is not None and title == SHARE_AFTER:
+                drawn = majority.get(method)
+                cells.append("n/a" if drawn is None else SHARE_FORMAT.format(drawn.mean))
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def row_shares(majority: dict[str, RowMajority | None]) -> str:
+    """One line per method: its picture's row majority shares in %, top row first, as the
+    rows' labels show them (``- CL rows (% of 10 images): 30 40 ...``)."""
+    return "\n".join(
+        f"- {method} rows (% of {m.images} images): " + " ".join(f"{100 * s:.0f}" for s in m.shares)
+        for method, m in majority.items()
+        if m is not None
+    )
+
+
+def _cells(row: str) -> list[str]:
+    """The stripped cells of a markdown table row ``| a | b |``."""
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
+def caption(text: str) -> str:
+    """The picture caption's figures, regenerated from a demo table.
+
+    Args:
+        text: Markdown holding a table as [`table`][ncl_lightning.demo.table] writes it
+            with its majority-share column (``results.md``, or a page that copies it, such
+            as the README).
+
+    Returns:
+        ``"mean majority share of the 10 rows: CL 40%, NCL 72%, BayesNCL 70%"``: the
+        column's cells as written, in the table's row order.
+
+    Raises:
+        DataError: ``text`` has no table with a majority-share column.
+    """
+    lines = [line.strip() for line in text.splitlines()]
+    for i, line in enumerate(lines[:-1]):
+        if not line.startswith("| method |") or not lines[i + 1].startswith("|---"):
+            continue
+        matches = [_SHARE_HEADER.match(head) for head in _cells(line)]
+        column = next((j for j, m in enumerate(matches) if m), None)
+        if column is None:
+            continue
+        figures = []
+        for row in lines[i + 2 :]:
+            if not row.startswith("|"):
+                break
+            cells = _cells(row)
+            figures.append(f"{cells[0]} {cells[column]}")
+        count = matches[column].group(1)
+        rows = f"the {count} rows" if count else "the drawn rows"
+        return f"mean majority share of {rows}: " + ", ".join(figures)
+    raise DataError(
+        "no demo table with a 'majority share (...)' column found; expected a table as "
+        "`python -m ncl_lightning.demo` writes to results.md"
+    )
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -117,7 +216,7 @@ def _compare(args: argparse.Namespace, extra: list[str]) -> str:
     check_output_dir("--out", args.out)
     args.configs = [config_file(c) for c in args.configs]
     torch.set_num_threads(args.threads)
-    results, dims, pics, logs = {}, {}, {}, {}
+    results, dims, pics, logs, majority = {}, {}, {}, {}, {}
     start = time.perf_counter()
     runs = run_jobs(
         args.configs,
@@ -127,13 +226,20 @@ def _compare(args: argparse.Namespace, extra: list[str]) -> str:
     )
     for config, done in zip(args.configs, runs, strict=True):
         name = method_name(config)
-        results[name], pics[name], logs[name] = done
+        results[name], pics[name], logs[name], majority[name] = done
         dims[name] = int(
             yaml.safe_load(config.read_text())["model"]["init_args"]["proj_output_dim"]
         )
     minutes = (time.perf_counter() - start) / 60
     configs = ", ".join(label(c) for c in args.configs)
-    report = f"{table(results, dims)}\n\nValidation split after the last epoch ({configs}); "
+    drawn = majority if any(m is not None for m in majority.values()) else None
+    report = table(results, dims, drawn) + "\n\n"
+    if drawn is not None:
+        report += (
+            "Majority share of each row of the top-activation picture, top row first (the "
+            "rows' labels):\n\n" + row_shares(majority) + "\n\n"
+        )
+    report += f"Validation split after the last epoch ({configs}); "
     report += f"{minutes:.1f} min on {torch.get_num_threads()} CPU threads.\n"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.md").write_text(report)

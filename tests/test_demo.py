@@ -7,7 +7,31 @@ import re
 import pytest
 
 from ncl_lightning.atlas import read_atlas
+from ncl_lightning.callbacks.top_activations import RowMajority
+from ncl_lightning.demo import caption, table
+from ncl_lightning.foundation.errors import DataError
 from tests.conftest import DemoRun
+
+ROW_LINE = re.compile(r"^- (\w+) rows \(% of (\d+) images\): ([\d ]+)$")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _reference_caption(text: str) -> str:
+    """Slow, obvious reading of a demo table: the majority-share column by its header."""
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("| method |"))
+    heads = _cells(lines[head])
+    (column,) = [j for j, h in enumerate(heads) if h.startswith("majority share (")]
+    rows = heads[column].split("(")[1].split(" rows")[0]
+    figures = []
+    for line in lines[head + 2 :]:
+        if not line.startswith("|"):
+            break
+        figures.append(f"{_cells(line)[0]} {_cells(line)[column]}")
+    return f"mean majority share of the {rows} rows: " + ", ".join(figures)
 
 
 @pytest.mark.slow
@@ -51,3 +75,54 @@ def test_demo_writes_the_atlas_of_the_three_methods(demo_run: DemoRun) -> None:
     gate = atlas["models"][2]["dims"]["gate"]
     assert gate is not None and all(0.0 <= g <= 1.0 for g in gate)
     assert atlas["models"][0]["dims"]["gate"] is None
+
+
+def test_table_has_the_pictures_mean_majority_share_and_caption_reads_it() -> None:
+    shares = {
+        "CL": (0.3, 0.4, 0.2, 0.5),
+        "NCL": (1.0, 0.9, 0.8, 0.7),
+        "BayesNCL": (1.0, 1.0, 0.6, 0.6),
+    }
+    majority = {m: RowMajority((0, 1, 2, 3), s, 10) for m, s in shares.items()}
+    results = {m: {"val/online_acc": 0.9, "val/z/semantic_consistency": 50.0} for m in shares}
+    dims = dict.fromkeys(shares, 64)
+    text = table(results, dims, majority)
+    print(text)
+    lines = text.splitlines()
+    heads = _cells(lines[0])
+    column = heads.index("majority share (4 rows × 10 images)")
+    assert heads[column - 1] == "semantic consistency"
+    means = {m: round(100 * sum(s) / len(s)) for m, s in shares.items()}  # 35, 85, 80
+    for line in lines[2:]:
+        cells = _cells(line)
+        assert cells[column] == f"{means[cells[0]]}%", line
+    expected = "mean majority share of the 4 rows: CL 35%, NCL 85%, BayesNCL 80%"
+    assert caption(text) == _reference_caption(text) == expected
+    # inside a page, the first table with the column is read
+    assert caption("Intro\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n" + text + "\n\nEnd") == expected
+    # a method without a picture: n/a, and the column is still the picture's
+    majority["CL"] = None
+    assert _cells(table(results, dims, majority).splitlines()[2])[column] == "n/a"
+    # without pictures, no column (as before); caption refuses a table without it
+    plain = table(results, dims)
+    assert "majority share" not in plain
+    with pytest.raises(DataError, match="majority share"):
+        caption(plain)
+
+
+@pytest.mark.slow
+def test_demo_results_give_each_rows_share_and_their_mean(demo_run: DemoRun) -> None:
+    written = (demo_run.out / "results.md").read_text()
+    lines = written.splitlines()
+    heads = _cells(lines[0])
+    column = heads.index("majority share (10 rows × 10 images)")
+    table_rows = {_cells(line)[0]: _cells(line)[column] for line in lines[2:5]}
+    row_lines = {m.group(1): m for line in lines if (m := ROW_LINE.match(line))}
+    assert list(row_lines) == list(table_rows) == ["CL", "NCL", "BayesNCL"]
+    for method, match in row_lines.items():
+        values = [int(v) for v in match.group(3).split()]
+        assert match.group(2) == "10" and len(values) == 10
+        assert all(v % 10 == 0 and 10 <= v <= 100 for v in values)  # k/10 of 10 images
+        assert table_rows[method] == f"{round(sum(values) / len(values))}%", method
+    assert caption(written) == _reference_caption(written)
+    print(f"measured (1 epoch): {caption(written)}")

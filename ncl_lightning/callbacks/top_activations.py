@@ -7,7 +7,8 @@ sorted EA curve. PNG files go to ``<run dir>/pictures/`` (beside the checkpoints
 and SVG copies beside them when ``formats`` asks; loggers that show images (W&B) get the PNGs.
 The grid's title names the model (method and backbone classes), split, space and epoch; each
 row its dimension, EA and the majority class of its images (the DataModule's class names when
-it has them) with its share; each image its class.
+it has them) with its share; each image its class. When the images have classes, the mean of
+the rows' majority shares is logged as ``{stage}/{space}/top_majority_share``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import tempfile
 from itertools import islice
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import lightning as L
 import numpy as np
@@ -52,6 +53,27 @@ def majority_classes(labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor]:
     return majority, best.double() / labels.shape[1]
 
 
+class RowMajority(NamedTuple):
+    """The majority class of each drawn row of top-activated images and its share.
+
+    Attributes:
+        classes: ``[rows]`` each row's most frequent class (ties: the smallest), top row
+            (highest EA) first, the picture's order.
+        shares: ``[rows]`` that class's share of the row's images, in [0, 1].
+        images: Images per row (k), the denominator of every share.
+    """
+
+    classes: tuple[int, ...]
+    shares: tuple[float, ...]
+    images: int
+
+    @property
+    def mean(self) -> float:
+        """The mean majority share of the rows, in [0, 1]: what is logged as
+        ``{stage}/{space}/top_majority_share``."""
+        return sum(self.shares) / len(self.shares)
+
+
 def model_title(pl_module: L.LightningModule) -> str:
     """``"NCL · ResNet18 backbone"``: the method's class and its backbone's class."""
     backbone = getattr(pl_module, "backbone", None)
@@ -73,7 +95,10 @@ class TopActivations(L.Callback):
 
     Runs on rank 0 only, over the DataModule's clean ``val_dataset`` (``test_dataset`` at
     test) in order, so row images are found by index. EA here is measured on those
-    evaluation features.
+    evaluation features. When the images have classes, each drawing also logs the mean over
+    its rows of the row's majority-class share, ``{stage}/{space}/top_majority_share`` in
+    [0, 1], to every logger at the pictures' step, and keeps the rows' majorities as
+    ``last_majority`` (its mean: ``last_majority_share``).
 
     Args:
         every_n_epochs: Draw at the validation of every n-th epoch (and the last one).
@@ -133,6 +158,15 @@ class TopActivations(L.Callback):
         self.last_paths: dict[str, Path] = {}
         self.last_rows: dict[str, dict[int, np.ndarray]] = {}
         """``stage -> {dim: [H, k · W, 3] uint8}``: each drawn row's images side by side."""
+        self.last_majority: RowMajority | None = None
+        """The last drawing's row majorities (None when its images have no classes); kept
+        under ``fast_dev_run`` too, where no file is kept."""
+
+    @property
+    def last_majority_share(self) -> float | None:
+        """The last drawing's mean majority share of its rows, in [0, 1] (None without
+        classes): the number logged as ``{stage}/{space}/top_majority_share``."""
+        return None if self.last_majority is None else self.last_majority.mean
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Refuse data without images to draw before the first step, not at the first draw."""
@@ -199,9 +233,11 @@ class TopActivations(L.Callback):
         known = count > 0 and all(c is not None and 0 <= c < count for row in classes for c in row)
         names = class_names(datamodule, dataset, count) if known else []
         majority: list[tuple[int, float] | None] = [None] * len(dims)
+        self.last_majority = None
         if known:
             best, share = majority_classes(torch.tensor(classes), count)
             majority = list(zip(best.tolist(), share.tolist(), strict=True))
+            self.last_majority = RowMajority(tuple(best.tolist()), tuple(share.tolist()), k)
         labels = [
             pictures.row_label(int(j), float(ea[j]), row, names)
             for j, row in zip(dims, majority, strict=True)
@@ -259,6 +295,12 @@ class TopActivations(L.Callback):
                         images=[str(path)],
                         step=trainer.global_step,
                     )
+            if self.last_majority is not None:  # at the pictures' step (CSV, W&B, ...)
+                # with the epoch, as Lightning logs every metric (metrics.csv readers need it)
+                share = {f"{stage}/{self.space}/top_majority_share": self.last_majority.mean}
+                logger.log_metrics(
+                    {**share, "epoch": trainer.current_epoch}, step=trainer.global_step
+                )
         self.last_paths = paths
         self.last_rows[stage] = {  # FeatureStatistics' per-dimension table shows them
             int(j): np.concatenate(list(row), axis=1) for j, row in zip(dims, pixels, strict=True)

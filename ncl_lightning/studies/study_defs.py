@@ -83,6 +83,8 @@ COLUMNS: dict[str, Column] = {
     "val/z/sparsity": Column("z sparsity (%)", percent=True),
     "val/z/active_dims": Column("active dims"),
     "val/z/semantic_consistency": Column("semantic consistency"),
+    # TopActivations' picture: the mean over its rows of each row's majority-class share
+    "val/z/top_majority_share": Column("top-image majority share (%)", percent=True),
     "val/z/semantic_entropy": Column("H_s (nats)", decimals=2),
     "val/gate/open_rate": Column("gate open rate (%)", percent=True),
     "val/gate/never_open_dims": Column("never-open gates", decimals=1),
