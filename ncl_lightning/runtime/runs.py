@@ -388,6 +388,12 @@ class RunLock(Callback):
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         self.release()
+        self._remove_empty_parents()  # a run that wrote nothing (fast_dev_run) leaves none
+
+    def _remove_empty_parents(self) -> None:
+        for parent in sorted(self.parents, key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only when empty: another run may have started there
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self.release()
@@ -403,9 +409,7 @@ class RunLock(Callback):
             if isinstance(callback, RunConfig):
                 for path in callback.written:
                     path.unlink(missing_ok=True)
-        for parent in sorted(self.parents, key=lambda p: len(p.parts), reverse=True):
-            with contextlib.suppress(OSError):
-                parent.rmdir()  # only when empty: another run may have started there
+        self._remove_empty_parents()
 
 
 # -- the record of the run's set-up ---------------------------------------------------------
@@ -486,8 +490,9 @@ class RunConfig(SaveConfigCallback):
         resolved = yaml.safe_load(self.parser.dump(self.config, skip_none=False)) or {}
         resolved.pop("config", None)  # the --config file names, not settings
         for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                logger.log_hyperparams({**resolved, "run": environment})
+            if isinstance(logger, WandbLogger):  # ours stores each setting once; Lightning's
+                log = getattr(logger, "log_config", None) or logger.log_hyperparams
+                log({**resolved, "run": environment})
                 # ours never stops a run on a W&B fault; Lightning's: copy the file
                 save = getattr(logger, "save_file", None) or partial(save_run_file, logger)
                 save(config_path, WANDB_CONFIG_FILE)
