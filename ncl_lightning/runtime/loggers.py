@@ -117,6 +117,7 @@ class WandbLogger(_LightningWandbLogger):
         self._folder = folder
         self._csv: CSVLogger | None = None
         self._hparams: dict[str, Any] | Namespace = {}
+        self._config_logged = False  # ncl-cli's whole config: the W&B config
         self._defined: set[str] = set()
 
     @property
@@ -225,9 +226,22 @@ class WandbLogger(_LightningWandbLogger):
 
     @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | Namespace) -> None:
+        """Lightning's ``log_hyperparams``; after [`log_config`][] nothing: Lightning logs
+        the module's and the DataModule's hyper-parameters at each fit and test, and they
+        repeat the config's ``model`` and ``data`` sections."""
+        if self._config_logged:
+            return
         self._hparams = params
         if not self._wandb("log_hyperparams", super().log_hyperparams, params) and self._csv:
             self._csv.log_hyperparams(params)
+
+    @rank_zero_only
+    def log_config(self, config: dict[str, Any]) -> None:
+        """Log the run's whole config (``ncl-cli``'s resolved config and its ``run``
+        record) as the W&B config, each setting once: under its config key
+        (``model.init_args.temperature``), not also flat as the module's hyper-parameter."""
+        self.log_hyperparams(config)
+        self._config_logged = True
 
     def watch(self, model: nn.Module, **kwargs: Any) -> None:
         self._wandb("watch", super().watch, model, **kwargs)

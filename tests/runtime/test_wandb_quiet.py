@@ -132,3 +132,24 @@ def test_plot_follows_the_run_folder_and_names_the_run(quiet_run: QuietRun) -> N
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"curves.png: 1 run(s) ({NAME}), x = step"), done.stdout
+
+
+@pytest.mark.slow
+def test_the_wandb_config_holds_each_setting_once(quiet_run: QuietRun) -> None:
+    """The W&B config is ncl-cli's whole config and the run record: ``model.init_args.
+    temperature``, not also ``temperature`` from the module's hyper-parameters, which
+    Lightning logged after it (item 7)."""
+    from tests.helpers.wandb_run import read_records
+
+    files = sorted((quiet_run.cwd / "runs").glob("**/offline-run-*/run-*.wandb"))
+    assert len(files) == 2  # the fit's and the test's
+    for path in files:
+        run_id = path.stem.removeprefix("run-")
+        own = quiet_run.run if run_id == quiet_run.run.name else quiet_run.run / "test" / run_id
+        recorded = yaml.safe_load((own / "config.yaml").read_text())
+        keys: list[str] = []
+        for record in read_records(path):
+            if record.WhichOneof("record_type") == "config":
+                keys += [u.key for u in record.config.update if not u.key.startswith("_")]
+        assert sorted(keys) == sorted([*recorded, "run"])  # each once, none flat
+        assert "temperature" not in keys and "model" in keys
