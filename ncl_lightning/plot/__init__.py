@@ -4,7 +4,7 @@
 Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``) and draws one
 panel per logged metric of interest (train loss, online and kNN accuracy, sparsity,
 semantic consistency, gate open rate, learning rate), one line per run. From Python:
-[`plot_curves`][]. Both read offline W&B runs too (``<save_dir>/wandb/offline-run-*``,
+[`plot_curves`][]. Both read offline W&B runs too (``<run folder>/wandb/offline-run-*``,
 by [`read_history`][]).
 """
 

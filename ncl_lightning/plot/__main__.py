@@ -44,8 +44,9 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="RUN",
         help="a CSVLogger run: its save_dir (e.g. runs/demo/digits_ncl), a "
-        "version_N folder or a metrics.csv; or an offline W&B run: its save_dir (e.g. "
-        "runs/cifar10_ncl), a wandb/offline-run-* folder or its run-<id>.wandb file",
+        "version_N folder or a metrics.csv; or an offline W&B run: the run folder ncl-cli "
+        "prints (e.g. runs/cifar10_ncl/<run id>), its wandb/offline-run-* folder or its "
+        "run-<id>.wandb file",
     )
     p.add_argument(
         "--out",

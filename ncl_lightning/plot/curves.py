@@ -254,10 +254,10 @@ def plot_curves(
     ``python -m ncl_lightning.plot`` ([`load_runs`][ncl_lightning.plot.load_runs]).
 
     Args:
-        runs: Run folders (``<save_dir>`` holding ``<name>/version_N/metrics.csv`` or
-            ``wandb/offline-run-*``), version or ``offline-run-*`` folders, ``metrics.csv``
-            or ``run-<id>.wandb`` files; each must hold a single run unless
-            ``all_versions``.
+        runs: Run folders (``<save_dir>`` holding ``<name>/version_N/metrics.csv``, a W&B
+            run's folder holding ``wandb/offline-run-*``), version or ``offline-run-*``
+            folders, ``metrics.csv`` or ``run-<id>.wandb`` files; each must hold a single
+            run unless ``all_versions``.
         out: The PNG to write.
         labels: Legend label per ``metrics.csv`` found; default: the logger names.
         metrics: Columns to draw; default: the logged ones of ``DEFAULT_PANELS``.

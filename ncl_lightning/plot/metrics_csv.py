@@ -1,5 +1,5 @@
 """Finding and reading Lightning ``CSVLogger`` files (``<save_dir>/<name>/version_N/metrics.csv``)
-and offline W&B runs (``<save_dir>/wandb/offline-run-*/run-<id>.wandb``) as the same
+and offline W&B runs (``<run folder>/wandb/offline-run-*/run-<id>.wandb``) as the same
 ``(step, epoch, value)`` points, so both kinds of run are drawn alike.
 
 The logger writes one row per logging call, leaving empty the columns of the keys that call
@@ -64,10 +64,11 @@ def find_metrics(folder: Path, all_versions: bool = False) -> list[Path]:
         folder: A version folder holding ``metrics.csv``, an ``offline-run-*`` folder, the
             file itself, or any folder above (a run root such as ``runs/demo/digits_ncl``
             holding ``<name>/version_N/``, or ``runs/cifar10_ncl`` holding
-            ``wandb/offline-run-*/``); or the run folder ``ncl-cli`` prints for a W&B run,
-            ``<save_dir>/<name>/<run id>``, whose W&B files are
-            ``<save_dir>/wandb/offline-run-*-<run id>/`` (found by the id first: the run
-            folder also holds the W&B runs of its tests).
+            ``<run id>/wandb/offline-run-*/``); or the run folder ``ncl-cli`` prints for a
+            W&B run, ``<save_dir>/<name>/<run id>``, whose W&B files are
+            ``<run folder>/wandb/offline-run-*-<run id>/`` (found by the id first: the run
+            folder also holds the W&B runs of its tests, ``test/<test id>/wandb/``; a run
+            logged before 2026-11-30 has them in ``<save_dir>/wandb/``).
         all_versions: Return every run file found below ``folder``; otherwise more than one
             is refused.
 
@@ -92,10 +93,13 @@ def find_metrics(folder: Path, all_versions: bool = False) -> list[Path]:
         raise DataNotFoundError(
             f"{folder}: no {METRICS_FILE} and no {WANDB_FILE} below it; expected a CSVLogger "
             f"run (<save_dir>/<name>/version_N/{METRICS_FILE}) or an offline W&B run "
-            f"(<save_dir>/wandb/offline-run-*/{WANDB_FILE})"
+            f"(<run folder>/wandb/offline-run-*/{WANDB_FILE})"
         )
     if len(found) > 1 and not all_versions:
-        names = ", ".join(str(p.parent.relative_to(folder)) or "." for p in found)
+        names = ", ".join(
+            str(p.parent.relative_to(folder)) if p.is_relative_to(folder) else str(p.parent)
+            for p in found
+        )
         raise ConfigError(
             f"{folder}: {len(found)} runs below it ({names}); pass one of them, "
             f"or --all (all_versions=True) to draw them all",
@@ -157,8 +161,8 @@ def read_metrics(path: Path) -> dict[str, list[Point]]:
 def run_label(path: Path) -> str:
     """The logger name of a ``<name>/version_N/metrics.csv`` (the folder above the version
     folder); the run's name of a ``run-<id>.wandb`` (``wandb.init(name=...)``, e.g. the
-    config's name), else the folder above its ``wandb`` folder; the file's own folder name
-    otherwise."""
+    config's name), else the folder holding its ``wandb`` folder (the run folder); the
+    file's own folder name otherwise."""
     folder = Path(path).parent
     if Path(path).suffix == ".wandb" and (name := run_name(Path(path))):
         return name

@@ -5,8 +5,10 @@ from __future__ import annotations
 import netrc
 import numbers
 import os
+import secrets
 import shutil
 import socket
+import string
 import threading
 import urllib.parse
 import urllib.request
@@ -88,6 +90,11 @@ def log_site(
     run.log_artifact(site)
 
 
+def new_run_id() -> str:
+    """A new W&B run id as wandb makes one: 8 random lower-case letters and digits."""
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
 def _scalar(value: Any) -> bool:
     return isinstance(value, numbers.Number) or (isinstance(value, Tensor) and value.numel() == 1)
 
@@ -102,7 +109,9 @@ class WandbLogger(_LightningWandbLogger):
     """Lightning's ``WandbLogger`` (same arguments, and ``folder``) that lets no W&B fault
     stop training: it falls back to offline W&B, then to a ``CSVLogger``, with one warning
     (when and where: ``docs/wandb.md``, "Offline runs and syncing"). A W&B run of another
-    id still open in this process is finished first, not continued.
+    id still open in this process is finished first, not continued. With a ``save_dir``,
+    wandb's own files go into the run's folder, ``<save_dir>/<folder>/<run id>/wandb/`` (a
+    new run's id is chosen before ``wandb.init`` for that), beside its checkpoints.
 
     Args:
         folder: Name of the run's local folder, ``<save_dir>/<folder>/<run id>``; default:
@@ -155,6 +164,11 @@ class WandbLogger(_LightningWandbLogger):
             # Lightning would log into it; an earlier fit in this process left it open
             rank_zero_warn(f"W&B run {wandb.run.id} still open; finished to start {self._id}")
             wandb.finish()
+        own_folder = wandb.run is None and self._save_dir is not None
+        if own_folder:  # W&B's files in the run's folder, <save_dir>/<name>/<id>/wandb/
+            self._id = self._id or new_run_id()
+            folder = os.path.join(self._save_dir, self.name or "", self._id)
+            self._wandb_init.update(id=self._id, dir=folder)
         if self._wandb_init.get("dir"):  # wandb looks for git from it: warns while it is missing
             os.makedirs(self._wandb_init["dir"], exist_ok=True)
         reason = self._online_problem()
@@ -175,7 +189,9 @@ class WandbLogger(_LightningWandbLogger):
         if reason is not None or getattr(run, "offline", False):
             run_dir = short_path(run.settings.sync_dir)
             target = run_dir
-            if self._id:  # the folders of all sessions of this run
+            if own_folder:  # its wandb folder: every session of the run, and only those
+                target = os.path.dirname(run_dir)
+            elif self._id:  # the folders of all sessions of this run
                 target = os.path.join(os.path.dirname(run_dir), f"offline-run-*-{run.id}")
             if reason is None:  # offline as asked: where the run went, one info line
                 rank_zero_info(f"W&B offline; logging to {run_dir}; sync later with: "

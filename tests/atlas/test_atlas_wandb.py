@@ -74,7 +74,7 @@ def _test_with(logger: L.pytorch.loggers.Logger, out: Path) -> FeatureAtlas:
 def test_atlas_is_an_html_panel_and_an_artifact(
     tmp_path: Path, logger_class: type[LightningWandbLogger]
 ) -> None:
-    out = tmp_path / "atlas"
+    out = tmp_path / "site"  # not the run's folder, <save_dir>/atlas/<run id> for ours
     atlas = _test_with(logger_class(save_dir=str(tmp_path), offline=True, project="atlas"), out)
     assert atlas.index == out / "index.html"
     site = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}

@@ -1,4 +1,4 @@
-"""Read an offline W&B run folder (``<save_dir>/wandb/offline-run-*``) back in tests.
+"""Read an offline W&B run folder (``<run folder>/wandb/offline-run-*``) back in tests.
 
 wandb 0.31 writes everything a run logs into one ``run-<id>.wandb`` file and no longer
 ships a Python reader for it (the writer is the Go ``wandb-core``). The file is a
@@ -175,9 +175,10 @@ def read_run(folder: Path, timeout: float = 120.0) -> OfflineRun:
         time.sleep(0.05)
 
 
-def offline_runs(save_dir: Path) -> list[Path]:
-    """The ``offline-run-*`` folders under ``<save_dir>/wandb``, oldest first."""
-    return sorted(Path(save_dir).glob("wandb/offline-run-*"))
+def offline_runs(folder: Path) -> list[Path]:
+    """The ``offline-run-*`` folders below ``folder`` (a W&B run's are in its run folder,
+    ``<save_dir>/<name>/<run id>/wandb/``), oldest first."""
+    return sorted(Path(folder).glob("**/wandb/offline-run-*"), key=lambda p: p.name)
 
 
 class NonFiniteBatch(L.Callback):

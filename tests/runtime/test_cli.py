@@ -219,10 +219,11 @@ def test_fit_one_epoch_on_real_cifar_then_test(tmp_path: Path) -> None:
     assert fit.trainer.current_epoch == 1
     ckpts = list(tmp_path.rglob("last.ckpt"))
     assert len(ckpts) == 1
-    assert list(tmp_path.glob("wandb/offline-run-*")), "the W&B logger wrote no offline run"
+    run = ckpts[0].parent.parent  # W&B's files too: <run folder>/wandb/
+    assert list(run.glob("wandb/offline-run-*")), "the W&B logger wrote no offline run"
     wandb.finish()  # as when ncl-cli fit and ncl-cli test are two processes
     media = "wandb/offline-run-*/files/media/images/val/z/top_activations_*.png"
-    assert list(tmp_path.glob(media)), "TopActivations sent no picture to W&B"
+    assert list(run.glob(media)), "TopActivations sent no picture to W&B"
 
     test = cli_main(["test", *common, "--ckpt_path", str(ckpts[0])])
     results = test.trainer.callback_metrics

@@ -116,7 +116,7 @@ def test_offline_with_invalid_key_trains_and_hints_sync_once(
     logger = WandbLogger(save_dir=tmp_path, project="p")
     with _info_lines() as lines:
         _fit(logger)
-    runs = list(tmp_path.glob("wandb/offline-run-*"))
+    runs = list(tmp_path.glob("p/*/wandb/offline-run-*"))  # in the run's folder
     assert len(runs) == 1
     assert list(runs[0].glob("run-*.wandb")), "no run data in the offline run folder"
     assert _messages(recwarn.list, "wandb sync") == []
@@ -124,7 +124,7 @@ def test_offline_with_invalid_key_trains_and_hints_sync_once(
     hints = [line for line in lines if "wandb sync" in line]
     assert len(hints) == 1
     assert hints[0].startswith("W&B offline; logging to ")
-    assert hints[0].endswith(f"sync later with: wandb sync {runs[0]}")
+    assert hints[0].endswith(f"sync later with: wandb sync {runs[0].parent}")  # its sessions
 
 
 @pytest.mark.slow
@@ -137,11 +137,11 @@ def test_online_without_key_falls_back_offline_without_network(
 ) -> None:
     monkeypatch.setenv("WANDB_MODE", "online")
     _fit(WandbLogger(save_dir=tmp_path, project="p"))
-    runs = list(tmp_path.glob("wandb/offline-run-*"))
+    runs = list(tmp_path.glob("p/*/wandb/offline-run-*"))
     assert len(runs) == 1
     (hint,) = _messages(recwarn.list, "W&B")
     assert hint.startswith("W&B unavailable (no API key); logging offline to ")
-    assert hint.endswith(f"sync later with: wandb sync {runs[0]}")
+    assert hint.endswith(f"sync later with: wandb sync {runs[0].parent}")
     assert no_network == []  # no key: not even the probe ran
 
 
@@ -246,13 +246,13 @@ def test_offline_resume_with_same_version(
             assert logger.version == "crashed01"
             wandb.finish()  # the process ends (crash) before the next session
             time.sleep(1.1)  # folders are named to the second: a restart takes longer than that
-    folders = list(tmp_path.glob("wandb/offline-run-*-crashed01"))
+    folders = list(tmp_path.glob("p/crashed01/wandb/offline-run-*-crashed01"))
     assert len(folders) == 2
     assert all((folder / "run-crashed01.wandb").is_file() for folder in folders)
     hints = [line for line in lines if "wandb sync" in line]
     assert len(hints) == 2
     assert all(
-        h.endswith("wandb sync " + str(tmp_path / "wandb/offline-run-*-crashed01")) for h in hints
+        h.endswith("wandb sync " + str(tmp_path / "p" / "crashed01" / "wandb")) for h in hints
     )
 
 

@@ -118,7 +118,7 @@ def test_wandb_runs_in_one_root_keep_their_own_config(
         saved = yaml.safe_load((folder / "config.yaml").read_text())
         assert saved["model"]["init_args"]["temperature"] == temperature
         assert (folder / "checkpoints/last.ckpt").is_file()
-        (run_dir,) = (root / "wandb").glob(f"offline-run-*-{run_id}")
+        (run_dir,) = (folder / "wandb").glob(f"offline-run-*-{run_id}")
         # W&B has the whole resolved config and the environment...
         config_keys: dict[str, str] = {}
         files: list[str] = []

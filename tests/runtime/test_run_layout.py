@@ -155,8 +155,9 @@ def test_a_wandb_run_has_the_same_layout(
     assert (run / "checkpoints" / "last.ckpt").is_file()
     assert (run / "config.yaml").is_file() and (run / "run.yaml").is_file()
     assert Path(run_identity(cli.trainer)["folder"]) == run.resolve()
-    offline = list((root / "wandb").glob("offline-run-*-w1"))  # W&B's own files, by W&B
-    assert len(offline) == 1, os.listdir(root)
+    offline = list((run / "wandb").glob("offline-run-*-w1"))  # W&B's own files, by W&B
+    assert len(offline) == 1, os.listdir(run)
+    assert sorted(p.name for p in root.iterdir()) == ["digits_ncl"]  # nothing beside the run
     assert f"run folder: {run}" in caplog.text or f"run folder: {run.relative_to(tmp_path)}" in (
         caplog.text
     )

@@ -353,8 +353,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Logged]:
         cli = cli_main(args)
         wandb.finish()  # as at the end of a process: the next run is a new W&B run
         run_dir = run_folder(cli.trainer)
-        # W&B's files: in the run's root; a test of a run's checkpoint: in that run's folder
-        (folder,) = offline_runs(save) or offline_runs(run_dir.parent.parent)
+        # W&B's files: in the run's own folder (a test's: <checkpoint's run>/test/<id>/)
+        (folder,) = offline_runs(run_dir)
         job_type = _spec(CONFIGS / config)["trainer"]["logger"]["init_args"]["job_type"]
         out[name] = Logged(job_type, command, read_run(folder), run_dir, Path(config).stem, skipped)
         return cli

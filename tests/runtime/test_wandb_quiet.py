@@ -153,3 +153,23 @@ def test_the_wandb_config_holds_each_setting_once(quiet_run: QuietRun) -> None:
                 keys += [u.key for u in record.config.update if not u.key.startswith("_")]
         assert sorted(keys) == sorted([*recorded, "run"])  # each once, none flat
         assert "temperature" not in keys and "model" in keys
+
+
+@pytest.mark.slow
+def test_a_runs_wandb_files_are_in_its_folder(quiet_run: QuietRun) -> None:
+    """A fit's W&B files are in its run folder, ``<run>/wandb/``, beside its checkpoints;
+    a test of its checkpoint keeps its own in its own folder, ``<run>/test/<id>/wandb/``;
+    nothing lies beside the run folder (item 7: the fit's went to ``<save_dir>/wandb/``, the
+    test's into the run folder). The sync hint names the run's wandb folder."""
+    runs, run = quiet_run.cwd / "runs", quiet_run.run
+    assert sorted(p.name for p in runs.iterdir()) == [NAME]
+    assert sorted(p.name for p in (runs / NAME).iterdir()) == [run.name]
+    assert len(list(run.glob(f"wandb/offline-run-*-{run.name}/run-{run.name}.wandb"))) == 1
+    (test,) = run.glob("test/*/wandb/offline-run-*/run-*.wandb")
+    test_run = test.parent.parent.parent
+    assert test.name == f"run-{test_run.name}.wandb" and (test_run / "config.yaml").is_file()
+    folder = run.relative_to(quiet_run.cwd)
+    assert f"sync later with: wandb sync {folder / 'wandb'}\n" in quiet_run.fit.text
+    assert f"sync later with: wandb sync {test_run.relative_to(quiet_run.cwd) / 'wandb'}\n" in (
+        quiet_run.test.text
+    )
