@@ -167,7 +167,7 @@ class NCLCLI(LightningCLI):
             at = next((i for i, t in enumerate(tokens) if t in self.subcommands()), None)
             if at is not None:
                 sub = tokens[at]
-                check_keys(subcommand_parser(self, sub), sub, tokens[at + 1 :])
+                check_keys(subcommand_parser(self, sub), sub, tokens[at + 1 :], PUBLIC_PACKAGES)
         self.config = self._parse(defaults=True)
 
     def _parse(self, defaults: bool) -> Any:

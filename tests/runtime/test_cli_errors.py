@@ -153,7 +153,6 @@ PARSE_CASES = [
     ("unknown short backbone name", ["--model.backbone", "SmalCNN"], "SmalCNN"),
     ("unknown backbone", ["--model.init_args.backbone.class_path", "ncl_lightning.nn.ResNett"],
      "ResNett"),
-    ("unknown config key", ["--model.init_args.tempreture", "0.3"], "tempreture"),
     ("invalid choice", ["--data.init_args.augment_on", "gpu"], 'Parser key "augment_on"'),
     ("wrong type", ["--model.init_args.temperature", "abc"], "abc"),
     ("seed out of range", ["--seed_everything", "-1"], 'Parser key "seed_everything"'),
@@ -202,6 +201,18 @@ TYPO_CASES = [
      "unknown key 'trainer.max_epoch' in "),
     ("key with nothing close", lambda t: ["--zzzz", "1"],
      "unknown key 'zzzz'; see: ncl-cli fit --help"),
+    # the arguments of the model's and the DataModule's class, as jsonargparse finds them
+    ("model argument", lambda t: ["--model.init_args.temprature", "0.3"],
+     "unknown key 'model.init_args.temprature'; did you mean 'model.init_args.temperature'?"),
+    ("model argument, short form", lambda t: ["--model.temprature", "0.3"],
+     "unknown key 'model.init_args.temprature'; did you mean 'model.init_args.temperature'?"),
+    ("data argument", lambda t: ["--data.init_args.batch_sise", "3"],
+     "unknown key 'data.init_args.batch_sise'; did you mean 'data.init_args.batch_size'?"),
+    ("argument of the class named last", lambda t: ["--model", "BayesNCL",
+     "--model.init_args.prior_rho", "0.3"],
+     "unknown key 'model.init_args.prior_rho'; did you mean 'model.init_args.prior'?"),
+    ("model argument in a config file", lambda t: _config(t, "model:\n  init_args:\n"
+     "    temprature: 0.3\n"), "'model.init_args.temprature' in "),
 ]  # fmt: skip
 
 
@@ -236,6 +247,19 @@ def test_known_keys_below_a_class_and_groups_pass_the_check(
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "temperature: 0.3" in out and "max_epochs: 2" in out and "LearningRateMonitor" in out
+
+
+def test_arguments_given_before_another_class_are_left_to_jsonargparse(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """BayesNCL's config names arguments NCL does not take (``prior``, ``gate``, ...);
+    ``--model NCL`` after it drops them, as jsonargparse does, instead of refusing them."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(DEMO / "digits_bayesncl.yaml"), "--model", "NCL",
+              "--model.init_args.temperature", "0.3", "--print_config"])  # fmt: skip
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "class_path: ncl_lightning.NCL\n" in out and "temperature: 0.3" in out
 
 
 @pytest.mark.slow
