@@ -191,7 +191,7 @@ def _resolve(class_path: str, packages: Sequence[str]) -> type | None:
             found = getattr(importlib.import_module(where), name, None)
             if isinstance(found, type):
                 return found
-    except ImportError:
+    except Exception:  # any import failure of a user's module: jsonargparse reports it
         return None
     return None
 
@@ -201,9 +201,12 @@ def _check_arguments(
 ) -> None:
     """Refuse an init_args name of ``group`` that its last-named class does not take."""
     cls = _resolve(given.class_path, packages) if given.class_path and given.names else None
-    if cls is None:
+    try:
+        accepted = class_arguments(cls) if cls is not None else None
+    except Exception:  # a class jsonargparse cannot take: its own error says why
+        accepted = None
+    if accepted is None:
         return
-    accepted = class_arguments(cls)
     for name, source in given.names:
         if name not in accepted:
             choices = [f"{group}.init_args.{a}" for a in sorted(accepted)]
