@@ -164,13 +164,17 @@ class WandbLogger(_LightningWandbLogger):
             # Lightning would log into it; an earlier fit in this process left it open
             rank_zero_warn(f"W&B run {wandb.run.id} still open; finished to start {self._id}")
             wandb.finish()
-        own_folder = wandb.run is None and self._save_dir is not None
+        own_folder = wandb.run is None and self.save_dir is not None
         if own_folder:  # W&B's files in the run's folder, <save_dir>/<name>/<id>/wandb/
             self._id = self._id or new_run_id()
-            folder = os.path.join(self._save_dir, self.name or "", self._id)
+            folder = os.path.join(self.save_dir, self.name or "", self._id)
             self._wandb_init.update(id=self._id, dir=folder)
-        if self._wandb_init.get("dir"):  # wandb looks for git from it: warns while it is missing
-            os.makedirs(self._wandb_init["dir"], exist_ok=True)
+        if self._wandb_init.get("dir"):
+            # absolute: a wandb service started by a parent process (WANDB_SERVICE, inherited
+            # by ncl-cli run from a notebook or a script that used wandb) resolves a relative
+            # dir against its own working directory, not this process's
+            self._wandb_init["dir"] = os.path.abspath(self._wandb_init["dir"])
+            os.makedirs(self._wandb_init["dir"], exist_ok=True)  # wandb looks for git from it
         reason = self._online_problem()
         if reason is None:
             try:

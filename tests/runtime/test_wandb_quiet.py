@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import wandb
 import yaml
 
 from tests.conftest import ROOT
@@ -69,6 +70,11 @@ def quiet_run(tmp_path_factory: pytest.TempPathFactory) -> QuietRun:
         "init_args": {"project": "ncl-lightning", "name": NAME, "save_dir": "runs"},
     }
     (cwd / "config.yaml").write_text(yaml.safe_dump(config))
+    # ncl-cli started by a process that used wandb (a notebook, a script) inherits its
+    # service (WANDB_SERVICE), whose working directory is not ncl-cli's: the run's files
+    # still belong in the run's folder (they went to the service's working directory)
+    wandb.init(mode="offline", dir=str(tmp_path_factory.mktemp("parent"))).finish()
+    assert "WANDB_SERVICE" in os.environ
     fit = _ncl_cli("fit", "--config", "config.yaml", *SHORT, cwd=cwd)
     (run,) = (p.parent.parent for p in (cwd / "runs").glob(f"{NAME}/*/checkpoints/last.ckpt"))
     last = run / "checkpoints" / "last.ckpt"
