@@ -95,15 +95,10 @@ def test_grid_title_row_classes_and_vector_files_in_a_fit(tmp_path: Path, monkey
         assert im.size == pictures.grid_size(3, 5, 40)
 
     # the slow obvious reference: the same features, ranked and counted by hand
-    z = l2_normalize_rows(encoded[-1])
-    ea = expected_activation(z)
-    dims = sorted(range(z.shape[1]), key=lambda j: -float(ea[j]))[:3]
+    ea = expected_activation(l2_normalize_rows(encoded[-1]))
     expected_rows, expected_captions = [], []
-    for j in dims:
-        order = sorted(range(len(z)), key=lambda i: -float(z[i, j]))[:5]
-        labels = [int(data.val_dataset[i][1]) for i in order]
+    for j, labels, top in reference_rows(encoded[-1], data.val_dataset, 3, 5):
         counts = {c: labels.count(c) for c in labels}
-        top = min(counts, key=lambda c: (-counts[c], c))
         share = round(100 * counts[top] / len(labels))
         expected_rows.append(f"dim {j}\nEA {float(ea[j]):.3f}\n{NAMES[top]} {share}%")
         expected_captions += [NAMES[c] for c in labels]
@@ -113,6 +108,20 @@ def test_grid_title_row_classes_and_vector_files_in_a_fit(tmp_path: Path, monkey
     for row in expected_rows:
         assert row in texts, (row, texts)
     assert sorted(t for t in texts[1:] if t not in expected_rows) == sorted(expected_captions)
+
+
+def reference_rows(features: Tensor, dataset, rows: int, k: int) -> list[tuple[int, list, int]]:
+    """By hand: the ``rows`` dimensions of highest EA, each with the labels of its ``k`` most
+    activating images and their majority class (ties: the smallest)."""
+    z = l2_normalize_rows(features)
+    ea = expected_activation(z)
+    out = []
+    for j in sorted(range(z.shape[1]), key=lambda j: -float(ea[j]))[:rows]:
+        order = sorted(range(len(z)), key=lambda i: -float(z[i, j]))[:k]
+        labels = [int(dataset[i][1]) for i in order]
+        counts = {c: labels.count(c) for c in labels}
+        out.append((j, labels, min(counts, key=lambda c: (-counts[c], c))))
+    return out
 
 
 def _keep_encoded(monkeypatch) -> list[Tensor]:
@@ -145,16 +154,10 @@ def test_logged_majority_share_is_the_mean_of_the_drawn_rows(tmp_path: Path, mon
     trainer.fit(model, data)
 
     # the slow obvious reference: the drawn rows ranked and counted by hand
-    z = l2_normalize_rows(encoded[-1])
-    ea = expected_activation(z)
-    dims = sorted(range(z.shape[1]), key=lambda j: -float(ea[j]))[:4]
     shares, classes = [], []
-    for j in dims:
-        order = sorted(range(len(z)), key=lambda i: -float(z[i, j]))[:7]
-        labels = [int(data.val_dataset[i][1]) for i in order]
-        counts = {c: labels.count(c) for c in labels}
-        classes.append(min(counts, key=lambda c: (-counts[c], c)))
-        shares.append(counts[classes[-1]] / len(labels))
+    for _, labels, top in reference_rows(encoded[-1], data.val_dataset, 4, 7):
+        classes.append(top)
+        shares.append(labels.count(top) / len(labels))
     expected = sum(shares) / len(shares)
     print(f"measured: row shares {shares}, mean {expected:.3f}")
     drawn = callback.last_majority
